@@ -1,0 +1,142 @@
+// bench_comm: all-gather and reduce-scatter bandwidth of zeroshard's MPI communicator against raw
+// MPI calls on the same buffers, in the same run.
+//
+//   mpirun -n 2 build/bin/bench_comm [--min-mib 1] [--max-mib 256] [--reps 5]
+//
+// Sizes are the gathered (flat) fp32 buffer, as in nccl-tests. Per size and op, three variants run
+// interleaved `reps` times and the median is kept:
+//   raw_nb   MPI_Iallgather / MPI_Ireduce_scatter_block + MPI_Wait on the calling thread (the very
+//            calls our backend makes),
+//   raw_blk  MPI_Allgather / MPI_Reduce_scatter_block,
+//   zs       Communicator::all_gather_into / reduce_scatter_into + Work::wait.
+// Bus bandwidth = bytes * (n-1)/n / time. ratio = t(raw_nb) / t(zs) (>= 1: ours is as fast).
+// Goal: ratio >= 0.95 at >= 16 MiB. Final line: JSON.
+
+#include <ATen/ops/empty.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "zeroshard/core/error.h"
+#include "zeroshard/core/main.h"
+#include "zeroshard/core/session.h"
+
+namespace zs = zeroshard;
+
+namespace {
+
+struct Args {
+  int64_t min_mib = 1, max_mib = 256;
+  int reps = 5;
+};
+
+Args parse(const std::vector<std::string>& a) {
+  Args o;
+  for (size_t i = 1; i < a.size(); ++i) {
+    ZS_REQUIRE(i + 1 < a.size(), zs::UsageError, a[i], " needs a value; usage: bench_comm [--min-mib N] [--max-mib N] [--reps N]");
+    if (a[i] == "--min-mib") o.min_mib = std::stoll(a[++i]);
+    else if (a[i] == "--max-mib") o.max_mib = std::stoll(a[++i]);
+    else if (a[i] == "--reps") o.reps = std::stoi(a[++i]);
+    else ZS_THROW(zs::UsageError, "unknown argument '", a[i], "'; usage: bench_comm [--min-mib N] [--max-mib N] [--reps N]");
+  }
+  ZS_REQUIRE(o.min_mib >= 1 && o.max_mib >= o.min_mib && o.reps >= 1, zs::UsageError, "bad bench_comm arguments");
+  return o;
+}
+
+// Seconds per call of fn, `iters` calls after a barrier; the slowest rank's time counts.
+double timed(MPI_Comm comm, int iters, const std::function<void()>& fn) {
+  MPI_Barrier(comm);
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < iters; ++i) fn();
+  double t = (MPI_Wtime() - t0) / iters, slowest = 0;
+  MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
+  return slowest;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Row {
+  std::string op;
+  int64_t bytes;
+  double raw_nb, raw_blk, ours;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return zs::run_main(argc, argv, [](zs::Session& s) {
+    Args args = parse(s.args());
+    zs::Communicator& world = *s.world();
+    const int n = s.world_size();
+    MPI_Comm raw;
+    MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+    std::vector<Row> rows;
+    if (s.rank() == 0) {
+      std::printf("bench_comm: %d rank(s), fp32, median of %d interleaved repetitions\n", n, args.reps);
+      std::printf("%-15s %9s %11s %11s %11s %9s %9s\n", "op", "size", "raw_nb ms", "raw_blk ms", "zs ms",
+                  "zs GB/s", "ratio");
+    }
+    for (int64_t mib = args.min_mib; mib <= args.max_mib; mib *= 4) {
+      const int64_t bytes = mib << 20, flat = bytes / 4 / n * n, shard = flat / n;
+      at::Tensor out = at::empty({flat}, at::kFloat).fill_(1.0f);
+      at::Tensor in = at::empty({shard}, at::kFloat).fill_(1.0f);
+      const int iters = static_cast<int>(std::clamp<int64_t>(64 / mib, 1, 32));
+      const int cnt = static_cast<int>(shard);
+      for (const char* op : {"all_gather", "reduce_scatter"}) {
+        const bool ag = std::string(op) == "all_gather";
+        std::function<void()> raw_nb = [&] {
+          MPI_Request r;
+          if (ag) MPI_Iallgather(in.data_ptr(), cnt, MPI_FLOAT, out.data_ptr(), cnt, MPI_FLOAT, raw, &r);
+          else MPI_Ireduce_scatter_block(out.data_ptr(), in.data_ptr(), cnt, MPI_FLOAT, MPI_SUM, raw, &r);
+          MPI_Wait(&r, MPI_STATUS_IGNORE);
+        };
+        std::function<void()> raw_blk = [&] {
+          if (ag) MPI_Allgather(in.data_ptr(), cnt, MPI_FLOAT, out.data_ptr(), cnt, MPI_FLOAT, raw);
+          else MPI_Reduce_scatter_block(out.data_ptr(), in.data_ptr(), cnt, MPI_FLOAT, MPI_SUM, raw);
+        };
+        std::function<void()> ours = [&] {
+          if (ag) world.all_gather_into(out, in, "bench")->wait();
+          else world.reduce_scatter_into(in, out, zs::ReduceOp::kSum, "bench")->wait();
+        };
+        std::vector<double> a, b, c;
+        timed(raw, 1, raw_nb);  // warm-up: first touch of buffers and MPI's internal state
+        timed(raw, 1, ours);
+        for (int r = 0; r < args.reps; ++r) {
+          a.push_back(timed(raw, iters, raw_nb));
+          b.push_back(timed(raw, iters, raw_blk));
+          c.push_back(timed(raw, iters, ours));
+        }
+        Row row{op, bytes, median(a), median(b), median(c)};
+        rows.push_back(row);
+        if (s.rank() == 0) {
+          double busbw = bytes * double(n - 1) / n / row.ours / 1e9;
+          std::printf("%-15s %6lld MiB %11.3f %11.3f %11.3f %9.2f %9.3f\n", op, (long long)mib, row.raw_nb * 1e3,
+                      row.raw_blk * 1e3, row.ours * 1e3, busbw, row.raw_nb / row.ours);
+        }
+      }
+    }
+    double min_ratio = 1e9;
+    std::ostringstream js;
+    js << "{\"bench\":\"comm\",\"ranks\":" << n << ",\"dtype\":\"float32\",\"results\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      if (r.bytes >= (16ll << 20)) min_ratio = std::min(min_ratio, r.raw_nb / r.ours);
+      js << (i ? "," : "") << "{\"op\":\"" << r.op << "\",\"bytes\":" << r.bytes << ",\"raw_nb_s\":" << r.raw_nb
+         << ",\"raw_blocking_s\":" << r.raw_blk << ",\"zs_s\":" << r.ours << ",\"ratio\":" << r.raw_nb / r.ours << "}";
+    }
+    bool have = min_ratio < 1e9;
+    js << "],\"min_ratio_at_ge_16MiB\":" << (have ? min_ratio : 0) << ",\"goal\":0.95,\"goal_met\":"
+       << (have && min_ratio >= 0.95 ? "true" : "false") << "}";
+    if (s.rank() == 0) std::printf("%s\n", js.str().c_str());
+    MPI_Comm_free(&raw);
+    return 0;
+  });
+}

@@ -1,0 +1,68 @@
+# Test helpers.
+#
+#   zs_add_gtest(NAME src... [NPROC n...] [LABELS l...] [TIMEOUT s])
+#     A GoogleTest binary linked with the shared MPI-aware main. Without NPROC it runs as one
+#     process (a world of size 1). With NPROC it is registered once per count as NAME.npN and run
+#     under mpirun (oversubscribed: CI has 2 cores). Exit code 77 means every test skipped.
+#
+#   zs_add_job_test(NAME COMMAND cmd... NPROC n [EXPECT_FAIL] [EXPECT_OUTPUT regex] [MAX_SECONDS s])
+#     Runs a whole job under mpirun and checks its exit status, its output and its duration:
+#     for behaviour a user sees end to end (e.g. a hung collective aborts the job with a message).
+
+set(ZS_MPIEXEC ${MPIEXEC_EXECUTABLE})
+if(NOT ZS_MPIEXEC)
+  find_program(ZS_MPIEXEC NAMES mpirun mpiexec REQUIRED)
+endif()
+# Open MPI refuses to run as root without these; harmless otherwise.
+set(ZS_MPI_TEST_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
+
+function(zs_mpi_command out nproc)
+  set(${out} ${ZS_MPIEXEC} ${MPIEXEC_NUMPROC_FLAG} ${nproc} --oversubscribe ${MPIEXEC_PREFLAGS} PARENT_SCOPE)
+endfunction()
+
+function(zs_add_gtest name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "NPROC;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
+  target_link_libraries(${name} PRIVATE zs_test_main)
+  target_compile_options(${name} PRIVATE -fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(NOT ARG_NPROC)
+    add_test(NAME ${name} COMMAND ${name})
+    set(tests ${name})
+  else()
+    set(tests)
+    foreach(n IN LISTS ARG_NPROC)
+      zs_mpi_command(cmd ${n})
+      add_test(NAME ${name}.np${n} COMMAND ${cmd} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
+      set_tests_properties(${name}.np${n} PROPERTIES PROCESSORS ${n})
+      list(APPEND tests ${name}.np${n})
+    endforeach()
+  endif()
+  set_tests_properties(${tests} PROPERTIES
+    SKIP_RETURN_CODE 77 TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+  if(ARG_LABELS)
+    set_tests_properties(${tests} PROPERTIES LABELS "${ARG_LABELS}")
+  endif()
+endfunction()
+
+function(zs_add_job_test name)
+  cmake_parse_arguments(ARG "EXPECT_FAIL" "NPROC;EXPECT_OUTPUT;MAX_SECONDS" "COMMAND" ${ARGN})
+  if(NOT ARG_NPROC)
+    set(ARG_NPROC 1)
+  endif()
+  if(NOT ARG_MAX_SECONDS)
+    set(ARG_MAX_SECONDS 120)
+  endif()
+  zs_mpi_command(cmd ${ARG_NPROC})
+  string(REPLACE ";" "\\;" regex "${ARG_EXPECT_OUTPUT}")
+  add_test(NAME ${name}
+    COMMAND ${CMAKE_COMMAND}
+      -DEXPECT_FAIL=${ARG_EXPECT_FAIL} "-DEXPECT_OUTPUT=${regex}" -DMAX_SECONDS=${ARG_MAX_SECONDS}
+      "-DCMD=${cmd};${ARG_COMMAND}"
+      -P ${PROJECT_SOURCE_DIR}/cmake/RunJobTest.cmake)
+  math(EXPR timeout "${ARG_MAX_SECONDS} + 30")
+  set_tests_properties(${name} PROPERTIES PROCESSORS ${ARG_NPROC} TIMEOUT ${timeout}
+    ENVIRONMENT "${ZS_MPI_TEST_ENV}")
+endfunction()

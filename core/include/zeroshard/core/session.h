@@ -1,0 +1,88 @@
+#pragma once
+// The process's zeroshard runtime: MPI, launch detection, config, logging, device, communicators.
+//
+//   int main(int argc, char** argv) {
+//     return zeroshard::run_main(argc, argv, [](zeroshard::Session& s) {
+//       auto world = s.world();   // CPU tensors over MPI
+//       ...
+//       return 0;
+//     });
+//   }
+//
+// Construction is collective over all ranks of the job: it initializes MPI (MPI_THREAD_MULTIPLE,
+// checked), sets the process identity used by errors and logs, reads the config from the command
+// line (--config FILE, --set key=value; see config.h), applies the logging settings, finds the
+// local rank with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), cross-checks the launcher's environment
+// variables, and picks the device (cuda:<local rank> when CUDA is available and runtime.device
+// allows, else CPU). A process started without mpirun is a job of world size 1.
+// Only one Session may exist at a time. Destruction stops the communicators and the watchdog and
+// finalizes MPI if the Session initialized it. Not thread-safe: create and destroy on one thread.
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/comm/communicator.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/launch_env.h"
+
+namespace zeroshard {
+
+class Session {
+ public:
+  // Consumes --config/--set from argv (see args() for the rest). Throws on bad input.
+  Session(int argc, char** argv);
+  // Uses `config` as given (already validated or not: it is validated here).
+  Session(int argc, char** argv, Config config);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The active Session, or nullptr.
+  static Session* current();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_world_size() const { return local_world_size_; }
+  const std::string& host() const { return host_; }
+  const LaunchEnv& launch_env() const { return launch_env_; }
+  c10::Device device() const { return device_; }
+  const Config& config() const { return config_; }
+  // Command-line arguments left after --config/--set, argv[0] first.
+  const std::vector<std::string>& args() const { return args_; }
+
+  // Communicator options from the config's `comm` section, with the given name.
+  CommOptions comm_options(const std::string& name) const;
+
+  // All ranks, CPU tensors, MPI backend. Created with the Session.
+  const std::shared_ptr<Communicator>& world() const { return world_; }
+  // All ranks, for tensors on device(): NCCL when the device is CUDA (created on first use,
+  // collective), otherwise world(). comm.backend = MPI with a CUDA device is a ConfigError.
+  std::shared_ptr<Communicator> device_world();
+
+  // Ranks of this node (MPI_COMM_TYPE_SHARED), CPU tensors, MPI backend.
+  const std::shared_ptr<Communicator>& node() const { return node_; }
+
+ private:
+  void start(int argc, char** argv);
+  void pick_device();
+  void check_launch_env() const;
+
+  Config config_;
+  std::vector<std::string> args_;
+  LaunchEnv launch_env_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_world_size_ = 1;
+  std::string host_;
+  c10::Device device_{c10::kCPU};
+  std::shared_ptr<Communicator> world_;
+  std::shared_ptr<Communicator> node_;
+  std::shared_ptr<Communicator> device_world_;
+};
+
+}  // namespace zeroshard

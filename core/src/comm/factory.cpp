@@ -1,0 +1,17 @@
+#include "zeroshard/comm/factory.h"
+
+#include "comm/mpi_communicator.h"
+#include "comm/mpi_util.h"
+#include "zeroshard/core/session.h"
+
+namespace zeroshard {
+
+std::shared_ptr<Communicator> make_mpi_world_communicator(const CommOptions& options) {
+  ZS_REQUIRE(Session::current() != nullptr, UsageError,
+             "make_mpi_world_communicator needs an active zeroshard::Session (MPI is not running)");
+  MPI_Comm dup = MPI_COMM_NULL;
+  ZS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  return comm::make_mpi_communicator(dup, options);
+}
+
+}  // namespace zeroshard

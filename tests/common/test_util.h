@@ -1,0 +1,30 @@
+#pragma once
+// Helpers shared by zeroshard's tests. The test main (test_main.cpp) owns the Session.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "zeroshard/comm/communicator.h"
+#include "zeroshard/core/session.h"
+
+namespace zeroshard::test {
+
+Session& session();
+// The session's MPI world communicator (CPU tensors).
+std::shared_ptr<Communicator> world();
+int rank();
+int world_size();
+
+// Options for communicators tests create themselves: short timeout, no job abort.
+CommOptions test_comm_options(const std::string& name);
+
+}  // namespace zeroshard::test
+
+// Skips (visibly) a test that needs at least `n` ranks. Every rank takes the same decision.
+#define ZS_REQUIRE_RANKS(n)                                                                      \
+  do {                                                                                           \
+    if (::zeroshard::test::world_size() < (n)) {                                                 \
+      GTEST_SKIP() << "needs at least " << (n) << " ranks, job has " << ::zeroshard::test::world_size(); \
+    }                                                                                            \
+  } while (0)
