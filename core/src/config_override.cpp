@@ -1,0 +1,429 @@
+// `--set key=value` overrides (by protobuf reflection: a new schema field is settable with no code
+// change here), command-line splitting, and build_config's precedence chain.
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/error.h"
+
+namespace zeroshard {
+namespace {
+
+namespace pb = ::google::protobuf;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t pos = 0;
+  while (true) {
+    size_t next = s.find(sep, pos);
+    parts.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) return parts;
+    pos = next + 1;
+  }
+}
+
+std::string join_path(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+// Case-insensitive Levenshtein distance.
+size_t edit_distance(const std::string& a_in, const std::string& b_in) {
+  const std::string a = lower(a_in), b = lower(b_in);
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// A typo is "close" when at most a third of the longer name (and at least 2 edits) differ.
+bool is_close(const std::string& typed, const std::string& candidate, size_t distance) {
+  size_t budget = std::max<size_t>(2, std::max(typed.size(), candidate.size()) / 3);
+  return distance <= budget;
+}
+
+// Every leaf path of `message` (relative to it), depth-first.
+void collect_leaf_paths(const pb::Descriptor* message, const std::string& prefix,
+                        std::vector<std::string>* out) {
+  for (int i = 0; i < message->field_count(); ++i) {
+    const pb::FieldDescriptor* f = message->field(i);
+    std::string path = join_path(prefix, f->name());
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      collect_leaf_paths(f->message_type(), path, out);
+    } else {
+      out->push_back(path);
+    }
+  }
+}
+
+// The nearest valid key for `name` typed inside `message` at `prefix`: first a close sibling
+// name, then any leaf anywhere in the schema whose last component matches or is close (for a key
+// put in the wrong section). Empty when nothing is close.
+std::string suggest_key(const pb::Descriptor* message, const std::string& prefix,
+                        const std::string& name) {
+  std::string best;
+  size_t best_distance = std::numeric_limits<size_t>::max();
+  for (int i = 0; i < message->field_count(); ++i) {
+    const std::string& candidate = message->field(i)->name();
+    size_t d = edit_distance(name, candidate);
+    if (d < best_distance && is_close(name, candidate, d)) {
+      best = join_path(prefix, candidate);
+      best_distance = d;
+    }
+  }
+  if (!best.empty()) return best;
+  std::vector<std::string> leaves;
+  collect_leaf_paths(Config::descriptor(), "", &leaves);
+  for (const std::string& leaf : leaves) {
+    std::string last = leaf.substr(leaf.rfind('.') + 1);
+    size_t d = edit_distance(name, last);
+    if (d < best_distance && is_close(name, last, d)) {
+      best = leaf;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+bool parse_bool(const std::string& text, bool* out) {
+  std::string t = lower(text);
+  if (t == "true" || t == "1") {
+    *out = true;
+  } else if (t == "false" || t == "0") {
+    *out = false;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Decimal integer within [lo, hi]; `error` says why not.
+bool parse_signed(const std::string& text, int64_t lo, int64_t hi, int64_t* out,
+                  std::string* error) {
+  if (text.empty()) {
+    *error = "empty value";
+    return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0') {
+    *error = "not an integer";
+    return false;
+  }
+  if (errno == ERANGE || v < lo || v > hi) {
+    *error = detail::concat("out of the type's range [", lo, ", ", hi, "]");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_unsigned(const std::string& text, uint64_t hi, uint64_t* out, std::string* error) {
+  if (text.empty() || text[0] == '-') {
+    *error = text.empty() ? "empty value" : "negative value for an unsigned field";
+    return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0') {
+    *error = "not an integer";
+    return false;
+  }
+  if (errno == ERANGE || v > hi) {
+    *error = detail::concat("out of the type's range [0, ", hi, "]");
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_double(const std::string& text, double* out) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || errno == ERANGE) return false;
+  *out = v;
+  return true;
+}
+
+// Sets the leaf `field` of `msg` from `text`; throws ConfigError naming `where` and `path`.
+void set_leaf(pb::Message* msg, const pb::FieldDescriptor* field, const std::string& raw,
+              const std::string& path, const std::string& where) {
+  const pb::Reflection* r = msg->GetReflection();
+  const std::string text =
+      field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING ? raw : trim(raw);
+  auto fail = [&](const std::string& expected, const std::string& why) {
+    ZS_THROW(ConfigError, where, ": ", path, " expects ", expected, ", got '", text, "'",
+             why.empty() ? "" : " (" + why + ")");
+  };
+  std::string why;
+  switch (field->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_BOOL: {
+      bool v = false;
+      if (!parse_bool(text, &v)) fail("a bool (true, false, 1, 0)", "");
+      r->SetBool(msg, field, v);
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_INT32: {
+      int64_t v = 0;
+      if (!parse_signed(text, std::numeric_limits<int32_t>::min(),
+                        std::numeric_limits<int32_t>::max(), &v, &why)) {
+        fail("an int32", why);
+      }
+      r->SetInt32(msg, field, static_cast<int32_t>(v));
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_INT64: {
+      int64_t v = 0;
+      if (!parse_signed(text, std::numeric_limits<int64_t>::min(),
+                        std::numeric_limits<int64_t>::max(), &v, &why)) {
+        fail("an int64", why);
+      }
+      r->SetInt64(msg, field, v);
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_UINT32: {
+      uint64_t v = 0;
+      if (!parse_unsigned(text, std::numeric_limits<uint32_t>::max(), &v, &why)) {
+        fail("a uint32", why);
+      }
+      r->SetUInt32(msg, field, static_cast<uint32_t>(v));
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t v = 0;
+      if (!parse_unsigned(text, std::numeric_limits<uint64_t>::max(), &v, &why)) {
+        fail("a uint64", why);
+      }
+      r->SetUInt64(msg, field, v);
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+    case pb::FieldDescriptor::CPPTYPE_FLOAT: {
+      double v = 0;
+      if (!parse_double(text, &v)) fail(std::string("a number (") + field->type_name() + ")", "");
+      if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_DOUBLE) {
+        r->SetDouble(msg, field, v);
+      } else {
+        r->SetFloat(msg, field, static_cast<float>(v));
+      }
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_ENUM: {
+      const pb::EnumDescriptor* e = field->enum_type();
+      for (int i = 0; i < e->value_count(); ++i) {
+        if (lower(e->value(i)->name()) == lower(text)) {
+          r->SetEnum(msg, field, e->value(i));
+          return;
+        }
+      }
+      fail("one of " + config_detail::enum_names(e), "");
+      return;
+    }
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      r->SetString(msg, field, text);
+      return;
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  ZS_THROW(ConfigError, where, ": '", path, "' is a section, not a key; set one of its keys");
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Whether `path` was written in `root`: every section on the way and the leaf itself are set.
+bool path_is_set(const pb::Message& root, const std::string& path) {
+  const pb::Message* m = &root;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    const pb::FieldDescriptor* f = m->GetDescriptor()->FindFieldByName(part);
+    if (f == nullptr || !m->GetReflection()->HasField(*m, f)) return false;
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      m = &m->GetReflection()->GetMessage(*m, f);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+namespace config_detail {
+
+std::string enum_names(const pb::EnumDescriptor* e) {
+  std::string out;
+  for (int i = 0; i < e->value_count(); ++i) {
+    if (i > 0) out += ", ";
+    out += e->value(i)->name();
+  }
+  return out;
+}
+
+std::string unknown_key_message(const pb::Descriptor* message, const std::string& prefix,
+                                const std::string& name) {
+  std::string out = "unknown key '" + join_path(prefix, name) + "'";
+  std::string suggestion = suggest_key(message, prefix, name);
+  if (!suggestion.empty()) out += " (did you mean '" + suggestion + "'?)";
+  out += prefix.empty() ? "; valid top-level keys: " : "; valid keys in '" + prefix + "': ";
+  for (int i = 0; i < message->field_count(); ++i) {
+    if (i > 0) out += ", ";
+    out += message->field(i)->name();
+  }
+  return out;
+}
+
+}  // namespace config_detail
+
+void apply_override(Config& cfg, const std::string& assignment) {
+  const std::string where = "--set " + assignment;
+  size_t eq = assignment.find('=');
+  ZS_REQUIRE(eq != std::string::npos, ConfigError, where,
+             ": expected key=value, e.g. --set comm.timeout_s=30");
+  const std::string key = trim(assignment.substr(0, eq));
+  const std::string value = assignment.substr(eq + 1);
+  ZS_REQUIRE(!key.empty(), ConfigError, where, ": empty key; expected key=value");
+
+  pb::Message* msg = &cfg;
+  std::string prefix;
+  const std::vector<std::string> parts = split(key, '.');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::Descriptor* desc = msg->GetDescriptor();
+    const std::string name = trim(parts[i]);
+    const pb::FieldDescriptor* field = desc->FindFieldByName(name);
+    if (field == nullptr) {
+      ZS_THROW(ConfigError, where, ": ", config_detail::unknown_key_message(desc, prefix, name));
+    }
+    const std::string path = join_path(prefix, name);
+    ZS_REQUIRE(!field->is_repeated(), ConfigError, where, ": '", path,
+               "' is a list and cannot be set with --set; use a config file");
+    const bool is_message = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
+    if (i + 1 == parts.size()) {
+      if (is_message) {
+        std::vector<std::string> keys;
+        collect_leaf_paths(field->message_type(), path, &keys);
+        std::string list;
+        for (size_t k = 0; k < keys.size(); ++k) list += (k ? ", " : "") + keys[k];
+        ZS_THROW(ConfigError, where, ": '", path,
+                 "' is a section, not a key; set one of its keys: ", list);
+      }
+      set_leaf(msg, field, value, path, where);
+      return;
+    }
+    ZS_REQUIRE(is_message, ConfigError, where, ": '", path, "' is a ", field->type_name(),
+               " key, not a section, so '", key, "' does not exist");
+    msg = msg->GetReflection()->MutableMessage(msg, field);
+    prefix = path;
+  }
+}
+
+CommandLine parse_command_line(int argc, const char* const* argv) {
+  CommandLine cl;
+  bool config_seen = false;
+  // `flag` is "--config" or "--set"; returns its value from "--flag=value" or the next argument.
+  auto take_value = [&](int* i, const std::string& arg, const std::string& flag) {
+    std::string value;
+    if (arg.size() > flag.size()) {
+      value = arg.substr(flag.size() + 1);
+    } else {
+      ZS_REQUIRE(*i + 1 < argc && argv[*i + 1] != nullptr && !starts_with(argv[*i + 1], "--"),
+                 UsageError, flag,
+                 " needs a value: ", flag == "--config" ? "--config FILE" : "--set key=value");
+      value = argv[++*i];
+    }
+    ZS_REQUIRE(!value.empty(), UsageError, flag, " needs a non-empty value");
+    return value;
+  };
+  int i = 0;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i] ? argv[i] : "";
+    if (i == 0) {
+      cl.rest.push_back(arg);
+    } else if (arg == "--") {
+      break;
+    } else if (arg == "--config" || starts_with(arg, "--config=")) {
+      std::string path = take_value(&i, arg, "--config");
+      ZS_REQUIRE(!config_seen, UsageError, "--config given twice ('", cl.config_path, "' and '",
+                 path, "'); merge the files or use --set for single keys");
+      config_seen = true;
+      cl.config_path = path;
+    } else if (arg == "--set" || starts_with(arg, "--set=")) {
+      std::string assignment = take_value(&i, arg, "--set");
+      ZS_REQUIRE(assignment.find('=') != std::string::npos, UsageError, "--set ", assignment,
+                 ": expected key=value, e.g. --set comm.timeout_s=30");
+      cl.overrides.push_back(assignment);
+    } else {
+      cl.rest.push_back(arg);
+    }
+  }
+  for (; i < argc; ++i) cl.rest.push_back(argv[i] ? argv[i] : "");
+  return cl;
+}
+
+Config build_config(const CommandLine& cl) {
+  std::string file = cl.config_path;
+  if (file.empty()) {
+    const char* env = std::getenv("ZS_CONFIG");
+    if (env != nullptr && *env != '\0') file = env;
+  }
+  Config from_file;
+  if (!file.empty()) from_file = load_config_file(file);
+  Config cfg = from_file;
+  for (const std::string& assignment : cl.overrides) apply_override(cfg, assignment);
+
+  auto problems = check_config(cfg);
+  if (problems.empty()) return cfg;
+  // Say where each value involved came from: the last --set of that key, else the file.
+  auto origin = [&](const ConfigProblem& p) {
+    std::string out;
+    for (const std::string& path : p.paths) {
+      std::string from;
+      for (const std::string& a : cl.overrides) {
+        if (trim(a.substr(0, a.find('='))) == path) from = "--set " + a;
+      }
+      if (from.empty() && path_is_set(from_file, path)) from = "config file " + file;
+      if (from.empty()) from = "default";
+      out += (out.empty() ? " (" : "; ") + path + " from " + from;
+    }
+    return out.empty() ? out : out + ")";
+  };
+  ZS_THROW(ConfigError, config_detail::format_problems(problems, origin));
+}
+
+std::vector<std::string> config_field_paths() {
+  std::vector<std::string> paths;
+  collect_leaf_paths(Config::descriptor(), "", &paths);
+  return paths;
+}
+
+}  // namespace zeroshard
