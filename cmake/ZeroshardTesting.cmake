@@ -5,7 +5,7 @@
 #     process (a world of size 1). With NPROC it is registered once per count as NAME.npN and run
 #     under mpirun (oversubscribed: CI has 2 cores). Exit code 77 means every test skipped.
 #
-#   zs_add_job_test(NAME COMMAND cmd... NPROC n [EXPECT_FAIL] [EXPECT_OUTPUT regex] [MAX_SECONDS s])
+#   zs_add_job_test(NAME COMMAND cmd... [NPROC n | NO_MPIRUN] [EXPECT_FAIL] [EXPECT_OUTPUT regex] [MAX_SECONDS s])
 #     Runs a whole job under mpirun and checks its exit status, its output and its duration:
 #     for behaviour a user sees end to end (e.g. a hung collective aborts the job with a message).
 
@@ -48,14 +48,18 @@ function(zs_add_gtest name)
 endfunction()
 
 function(zs_add_job_test name)
-  cmake_parse_arguments(ARG "EXPECT_FAIL" "NPROC;EXPECT_OUTPUT;MAX_SECONDS" "COMMAND" ${ARGN})
+  cmake_parse_arguments(ARG "EXPECT_FAIL;NO_MPIRUN" "NPROC;EXPECT_OUTPUT;MAX_SECONDS" "COMMAND" ${ARGN})
   if(NOT ARG_NPROC)
     set(ARG_NPROC 1)
   endif()
   if(NOT ARG_MAX_SECONDS)
     set(ARG_MAX_SECONDS 120)
   endif()
-  zs_mpi_command(cmd ${ARG_NPROC})
+  if(ARG_NO_MPIRUN)
+    set(cmd)
+  else()
+    zs_mpi_command(cmd ${ARG_NPROC})
+  endif()
   string(REPLACE ";" "\\;" regex "${ARG_EXPECT_OUTPUT}")
   add_test(NAME ${name}
     COMMAND ${CMAKE_COMMAND}

@@ -50,7 +50,10 @@ Session* Session::current() { return g_current; }
 void Session::start(int argc, char** argv) {
   ZS_REQUIRE(g_current == nullptr, UsageError, "a zeroshard::Session already exists in this process; "
              "create exactly one (run_main creates it for you)");
-  comm::mpi_init(argc > 0 ? &argc : nullptr, argc > 0 ? &argv : nullptr);
+  // Read before MPI_Init: a process started without a launcher becomes an MPI singleton, and
+  // Open MPI then sets PMIx variables of its own that would hide what the user's launcher said.
+  launch_env_ = detect_launch_env();
+  comm::mpi_init(nullptr, nullptr);  // MPI needs nothing from argv (and argv may lack its null end)
   ZS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   ZS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
   host_ = hostname();
@@ -70,7 +73,6 @@ void Session::start(int argc, char** argv) {
   ZS_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
   ZS_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_));
   ZS_MPI_CHECK(MPI_Comm_size(node_comm, &local_world_size_));
-  launch_env_ = detect_launch_env();
   check_launch_env();
 
   MPI_Comm world_comm = MPI_COMM_NULL;
