@@ -1,0 +1,17 @@
+# Installs the build tree into a scratch prefix, builds examples/consumer against it with
+# find_package(zeroshard), and runs it under mpirun. Used by the install_consumer test.
+set(prefix ${WORK}/prefix)
+file(REMOVE_RECURSE ${WORK})
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "FAIL: ${ARGN}\n${out}\n${err}")
+  endif()
+  message("${out}")
+endfunction()
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/consumer -B ${WORK}/consumer-build -DCMAKE_PREFIX_PATH=${prefix}
+    -DCMAKE_BUILD_TYPE=Release)
+run(${CMAKE_COMMAND} --build ${WORK}/consumer-build)
+run(${MPIEXEC} -n 2 --oversubscribe ${WORK}/consumer-build/consumer)
+message("PASS: installed zeroshard consumed with find_package and run on 2 ranks")
