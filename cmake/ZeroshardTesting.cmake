@@ -1,6 +1,6 @@
 # Test helpers.
 #
-#   zs_add_gtest(NAME src... [NPROC n...] [LABELS l...] [TIMEOUT s])
+#   zs_add_gtest(NAME src... [NPROC n...] [ARGS a...] [LABELS l...] [TIMEOUT s])
 #     A GoogleTest binary linked with the shared MPI-aware main. Without NPROC it runs as one
 #     process (a world of size 1). With NPROC it is registered once per count as NAME.npN and run
 #     under mpirun (oversubscribed: CI has 2 cores). Exit code 77 means every test skipped.
@@ -21,29 +21,37 @@ function(zs_mpi_command out nproc)
 endfunction()
 
 function(zs_add_gtest name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "NPROC;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "NPROC;LABELS;ARGS" ${ARGN})
   add_executable(${name} ${ARG_UNPARSED_ARGUMENTS})
   target_link_libraries(${name} PRIVATE zs_test_main)
   target_compile_options(${name} PRIVATE -fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=)
+  if(NOT ARG_NPROC)
+    zs_add_gtest_run(${name} ${name} TIMEOUT ${ARG_TIMEOUT} LABELS ${ARG_LABELS} ARGS ${ARG_ARGS})
+  else()
+    foreach(n IN LISTS ARG_NPROC)
+      zs_add_gtest_run(${name}.np${n} ${name} NPROC ${n} TIMEOUT ${ARG_TIMEOUT} LABELS ${ARG_LABELS} ARGS ${ARG_ARGS})
+    endforeach()
+  endif()
+endfunction()
+
+# One more CTest entry for an existing test binary (e.g. another gtest filter or rank count).
+#   zs_add_gtest_run(TEST_NAME TARGET [NPROC n] [ARGS ...] [LABELS ...] [TIMEOUT s])
+function(zs_add_gtest_run test target)
+  cmake_parse_arguments(ARG "" "TIMEOUT;NPROC" "LABELS;ARGS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  if(NOT ARG_NPROC)
-    add_test(NAME ${name} COMMAND ${name})
-    set(tests ${name})
+  if(ARG_NPROC)
+    zs_mpi_command(cmd ${ARG_NPROC})
+    add_test(NAME ${test} COMMAND ${cmd} $<TARGET_FILE:${target}> ${MPIEXEC_POSTFLAGS} ${ARG_ARGS})
+    set_tests_properties(${test} PROPERTIES PROCESSORS ${ARG_NPROC})
   else()
-    set(tests)
-    foreach(n IN LISTS ARG_NPROC)
-      zs_mpi_command(cmd ${n})
-      add_test(NAME ${name}.np${n} COMMAND ${cmd} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS})
-      set_tests_properties(${name}.np${n} PROPERTIES PROCESSORS ${n})
-      list(APPEND tests ${name}.np${n})
-    endforeach()
+    add_test(NAME ${test} COMMAND ${target} ${ARG_ARGS})
   endif()
-  set_tests_properties(${tests} PROPERTIES
+  set_tests_properties(${test} PROPERTIES
     SKIP_RETURN_CODE 77 TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${ZS_MPI_TEST_ENV}")
   if(ARG_LABELS)
-    set_tests_properties(${tests} PROPERTIES LABELS "${ARG_LABELS}")
+    set_tests_properties(${test} PROPERTIES LABELS "${ARG_LABELS}")
   endif()
 endfunction()
 

@@ -1,6 +1,6 @@
 // Shared main of zeroshard's GoogleTest binaries, single- or multi-rank.
-// - Starts a Session (collective), with a 120 s collective timeout unless the command line says
-//   otherwise, so a test that hangs a collective fails with the watchdog's message.
+// - Starts a Session (collective), with a 120 s collective timeout and the CPU device unless the
+//   command line says otherwise, so a test that hangs a collective fails with the watchdog's message.
 // - Rank 0 prints GoogleTest's normal output; other ranks print only their failures, prefixed.
 // - All ranks agree on the outcome: any failure on any rank fails every rank; exit 77 (CTest
 //   "skipped") only when every test was skipped on every rank.
@@ -44,11 +44,15 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::vector<char*> args(argv, argv + argc);
-  std::string timeout = "--set=comm.timeout_s=120";
-  args.insert(args.begin() + 1, timeout.data());  // user --set flags come later and win
+  // Defaults for tests; the user's --set flags come later and win. CPU device: the CPU tests must
+  // run on GPU machines too with any rank count; GPU tests pick their CUDA device themselves.
+  std::string timeout = "--set=comm.timeout_s=120", device = "--set=runtime.device=CPU";
+  args.insert(args.begin() + 1, {timeout.data(), device.data()});
+  const int nargs = static_cast<int>(args.size());
+  args.push_back(nullptr);  // argv convention
   std::unique_ptr<zeroshard::Session> session;
   try {
-    session = std::make_unique<zeroshard::Session>(static_cast<int>(args.size()), args.data());
+    session = std::make_unique<zeroshard::Session>(nargs, args.data());
   } catch (const std::exception& e) {
     zeroshard::abort_job(e.what(), 1);
   }

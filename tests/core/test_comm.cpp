@@ -222,6 +222,9 @@ TEST(Comm, BadInputIsAClearError) {
                     {"in_flat has " + std::to_string(n * 4 + 2) + " elements"});
   expect_comm_error([&] { w.all_reduce(at::empty({4, 4}).t(), zs::ReduceOp::kSum); }, {"tensor", "not contiguous"});
   expect_comm_error([&] { w.all_reduce(at::Tensor(), zs::ReduceOp::kSum); }, {"undefined"});
+  // A tensor on another device (meta here; CUDA tensors on a GPU build) is refused by name.
+  expect_comm_error([&] { w.all_gather_into(at::empty({n * 4}, at::kFloat), at::empty({4}, at::device(at::kMeta))); },
+                    {"in_shard is on meta", "the MPI backend takes CPU tensors"});
   expect_comm_error([&] { w.all_reduce(at::empty({4}, at::kLong), zs::ReduceOp::kAvg); }, {"avg needs a floating-point"});
   expect_comm_error([&] { w.all_reduce(at::empty({4}, at::kComplexFloat), zs::ReduceOp::kSum); },
                     {"ComplexFloat", "not supported"});

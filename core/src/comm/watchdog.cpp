@@ -168,7 +168,9 @@ void Watchdog::report_timeout(const std::shared_ptr<WorkBase>& work, bool abort)
   }
   // Abort first (it does not return): a waiting thread woken by fail() would report it again.
   if (abort && handler) handler(error.what());
-  if (!abort) ZS_LOG(kError) << error.what();
+  if (!abort) {
+    ZS_LOG(kError) << error.what();
+  }
   work->fail(std::make_exception_ptr(error));
 }
 
