@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "comm/mpi_communicator.h"
 #include "comm/mpi_peer_channel.h"
@@ -126,6 +128,10 @@ CommOptions Session::comm_options(const std::string& name) const {
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm().timeout_s() * 1000.0));
   o.abort_on_timeout = config_.comm().abort_on_timeout();
   o.check_signatures = config_.comm().check_signatures();
+  // Polling before sleeping only pays when every rank has a core for it.
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool oversubscribed = cores > 0 && static_cast<unsigned>(local_world_size_) > cores;
+  if (oversubscribed) o.poll_before_sleep = std::chrono::microseconds::zero();
   return o;
 }
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ops/empty.h>
 
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -28,11 +30,11 @@ struct Queue;
 class MpiWork final : public WorkBase {
  public:
   MpiWork(CollectiveSignature sig, std::vector<at::Tensor> keep, std::chrono::milliseconds timeout,
-          Body body, std::weak_ptr<Queue> queue)
-      : WorkBase(std::move(sig), std::move(keep), timeout), body_(std::move(body)), queue_(std::move(queue)) {}
+          std::chrono::microseconds poll, Body body, std::weak_ptr<Queue> queue)
+      : WorkBase(std::move(sig), std::move(keep), timeout), poll_(poll), body_(std::move(body)), queue_(std::move(queue)) {}
 
   void wait(std::chrono::milliseconds timeout) override {
-    if (!block_until_done(timeout)) {
+    if (!block_until_done(timeout, poll_)) {
       ZS_THROW(CommTimeoutError, "Work::wait gave up after ", timeout.count(), " ms; ",
                signature().to_string(), " is still in flight (the communicator still needs it to "
                "complete on every rank)");
@@ -44,6 +46,7 @@ class MpiWork final : public WorkBase {
   void run() { body_(); }
 
  private:
+  std::chrono::microseconds poll_;
   Body body_;
   std::weak_ptr<Queue> queue_;
 };
@@ -52,6 +55,7 @@ struct Queue {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<MpiWork>> pending;
+  std::atomic<size_t> queued{0};  // pending.size(), readable without the lock
   bool stop = false;
   std::string broken;  // why the communicator can no longer be used; empty while healthy
 
@@ -62,6 +66,7 @@ struct Queue {
       std::lock_guard<std::mutex> lock(mu);
       if (broken.empty()) broken = why;
       drop.swap(pending);
+      queued = 0;
     }
     for (auto& w : drop) {
       w->fail(std::make_exception_ptr(CommError(
@@ -88,8 +93,8 @@ class MpiCommunicator final : public Communicator {
                "CommOptions::max_elements_per_call = ", opts_.max_elements_per_call,
                " is out of range; allowed: [1, ", INT_MAX, "]");
     queue_ = std::make_shared<Queue>();
-    worker_ = std::thread([q = queue_, comm = comm_, check = opts_.check_signatures, name = opts_.name] {
-      progress_loop(q, comm, check, name);
+    worker_ = std::thread([q = queue_, comm = comm_, check = opts_.check_signatures, poll = opts_.poll_before_sleep] {
+      progress_loop(q, comm, check, poll);
     });
   }
 
@@ -272,13 +277,15 @@ class MpiCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> enqueue(CollectiveSignature sig, std::vector<at::Tensor> keep, Body body) {
-    auto work = std::make_shared<MpiWork>(std::move(sig), std::move(keep), opts_.timeout, std::move(body), queue_);
+    auto work = std::make_shared<MpiWork>(std::move(sig), std::move(keep), opts_.timeout, opts_.poll_before_sleep,
+                                          std::move(body), queue_);
     {
       std::lock_guard<std::mutex> lock(queue_->mu);
       if (!queue_->broken.empty()) {
         ZS_THROW(CommError, where(), work->signature().to_string(), " cannot run: ", queue_->broken);
       }
       queue_->pending.push_back(work);
+      queue_->queued = queue_->pending.size();
     }
     Watchdog::instance().track(work, opts_.abort_on_timeout);
     queue_->cv.notify_one();
@@ -354,15 +361,22 @@ class MpiCommunicator final : public Communicator {
     if (!msg.empty()) ZS_THROW(CommError, msg);
   }
 
-  static void progress_loop(std::shared_ptr<Queue> q, MPI_Comm comm, bool check, std::string name) {
+  static void progress_loop(std::shared_ptr<Queue> q, MPI_Comm comm, bool check, std::chrono::microseconds poll) {
     for (;;) {
       std::shared_ptr<MpiWork> work;
+      // Collectives tend to come in bursts (one per unit): poll briefly before sleeping, so the
+      // next one starts without a futex wake-up.
+      const auto spin_until = std::chrono::steady_clock::now() + poll;
+      while (q->queued.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < spin_until) {
+        std::this_thread::yield();
+      }
       {
         std::unique_lock<std::mutex> lock(q->mu);
         q->cv.wait(lock, [&] { return q->stop || !q->pending.empty(); });
         if (q->pending.empty()) return;  // stop requested and nothing left
         work = q->pending.front();
         q->pending.pop_front();
+        q->queued = q->pending.size();
       }
       work->mark_started();
       try {

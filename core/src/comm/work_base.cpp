@@ -1,5 +1,7 @@
 #include "comm/work_base.h"
 
+#include <thread>
+
 namespace zeroshard::comm {
 
 WorkBase::WorkBase(CollectiveSignature sig, std::vector<at::Tensor> keep_alive,
@@ -40,6 +42,7 @@ void WorkBase::complete() {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = true;
+    done_flag_.store(true, std::memory_order_release);
     release.swap(keep_alive_);
   }
   cv_.notify_all();
@@ -53,6 +56,7 @@ void WorkBase::fail(std::exception_ptr error) {
     if (done_) return;
     done_ = true;
     error_ = std::move(error);
+    done_flag_.store(true, std::memory_order_release);
     // A failed collective may still be running inside MPI/NCCL (e.g. after a timeout); its buffers
     // must outlive it, so a failure keeps the tensors referenced by this Work.
   }
@@ -64,7 +68,11 @@ bool WorkBase::done() const {
   return done_;
 }
 
-bool WorkBase::block_until_done(std::chrono::milliseconds timeout) {
+bool WorkBase::block_until_done(std::chrono::milliseconds timeout, std::chrono::microseconds poll) {
+  // Most waits end within microseconds of the call (the collective was nearly done): poll a
+  // little, yielding the core, before paying a futex sleep and wake-up on both sides.
+  const auto spin_until = Clock::now() + poll;
+  while (!done_flag_.load(std::memory_order_acquire) && Clock::now() < spin_until) std::this_thread::yield();
   std::unique_lock<std::mutex> lock(mu_);
   if (timeout.count() <= 0) {
     cv_.wait(lock, [&] { return done_; });

@@ -3,6 +3,7 @@
 // until the collective has completed. Backends derive from it; the watchdog tracks it.
 // Thread-safe: complete()/fail() may race (first wins); waiters block on a condition variable.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -44,8 +45,10 @@ class WorkBase : public Work {
   bool done() const;
 
  protected:
-  // Blocks until done or until `timeout` (zero: no limit) elapses; returns whether done.
-  bool block_until_done(std::chrono::milliseconds timeout);
+  // Blocks until done or until `timeout` (zero: no limit) elapses; returns whether done. Polls for
+  // up to `poll` first (see CommOptions::poll_before_sleep).
+  bool block_until_done(std::chrono::milliseconds timeout,
+                        std::chrono::microseconds poll = std::chrono::microseconds::zero());
   // Throws the stored error if any.
   void rethrow_if_failed() const;
 
@@ -55,6 +58,7 @@ class WorkBase : public Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::atomic<bool> done_flag_{false};  // mirrors done_ for the lock-free spin in block_until_done
   bool started_ = false;
   Clock::time_point started_at_{};
   std::exception_ptr error_;

@@ -83,6 +83,10 @@ struct CommOptions {
   // MPI only: largest element count passed to one MPI call (MPI counts are int). Larger messages
   // are split. Lowering it exercises the split path with small buffers.
   int64_t max_elements_per_call = 2147483647;
+  // How long a waiting caller and an idle progress thread poll (yielding the core) before they
+  // sleep. Saves two futex wake-ups per collective when ranks have cores of their own; the
+  // Session sets it to zero when the node runs more ranks than it has cores (oversubscribed).
+  std::chrono::microseconds poll_before_sleep{200};
 };
 
 class Communicator {
