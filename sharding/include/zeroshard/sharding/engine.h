@@ -1,0 +1,139 @@
+#pragma once
+// ShardingEngine: fully sharded data parallelism (ZeRO-3 / FSDP) over a LibTorch module.
+//
+//   zeroshard::ShardingEngine engine(session, model, zeroshard::ShardingOptions::from_config(cfg));
+//   auto opt = zeroshard::make_optimizer(cfg.optimizer());
+//   for (...) {
+//     auto loss = engine.forward([&] { return loss_fn(model->forward(x), y); });
+//     loss.backward();                 // gradients are reduce-scattered into fp32 shards
+//     engine.clip_grad_norm(1.0);      // global norm across all shards
+//     engine.step(*opt);               // optimizer on this rank's shards only
+//     engine.zero_grad();
+//   }
+//
+// Units are the modules declared with zeroshard::Unit<Impl> holders (see unit.h) and those picked
+// by the auto-wrap policy; the model itself is the root unit and owns every parameter no other
+// unit owns (including parameters shared between units, e.g. tied embedding/output weights).
+// Each unit's parameters become one FlatParam (plus one for its frozen parameters, which get no
+// gradient memory). Strategies:
+//   FULL_SHARD     gather before forward, free after; gather again before backward; reduce-scatter
+//                  gradients after backward, free.
+//   SHARD_GRAD_OP  as FULL_SHARD, but parameters stay gathered from forward until after backward.
+//   NO_SHARD       parameters replicated (views of the replica), gradients all-reduced (DDP).
+//   HYBRID_SHARD   FULL_SHARD inside groups of hybrid_group_size ranks, replicated across groups
+//                  (gradients reduce-scattered in the group, then all-reduced across groups).
+// Gradients are averaged over all ranks: each rank's loss should be the mean over its own part of
+// the global batch. Collectives are issued in the same order on every rank; all ranks must build
+// the same model (checked at construction by a structure hash, naming the first difference).
+// Not thread-safe: one training thread per engine. The engine must outlive autograd graphs built
+// through it. After the engine is destroyed the model's parameters are not usable (FULL_SHARD
+// frees them); take full_state_dict() first.
+
+#include <torch/nn/module.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/session.h"
+#include "zeroshard/sharding/memory.h"
+#include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/sharding/unit.h"
+
+namespace zeroshard {
+
+struct ShardingOptions {
+  config::ShardingConfig::Strategy strategy = config::ShardingConfig::FULL_SHARD;
+  int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
+  bool forward_prefetch = true;
+  config::BackwardPrefetch::Mode backward_prefetch = config::BackwardPrefetch::BACKWARD_PRE;
+  int limit_all_gathers = 2;  // all-gathers in flight at once
+  bool sync_module_states = true;
+  // Auto-wrap: which submodules become units in addition to declared Units. A module picked by
+  // the policy must still be called through a Unit holder or engine.call_unit (see unit.h).
+  config::AutoWrap::Policy auto_wrap_policy = config::AutoWrap::NONE;
+  int64_t auto_wrap_min_params = 100000000;
+  std::vector<std::string> auto_wrap_module_types;  // Module::name() values, for MODULE_TYPE
+
+  static ShardingOptions from_config(const config::ShardingConfig& cfg);
+};
+
+// Elements moved by the engine's collectives since the last reset, per rank (before the
+// (N-1)/N wire factor): the ZeRO formulas count 3 x params for FULL_SHARD, 2 x for the others.
+struct CommCounters {
+  int64_t all_gather_elements = 0;
+  int64_t reduce_elements = 0;  // reduce-scatter, or 2 x for an all-reduce
+};
+
+class ShardingEngine {
+ public:
+  ShardingEngine(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options);
+  ~ShardingEngine();
+  ShardingEngine(const ShardingEngine&) = delete;
+  ShardingEngine& operator=(const ShardingEngine&) = delete;
+
+  // Runs `fn` (which calls the model) as the root unit's forward: gathers the root's parameters
+  // around it and hooks the returned tensors for backward. Returns what fn returns.
+  template <typename Fn>
+  auto forward(Fn&& fn) {
+    begin_root();
+    auto out = fn();
+    std::vector<at::Tensor> tensors;
+    detail::collect_tensors(out, tensors);
+    end_root(tensors);
+    return out;
+  }
+
+  // While alive, backward passes keep unsharded gradients and skip communication; the first
+  // backward after it ends reduces everything accumulated (gradient accumulation with one
+  // reduce-scatter per step, at the memory cost of unsharded gradients for every unit).
+  class NoSync {
+   public:
+    explicit NoSync(ShardingEngine& e);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    ShardingEngine& engine_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  // Scales every gradient shard so the global L2 norm is at most max_norm (as
+  // torch::nn::utils::clip_grad_norm_); returns the norm before clipping. Collective.
+  double clip_grad_norm(double max_norm);
+  // One optimizer step on this rank's shards, then buffers are averaged across ranks. Throws
+  // UsageError if gradients are still pending (e.g. inside no_sync).
+  void step(ShardedOptimizer& optimizer);
+  // Frees the gradient shards (the next backward allocates fresh ones).
+  void zero_grad();
+
+  // This rank's trainable shards with their gradients, in a fixed order.
+  std::vector<ParamShard> param_shards();
+  // Every parameter's full fp32 value by qualified name (tied parameters under each name), and
+  // the buffers. Collective over all ranks.
+  std::map<std::string, at::Tensor> full_state_dict();
+
+  const MemoryStats& memory() const;
+  MemoryStats& memory();
+  std::string memory_report() const;
+  const CommCounters& comm_counters() const;
+  void reset_comm_counters();
+
+  std::vector<std::string> unit_names() const;
+  int64_t num_params() const;            // unpadded elements of all units (trainable + frozen)
+  int64_t num_trainable_params() const;  // unpadded trainable elements
+  int64_t num_padded_trainable_params() const;
+  int shard_group_size() const;
+
+  struct Impl;
+
+ private:
+  void begin_root();
+  void end_root(const std::vector<at::Tensor>& outputs);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zeroshard

@@ -1,0 +1,118 @@
+#pragma once
+// FlatParam: the parameters of one unit flattened into one buffer, sharded across a group.
+//
+// Layout: the unit's parameters (each counted once, even when tied) are laid out back to back in
+// a flat buffer of `numel()` elements, padded with zeros to `padded_numel()`, a multiple of the
+// shard group's size N. Rank r of the group owns elements [r*S, (r+1)*S), S = padded_numel()/N,
+// as an fp32 master shard. While the unit computes, `full()` holds the gathered buffer and every
+// module parameter is a view of it (Tensor::set_data at wrap time, once). Resharding frees the
+// buffer's storage *in place* (the StorageImpl stays, its bytes go), so views saved by autograd
+// stay valid and see the data again when the next gather refills the same storage.
+// With a shard group of one rank the parameters are views of the shard itself: nothing is
+// gathered or freed (NO_SHARD, or any strategy at world size 1).
+// Not thread-safe: driven by the engine on the training thread.
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/comm/communicator.h"
+#include "zeroshard/sharding/memory.h"
+
+namespace zeroshard {
+
+struct ParamSlot {
+  std::string name;                  // qualified name in the model (first one, if tied)
+  std::vector<std::string> aliases;  // further names of the same tensor (tied weights)
+  at::Tensor param;                  // the module's parameter (a leaf variable)
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // in the flat layout
+  int64_t numel = 0;
+};
+
+class FlatParam {
+ public:
+  // `replicate` may be null (no replication across groups). `trainable` false: frozen parameters
+  // (no gradients, no optimizer state). `mem` must outlive the FlatParam.
+  FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
+            std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
+            MemoryStats* mem);
+  ~FlatParam();
+  FlatParam(const FlatParam&) = delete;
+  FlatParam& operator=(const FlatParam&) = delete;
+
+  // Takes the parameters' current values (rank 0's, broadcast over `sync_from` when given, so all
+  // ranks start equal), keeps this rank's shard, and makes every parameter a view of the flat
+  // buffer. Afterwards the unit is gathered (call free_full() to reshard). Collective over
+  // `sync_from` when it is given.
+  void init_from_params(Communicator* sync_from);
+
+  const std::string& name() const { return name_; }
+  bool trainable() const { return trainable_; }
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return padded_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  bool aliased() const { return aliased_; }
+  Communicator& shard_group() const { return *shard_group_; }
+
+  at::Tensor& shard() { return shard_; }
+  at::Tensor& grad_shard() { return grad_shard_; }
+  const at::Tensor& full() const { return full_; }
+
+  // --- parameters ---
+  bool gathered() const;
+  // Allocates the full buffer's storage if freed and starts the all-gather into it; returns null
+  // when there is nothing to do (aliased, or already gathered). Bytes gathered go to `elements`.
+  std::shared_ptr<Work> start_gather(const std::string& tag, int64_t* elements);
+  // Frees the full buffer's storage (no-op when aliased or already free).
+  void free_full();
+
+  // --- gradients ---
+  // Allocates the zeroed flat gradient buffer (if absent) and points each parameter's .grad at its
+  // view, so autograd accumulates straight into it.
+  void prepare_grads();
+  bool has_grad_buffer() const { return grad_buffer_.defined(); }
+  // Starts reducing the gradient buffer across ranks (average; reduce-scatter over the shard group,
+  // or all-reduce when aliased). Collective. Counts elements communicated into `elements`.
+  void start_reduce(const std::string& tag, int64_t* elements);
+  bool reduce_pending() const { return pending_rs_ != nullptr || pending_ar_ != nullptr; }
+  // Waits for start_reduce's collectives, averages across replicas (HYBRID/NO_SHARD), adds the
+  // result into grad_shard(), and drops the gradient buffer and the parameters' .grad views.
+  void finish_reduce(const std::string& tag, int64_t* elements);
+  // Drops the gradient shard (zero_grad with set_to_none).
+  void drop_grad_shard();
+
+  // Gathers the unsharded fp32 values (collective over the shard group): padded flat tensor.
+  at::Tensor gather_values(const std::string& tag);
+
+ private:
+  void alloc_full_storage();
+  void point_params_at(const at::Tensor& flat);
+  void drop_param_grads();
+  int64_t bytes(int64_t elements) const;
+
+  std::string name_;
+  std::vector<ParamSlot> slots_;
+  bool trainable_;
+  std::shared_ptr<Communicator> shard_group_;
+  std::shared_ptr<Communicator> replicate_;
+  MemoryStats* mem_;
+  int64_t numel_ = 0;
+  int64_t padded_ = 0;
+  int64_t shard_numel_ = 0;
+  bool aliased_ = false;
+  c10::Device device_{c10::kCPU};
+  at::Tensor shard_;        // fp32 [S]: master values of this rank's shard
+  at::Tensor grad_shard_;   // fp32 [S] or undefined
+  at::Tensor full_;         // [padded]: gathered values; storage freed while resharded
+  bool full_allocated_ = false;
+  at::Tensor grad_buffer_;  // [padded] or undefined
+  at::Tensor pending_out_;  // reduce-scatter output
+  std::shared_ptr<Work> pending_rs_;
+  std::shared_ptr<Work> pending_ar_;
+};
+
+}  // namespace zeroshard

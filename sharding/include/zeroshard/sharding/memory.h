@@ -1,0 +1,49 @@
+#pragma once
+// Per-rank memory accounting by category, with current and peak bytes. The engine records every
+// allocation it makes for model state and communication, so the report shows where bytes live
+// (and the ZeRO formula can be checked against it). Thread-safe (atomics).
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+namespace zeroshard {
+
+enum class MemCategory {
+  kShardedParams = 0,  // this rank's fp32 parameter shards (master weights)
+  kGatheredParams,     // transient: unsharded parameters of gathered units
+  kGradShards,         // this rank's fp32 gradient shards
+  kGradBuffers,        // transient: unsharded gradients awaiting reduce-scatter (or no_sync)
+  kOptimizerState,     // optimizer state for this rank's shards
+  kCommBuffers,        // staging buffers of collectives
+  kCount
+};
+const char* to_string(MemCategory c);
+
+class MemoryStats {
+ public:
+  void add(MemCategory c, int64_t bytes);
+  void sub(MemCategory c, int64_t bytes);
+  // Replaces the current value (for categories measured rather than tracked, e.g. optimizer state).
+  void set(MemCategory c, int64_t bytes);
+  int64_t current(MemCategory c) const { return current_[idx(c)].load(); }
+  int64_t peak(MemCategory c) const { return peak_[idx(c)].load(); }
+  // Persistent model state: sharded params + grad shards + optimizer state.
+  int64_t persistent() const;
+  int64_t total_current() const;
+  int64_t total_peak() const;  // peak of the sum, not the sum of peaks
+  void reset_peaks();
+  // A table: category, current, peak (MiB and bytes).
+  std::string report(const std::string& title) const;
+
+ private:
+  static size_t idx(MemCategory c) { return static_cast<size_t>(c); }
+  void update_peaks(MemCategory c);
+  static constexpr size_t kN = static_cast<size_t>(MemCategory::kCount);
+  std::array<std::atomic<int64_t>, kN> current_{};
+  std::array<std::atomic<int64_t>, kN> peak_{};
+  std::atomic<int64_t> total_peak_{0};
+};
+
+}  // namespace zeroshard

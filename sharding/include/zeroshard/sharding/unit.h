@@ -1,0 +1,89 @@
+#pragma once
+// zeroshard::Unit<Impl>: marks a module as a sharded unit (the C++ counterpart of wrapping a
+// submodule with FSDP). Use it where you would use the module's own holder:
+//
+//   struct BlockImpl : torch::nn::Module { ... torch::Tensor forward(torch::Tensor x); };
+//   struct GPTImpl : torch::nn::Module {
+//     std::vector<zeroshard::Unit<BlockImpl>> blocks;
+//     GPTImpl() { for (int i = 0; i < 4; ++i) blocks.push_back(register_module("h" + std::to_string(i), zeroshard::Unit<BlockImpl>(cfg))); }
+//     torch::Tensor forward(torch::Tensor x) { for (auto& b : blocks) x = b(x); return x; }
+//   };
+//
+// Registering a Unit registers the module itself, so parameter names are unchanged (a model with
+// Units loads the same state dict as one without). A Unit whose module no ShardingEngine manages
+// simply calls forward: the same model class trains unsharded. Under an engine, calling the Unit
+// gathers the unit's parameters, runs forward, reshards (FULL_SHARD), and hooks the outputs so the
+// parameters are gathered again before the unit's backward. Forward must return a tensor, a
+// std::vector of tensors or a std::tuple of tensors. LibTorch has no module forward hooks, so a
+// unit must be *called through its Unit holder* to be sharded.
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace zeroshard {
+namespace detail {
+
+struct UnitState;
+
+void declare_unit(const torch::nn::Module* module);
+bool is_declared_unit(const torch::nn::Module* module);
+UnitState* find_managed_unit(const torch::nn::Module* module);
+void unit_pre_forward(UnitState* unit);
+void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs);
+
+inline void collect_tensors(const at::Tensor& t, std::vector<at::Tensor>& out) { out.push_back(t); }
+inline void collect_tensors(const std::vector<at::Tensor>& v, std::vector<at::Tensor>& out) {
+  out.insert(out.end(), v.begin(), v.end());
+}
+template <typename... Ts>
+void collect_tensors(const std::tuple<Ts...>& t, std::vector<at::Tensor>& out) {
+  std::apply([&](const auto&... x) { (collect_tensors(x, out), ...); }, t);
+}
+// Non-tensor outputs (numbers, strings) carry no gradient.
+template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
+void collect_tensors(const T&, std::vector<at::Tensor>&) {}
+
+}  // namespace detail
+
+// Calls `module`'s forward as a unit: what Unit::operator() does, for modules held otherwise
+// (e.g. picked by the auto-wrap policy). Plain forward when no engine manages the module.
+template <typename Impl, typename... Args>
+auto call(Impl& module, Args&&... args) {
+  detail::UnitState* unit = detail::find_managed_unit(&module);
+  if (unit == nullptr) return module.forward(std::forward<Args>(args)...);
+  detail::unit_pre_forward(unit);
+  auto out = module.forward(std::forward<Args>(args)...);
+  std::vector<at::Tensor> tensors;
+  detail::collect_tensors(out, tensors);
+  detail::unit_post_forward(unit, tensors);
+  return out;
+}
+
+template <typename Impl>
+class Unit : public torch::nn::ModuleHolder<Impl> {
+  using Base = torch::nn::ModuleHolder<Impl>;
+
+ public:
+  Unit() : Base() { detail::declare_unit(this->get()); }
+  Unit(std::nullptr_t) : Base(nullptr) {}  // NOLINT: like ModuleHolder
+  Unit(std::shared_ptr<Impl> impl) : Base(std::move(impl)) { detail::declare_unit(this->get()); }  // NOLINT
+  template <typename Head, typename... Tail,
+            typename = std::enable_if_t<!std::is_same_v<std::decay_t<Head>, Unit> &&
+                                        !std::is_same_v<std::decay_t<Head>, std::shared_ptr<Impl>> &&
+                                        !std::is_same_v<std::decay_t<Head>, std::nullptr_t>>>
+  explicit Unit(Head&& head, Tail&&... tail) : Base(std::forward<Head>(head), std::forward<Tail>(tail)...) {
+    detail::declare_unit(this->get());
+  }
+
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return zeroshard::call(*this->get(), std::forward<Args>(args)...);
+  }
+};
+
+}  // namespace zeroshard

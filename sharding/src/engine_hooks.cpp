@@ -1,0 +1,232 @@
+// The per-step lifecycle of sharded units: gather before forward (with prefetch of the next unit
+// in the recorded order), reshard after forward, gather again when the first gradient reaches a
+// unit's outputs (pre-backward hook), reduce-scatter once every parameter of the unit has its
+// gradient (post hooks on the parameters' AccumulateGrad nodes), and a final callback at the end
+// of backward that reduces what never fired (unused parameters) and waits for the reductions.
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine_internal.h"
+#include "zeroshard/core/error.h"
+
+namespace zeroshard {
+namespace detail {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<const torch::nn::Module*>& declared() {
+  static std::unordered_set<const torch::nn::Module*> s;
+  return s;
+}
+std::unordered_map<const torch::nn::Module*, UnitState*>& managed() {
+  static std::unordered_map<const torch::nn::Module*, UnitState*> m;
+  return m;
+}
+
+// Runs after a parameter's AccumulateGrad node has added the gradient into .grad.
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(UnitState* unit) : unit_(unit) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    unit_->engine->on_grad_ready(unit_);
+    return outputs;
+  }
+
+ private:
+  UnitState* unit_;
+};
+
+}  // namespace
+
+void declare_unit(const torch::nn::Module* module) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  declared().insert(module);
+}
+
+bool is_declared_unit(const torch::nn::Module* module) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  return declared().count(module) > 0;
+}
+
+void register_managed_unit(const torch::nn::Module* module, UnitState* unit) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  managed()[module] = unit;
+}
+
+void unregister_managed_unit(const torch::nn::Module* module) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  managed().erase(module);
+}
+
+UnitState* find_managed_unit(const torch::nn::Module* module) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  auto it = managed().find(module);
+  return it == managed().end() ? nullptr : it->second;
+}
+
+void unit_pre_forward(UnitState* unit) { unit->engine->pre_forward(unit); }
+void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs) {
+  unit->engine->post_forward(unit, outputs);
+}
+
+}  // namespace detail
+
+using detail::UnitState;
+
+void ShardingEngine::Impl::install_grad_hooks() {
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      if (!f->trainable()) continue;
+      for (const ParamSlot& s : f->slots()) {
+        std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(s.param);
+        ZS_CHECK(acc != nullptr, "parameter '", s.name, "' has no gradient accumulator (not a leaf?)");
+        acc->add_post_hook(std::make_unique<detail::GradReadyHook>(u.get()));
+        u->grad_accumulators.push_back(std::move(acc));
+        ++u->grads_expected;
+      }
+    }
+  }
+}
+
+bool ShardingEngine::Impl::reshard_after_forward() const {
+  using S = config::ShardingConfig;
+  return options.strategy == S::FULL_SHARD || options.strategy == S::HYBRID_SHARD;
+}
+
+int ShardingEngine::Impl::inflight_gathers() const {
+  int n = 0;
+  for (const auto& u : units) n += u->gathers.empty() ? 0 : 1;
+  return n;
+}
+
+void ShardingEngine::Impl::issue_gather(UnitState* u) {
+  if (!u->gathers.empty()) return;  // already in flight
+  for (auto& f : u->flats) {
+    auto w = f->start_gather(u->name, &counters.all_gather_elements);
+    if (w) u->gathers.push_back(std::move(w));
+  }
+}
+
+void ShardingEngine::Impl::wait_gather(UnitState* u) {
+  issue_gather(u);
+  for (auto& w : u->gathers) w->wait();
+  u->gathers.clear();
+}
+
+void ShardingEngine::Impl::prefetch(int forward_index) {
+  if (recording_order || forward_index < 0 || forward_index >= static_cast<int>(forward_order.size())) return;
+  UnitState* next = forward_order[forward_index];
+  bool gathered = true;
+  for (auto& f : next->flats) gathered = gathered && f->gathered();
+  if (gathered || !next->gathers.empty() || inflight_gathers() >= options.limit_all_gathers) return;
+  issue_gather(next);
+}
+
+void ShardingEngine::Impl::reshard(UnitState* u) {
+  for (auto& w : u->gathers) w->wait();  // never free a buffer a collective still writes
+  u->gathers.clear();
+  for (auto& f : u->flats) f->free_full();
+}
+
+void ShardingEngine::Impl::pre_forward(UnitState* u) {
+  ZS_REQUIRE(root_active || u->is_root, UsageError, "unit '", u->name,
+             "' was called outside the engine's forward: run the model inside engine.forward([&] { ... })");
+  if (recording_order && u->forward_index < 0) {
+    u->forward_index = static_cast<int>(forward_order.size());
+    forward_order.push_back(u);
+  }
+  issue_gather(u);
+  if (options.forward_prefetch) prefetch(u->forward_index + 1);
+  wait_gather(u);
+}
+
+void ShardingEngine::Impl::post_forward(UnitState* u, const std::vector<at::Tensor>& outputs) {
+  if (reshard_after_forward() && !u->is_root) reshard(u);
+  if (!c10::GradMode::is_enabled()) return;
+  bool hooked = false;
+  for (const at::Tensor& t : outputs) {
+    if (!t.defined() || !t.requires_grad()) continue;
+    at::Tensor out = t;  // register_hook is non-const
+    out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+    hooked = true;
+  }
+  (void)hooked;
+}
+
+void ShardingEngine::Impl::pre_backward(UnitState* u) {
+  if (u->pre_backward_done) return;
+  u->pre_backward_done = true;
+  if (!callback_queued) {
+    callback_queued = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+  }
+  issue_gather(u);
+  if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_PRE) prefetch(u->forward_index - 1);
+  wait_gather(u);
+  for (auto& f : u->flats) f->prepare_grads();
+}
+
+void ShardingEngine::Impl::on_grad_ready(UnitState* u) {
+  ZS_REQUIRE(u->pre_backward_done, UsageError, "unit '", u->name,
+             "' produced parameter gradients but none of its outputs was seen by the engine: a unit's "
+             "forward must return its tensors (a tensor, a vector or a tuple of tensors) and be called "
+             "through its Unit holder");
+  if (++u->grads_seen == u->grads_expected) post_backward(u);
+}
+
+void ShardingEngine::Impl::post_backward(UnitState* u) {
+  if (u->post_backward_done) return;
+  u->post_backward_done = true;
+  if (no_sync_depth == 0) {
+    for (auto& f : u->flats) f->start_reduce(u->name, &counters.reduce_elements);
+  }
+  if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u);
+  if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_POST) prefetch(u->forward_index - 1);
+}
+
+void ShardingEngine::Impl::finalize_backward() {
+  // Units whose parameters did not all receive gradients (unused this step) are reduced now, with
+  // zeros for the missing ones, so every rank issues the same collectives.
+  for (auto& u : units) {
+    if (u->pre_backward_done && !u->post_backward_done) post_backward(u.get());
+  }
+  if (no_sync_depth == 0) {
+    for (auto& u : units) {
+      for (auto& f : u->flats) f->finish_reduce(u->name, &counters.reduce_elements);
+    }
+  }
+  for (auto& u : units) {
+    if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u.get());
+    u->pre_backward_done = false;
+    u->post_backward_done = false;
+    u->grads_seen = 0;
+  }
+  callback_queued = false;
+  recording_order = false;
+}
+
+}  // namespace zeroshard
+
+namespace zeroshard {
+
+void ShardingEngine::begin_root() {
+  ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
+  impl_->root_active = true;
+  impl_->pre_forward(impl_->root);
+}
+
+void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
+  impl_->root_active = false;
+  impl_->post_forward(impl_->root, outputs);
+}
+
+}  // namespace zeroshard

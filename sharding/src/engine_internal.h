@@ -1,0 +1,76 @@
+#pragma once
+// Private state of ShardingEngine, shared by engine.cpp (construction, optimizer side) and
+// engine_hooks.cpp (forward/backward lifecycle).
+
+#include <torch/csrc/autograd/function.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/flat_param.h"
+
+namespace zeroshard {
+namespace detail {
+
+struct UnitState {
+  std::string name;  // module path in the model; "<root>" for the model itself
+  torch::nn::Module* module = nullptr;
+  bool is_root = false;
+  ShardingEngine::Impl* engine = nullptr;
+  std::vector<std::unique_ptr<FlatParam>> flats;  // trainable first, then frozen
+  std::vector<std::shared_ptr<Work>> gathers;     // in flight
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // kept alive for their hooks
+  int forward_index = -1;  // position in the recorded forward order
+  // Per backward pass:
+  bool pre_backward_done = false;
+  bool post_backward_done = false;
+  int grads_expected = 0;
+  int grads_seen = 0;
+};
+
+}  // namespace detail
+
+struct ShardingEngine::Impl {
+  Impl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options);
+
+  // --- construction (engine.cpp) ---
+  void setup_groups();
+  void discover_units();
+  void check_same_structure();
+  void init_flat_params();
+  void install_grad_hooks();
+
+  // --- lifecycle (engine_hooks.cpp) ---
+  void pre_forward(detail::UnitState* u);
+  void post_forward(detail::UnitState* u, const std::vector<at::Tensor>& outputs);
+  void pre_backward(detail::UnitState* u);
+  void on_grad_ready(detail::UnitState* u);
+  void post_backward(detail::UnitState* u);
+  void finalize_backward();
+  void issue_gather(detail::UnitState* u);
+  void wait_gather(detail::UnitState* u);
+  void prefetch(int forward_index);
+  void reshard(detail::UnitState* u);
+  int inflight_gathers() const;
+  bool reshard_after_forward() const;
+
+  Session& session;
+  std::shared_ptr<torch::nn::Module> model;
+  ShardingOptions options;
+  std::shared_ptr<Communicator> comm;  // all ranks, for the parameters' device
+  std::shared_ptr<Communicator> shard_group;
+  std::shared_ptr<Communicator> replicate_group;  // null when not replicated
+  std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
+  detail::UnitState* root = nullptr;
+  std::vector<detail::UnitState*> forward_order;
+  bool recording_order = true;  // until the first backward completes
+  bool root_active = false;
+  bool callback_queued = false;
+  int no_sync_depth = 0;
+  MemoryStats mem;
+  CommCounters counters;
+};
+
+}  // namespace zeroshard

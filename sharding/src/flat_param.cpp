@@ -1,0 +1,181 @@
+#include "zeroshard/sharding/flat_param.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/GradMode.h>
+
+#include "zeroshard/core/error.h"
+
+namespace zeroshard {
+
+FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
+                     std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
+                     MemoryStats* mem)
+    : name_(std::move(name)),
+      slots_(std::move(slots)),
+      trainable_(trainable),
+      shard_group_(std::move(shard_group)),
+      replicate_(std::move(replicate)),
+      mem_(mem) {
+  ZS_CHECK(!slots_.empty(), "unit '", name_, "' has no parameters to flatten");
+  int64_t offset = 0;
+  for (ParamSlot& s : slots_) {
+    s.offset = offset;
+    s.numel = s.param.numel();
+    s.shape = s.param.sizes().vec();
+    offset += s.numel;
+  }
+  const int n = shard_group_->size();
+  numel_ = offset;
+  padded_ = (numel_ + n - 1) / n * n;
+  shard_numel_ = padded_ / n;
+  aliased_ = n == 1;
+}
+
+FlatParam::~FlatParam() {
+  mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
+  if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, bytes(padded_));
+  if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, bytes(padded_));
+  if (grad_shard_.defined()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
+}
+
+int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
+
+void FlatParam::init_from_params(Communicator* sync_from) {
+  device_ = slots_.front().param.device();
+  for (const ParamSlot& s : slots_) {
+    ZS_REQUIRE(s.param.device() == device_, UsageError, "parameter '", s.name, "' is on ", s.param.device().str(),
+               " but parameter '", slots_.front().name, "' of the same unit '", name_, "' is on ", device_.str(),
+               "; move the whole model to one device before wrapping it");
+    ZS_REQUIRE(s.param.scalar_type() == at::kFloat, UsageError, "parameter '", s.name, "' of unit '", name_,
+               "' has dtype ", c10::toString(s.param.scalar_type()),
+               "; zeroshard keeps fp32 master weights: build the model in fp32 and choose the compute "
+               "dtype with the precision policy");
+  }
+  c10::AutoGradMode no_grad(false);
+  at::Tensor flat = at::zeros({padded_}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  for (const ParamSlot& s : slots_) flat.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));
+  if (sync_from != nullptr && sync_from->size() > 1) sync_from->broadcast(flat, 0, name_ + ".sync")->wait();
+  const int rank = shard_group_->rank();
+  if (aliased_) {
+    shard_ = flat;
+    full_ = shard_;
+  } else {
+    shard_ = flat.narrow(0, rank * shard_numel_, shard_numel_).clone();
+    full_ = flat;
+    full_allocated_ = true;
+    mem_->add(MemCategory::kGatheredParams, bytes(padded_));
+  }
+  mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  point_params_at(full_);
+}
+
+void FlatParam::point_params_at(const at::Tensor& flat) {
+  for (ParamSlot& s : slots_) s.param.set_data(flat.narrow(0, s.offset, s.numel).view(s.shape));
+}
+
+bool FlatParam::gathered() const { return aliased_ || full_allocated_; }
+
+void FlatParam::alloc_full_storage() {
+  c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
+  c10::Allocator* alloc = impl->allocator() ? impl->allocator() : c10::GetAllocator(device_.type());
+  const size_t nbytes = static_cast<size_t>(bytes(padded_));
+  impl->set_data_ptr_noswap(alloc->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+  full_allocated_ = true;
+  mem_->add(MemCategory::kGatheredParams, bytes(padded_));
+}
+
+std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements) {
+  if (gathered()) return nullptr;
+  alloc_full_storage();
+  *elements += padded_;
+  return shard_group_->all_gather_into(full_, shard_, tag);
+}
+
+void FlatParam::free_full() {
+  if (aliased_ || !full_allocated_) return;
+  c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));
+  impl->set_nbytes(0);
+  full_allocated_ = false;
+  mem_->sub(MemCategory::kGatheredParams, bytes(padded_));
+}
+
+void FlatParam::prepare_grads() {
+  if (!trainable_) return;
+  if (!grad_buffer_.defined()) {
+    grad_buffer_ = at::zeros({padded_}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    mem_->add(MemCategory::kGradBuffers, bytes(padded_));
+  }
+  for (ParamSlot& s : slots_) {
+    at::Tensor& g = s.param.mutable_grad();
+    if (!g.defined() || g.data_ptr() != static_cast<float*>(grad_buffer_.data_ptr()) + s.offset) {
+      g = grad_buffer_.narrow(0, s.offset, s.numel).view(s.shape);
+    }
+  }
+}
+
+void FlatParam::drop_param_grads() {
+  for (ParamSlot& s : slots_) s.param.mutable_grad() = at::Tensor();
+}
+
+void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
+  if (!grad_buffer_.defined() || reduce_pending()) return;
+  const bool replicated = replicate_ && replicate_->size() > 1;
+  if (aliased_) {
+    pending_out_ = grad_buffer_;
+    if (replicated) {
+      pending_ar_ = replicate_->all_reduce(grad_buffer_, ReduceOp::kAvg, tag);
+      *elements += 2 * padded_;  // an all-reduce moves a reduce-scatter plus an all-gather
+    }
+    return;
+  }
+  pending_out_ = at::empty({shard_numel_}, grad_buffer_.options());
+  pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, grad_buffer_, ReduceOp::kAvg, tag);
+  *elements += padded_;
+}
+
+void FlatParam::finish_reduce(const std::string& tag, int64_t* elements) {
+  if (!grad_buffer_.defined()) return;
+  if (!reduce_pending() && !pending_out_.defined()) start_reduce(tag, elements);
+  if (pending_rs_) {
+    pending_rs_->wait();
+    pending_rs_.reset();
+    if (replicate_ && replicate_->size() > 1) {
+      replicate_->all_reduce(pending_out_, ReduceOp::kAvg, tag + ".replicas")->wait();
+      *elements += 2 * shard_numel_;
+    }
+  }
+  if (pending_ar_) {
+    pending_ar_->wait();
+    pending_ar_.reset();
+  }
+  c10::AutoGradMode no_grad(false);
+  if (grad_shard_.defined()) {
+    grad_shard_.add_(pending_out_);
+  } else {
+    grad_shard_ = pending_out_;
+    mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
+  }
+  pending_out_ = at::Tensor();
+  drop_param_grads();
+  grad_buffer_ = at::Tensor();
+  mem_->sub(MemCategory::kGradBuffers, bytes(padded_));
+}
+
+void FlatParam::drop_grad_shard() {
+  if (!grad_shard_.defined()) return;
+  grad_shard_ = at::Tensor();
+  mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
+}
+
+at::Tensor FlatParam::gather_values(const std::string& tag) {
+  if (aliased_) return shard_.clone();
+  at::Tensor out = at::empty({padded_}, shard_.options());
+  shard_group_->all_gather_into(out, shard_, tag)->wait();
+  return out;
+}
+
+}  // namespace zeroshard
