@@ -13,6 +13,9 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+
 #include "zeroshard/core/error.h"
 #include "zeroshard/core/logging.h"
 
@@ -44,6 +47,7 @@ ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, Sha
   setup_groups();
   discover_units();
   check_same_structure();
+  check_parameters();  // before any flat parameter is built: a refused wrap changes nothing
   init_flat_params();
   install_grad_hooks();
   for (auto& u : units) detail::register_managed_unit(u->module, u.get());
@@ -90,7 +94,8 @@ int64_t count_params(torch::nn::Module& m) {
 }
 
 bool is_container(const torch::nn::Module& m) {
-  return m.name() == "torch::nn::Sequential" || m.name() == "torch::nn::ModuleList";
+  return dynamic_cast<const torch::nn::SequentialImpl*>(&m) != nullptr ||
+         dynamic_cast<const torch::nn::ModuleListImpl*>(&m) != nullptr;
 }
 
 }  // namespace
@@ -106,6 +111,9 @@ void ShardingEngine::Impl::discover_units() {
     return units.back().get();
   };
   root = make_unit(model.get(), "<root>", true);
+  ZS_REQUIRE(options.auto_wrap_policy != config::AutoWrap::MODULE_TYPE || !options.auto_wrap_module_types.empty(),
+             ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE needs the module types to wrap "
+             "(ShardingOptions::auto_wrap_module_types, e.g. {\"torch::nn::Linear\"}); none were given");
   auto wants_unit = [&](torch::nn::Module& parent, torch::nn::Module& child) {
     if (detail::is_declared_unit(&child)) return true;
     switch (options.auto_wrap_policy) {
@@ -113,7 +121,7 @@ void ShardingEngine::Impl::discover_units() {
         return is_container(parent) && count_params(child) >= options.auto_wrap_min_params;
       case config::AutoWrap::MODULE_TYPE:
         for (const auto& t : options.auto_wrap_module_types) {
-          if (child.name() == t) return true;
+          if (child.name() == t || child.name() == t + "Impl") return true;
         }
         return false;
       default:
@@ -156,6 +164,12 @@ void ShardingEngine::Impl::discover_units() {
         }
       };
   visit(*model, "", root);
+  if (options.auto_wrap_policy == config::AutoWrap::MODULE_TYPE && units.size() == 1) {
+    std::ostringstream types;
+    for (const auto& t : options.auto_wrap_module_types) types << " '" << t << "'";
+    ZS_THROW(ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE matched no module of type", types.str(),
+             " (types are Module::name() values such as torch::nn::Linear or MyBlock)");
+  }
   // One FlatParam for the trainable parameters of each unit, one for the frozen ones.
   for (auto& u : units) {
     std::vector<ParamSlot> trainable, frozen;
@@ -186,7 +200,8 @@ void ShardingEngine::Impl::check_same_structure() {
     for (auto& f : u->flats) {
       for (const ParamSlot& s : f->slots()) {
         os << "  parameter '" << s.name << "' shape " << at::IntArrayRef(s.shape) << " "
-           << c10::toString(s.param.scalar_type()) << (f->trainable() ? "" : " frozen") << "\n";
+           << c10::toString(s.param.scalar_type()) << " " << s.param.device().type()
+           << (f->trainable() ? "" : " frozen") << "\n";
       }
     }
   }
@@ -225,6 +240,12 @@ void ShardingEngine::Impl::check_same_structure() {
   }
   ZS_THROW(UsageError, "ranks build different models: ranks ", ranks.str(),
            " differ from rank 0 (their error messages name the first difference)");
+}
+
+void ShardingEngine::Impl::check_parameters() const {
+  for (const auto& u : units) {
+    for (const auto& f : u->flats) f->check_params();
+  }
 }
 
 void ShardingEngine::Impl::init_flat_params() {

@@ -22,8 +22,8 @@ std::mutex& registry_mutex() {
   static std::mutex m;
   return m;
 }
-std::unordered_set<const torch::nn::Module*>& declared() {
-  static std::unordered_set<const torch::nn::Module*> s;
+std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>>& declared() {
+  static std::unordered_map<const torch::nn::Module*, std::weak_ptr<const torch::nn::Module>> s;
   return s;
 }
 std::unordered_map<const torch::nn::Module*, UnitState*>& managed() {
@@ -49,12 +49,18 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 
 void declare_unit(const torch::nn::Module* module) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  declared().insert(module);
+  declared()[module] = module->weak_from_this();
 }
 
 bool is_declared_unit(const torch::nn::Module* module) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  return declared().count(module) > 0;
+  auto it = declared().find(module);
+  if (it == declared().end()) return false;
+  if (it->second.expired()) {  // a destroyed Unit's module; this is another module at its address
+    declared().erase(it);
+    return false;
+  }
+  return true;
 }
 
 void register_managed_unit(const torch::nn::Module* module, UnitState* unit) {
@@ -188,6 +194,10 @@ void ShardingEngine::Impl::post_backward(UnitState* u) {
   u->post_backward_done = true;
   if (no_sync_depth == 0) {
     for (auto& f : u->flats) f->start_reduce(u->name, &counters.reduce_elements);
+    for (UnitState* p : reducing) {
+      for (auto& f : p->flats) f->finish_reduce(p->name, &counters.reduce_elements);
+    }
+    reducing.assign(1, u);
   }
   if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u);
   if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_POST) prefetch(u->forward_index - 1);
@@ -210,6 +220,7 @@ void ShardingEngine::Impl::finalize_backward() {
     u->post_backward_done = false;
     u->grads_seen = 0;
   }
+  reducing.clear();
   callback_queued = false;
   recording_order = false;
 }
@@ -222,6 +233,14 @@ void ShardingEngine::begin_root() {
   ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
   impl_->root_active = true;
   impl_->pre_forward(impl_->root);
+}
+
+void ShardingEngine::abort_root() noexcept {
+  impl_->root_active = false;
+  try {
+    for (auto& u : impl_->units) impl_->reshard(u.get());
+  } catch (...) {
+  }
 }
 
 void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {

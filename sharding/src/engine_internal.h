@@ -39,6 +39,7 @@ struct ShardingEngine::Impl {
   void setup_groups();
   void discover_units();
   void check_same_structure();
+  void check_parameters() const;
   void init_flat_params();
   void install_grad_hooks();
 
@@ -62,6 +63,7 @@ struct ShardingEngine::Impl {
   std::shared_ptr<Communicator> comm;  // all ranks, for the parameters' device
   std::shared_ptr<Communicator> shard_group;
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
+  MemoryStats mem;  // declared before `units`: FlatParams report into it when destroyed
   std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
   detail::UnitState* root = nullptr;
   std::vector<detail::UnitState*> forward_order;
@@ -69,7 +71,7 @@ struct ShardingEngine::Impl {
   bool root_active = false;
   bool callback_queued = false;
   int no_sync_depth = 0;
-  MemoryStats mem;
+  std::vector<detail::UnitState*> reducing;  // unit whose reduce-scatter is in flight
   CommCounters counters;
 };
 

@@ -42,17 +42,22 @@ FlatParam::~FlatParam() {
 
 int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
 
-void FlatParam::init_from_params(Communicator* sync_from) {
-  device_ = slots_.front().param.device();
+void FlatParam::check_params() const {
+  const ParamSlot& first = slots_.front();
   for (const ParamSlot& s : slots_) {
-    ZS_REQUIRE(s.param.device() == device_, UsageError, "parameter '", s.name, "' is on ", s.param.device().str(),
-               " but parameter '", slots_.front().name, "' of the same unit '", name_, "' is on ", device_.str(),
-               "; move the whole model to one device before wrapping it");
+    ZS_REQUIRE(s.param.device() == first.param.device(), UsageError, "parameter '", s.name, "' is on ",
+               s.param.device().str(), " but parameter '", first.name, "' of the same unit '", name_, "' is on ",
+               first.param.device().str(), "; move the whole model to one device before wrapping it");
     ZS_REQUIRE(s.param.scalar_type() == at::kFloat, UsageError, "parameter '", s.name, "' of unit '", name_,
                "' has dtype ", c10::toString(s.param.scalar_type()),
                "; zeroshard keeps fp32 master weights: build the model in fp32 and choose the compute "
                "dtype with the precision policy");
   }
+}
+
+void FlatParam::init_from_params(Communicator* sync_from) {
+  check_params();
+  device_ = slots_.front().param.device();
   c10::AutoGradMode no_grad(false);
   at::Tensor flat = at::zeros({padded_}, at::TensorOptions().dtype(at::kFloat).device(device_));
   for (const ParamSlot& s : slots_) flat.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));

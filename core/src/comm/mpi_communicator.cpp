@@ -23,6 +23,23 @@ namespace {
 
 using Body = std::function<void()>;
 
+// How the progress thread waits for a request: MPI_Test in a tight loop for the first
+// `t_busy_poll` (set per progress thread from CommOptions::poll_before_sleep), then MPI_Test with
+// short sleeps. Open MPI's MPI_Wait busy-polls a core for the whole wait, and a collective often
+// waits for a slower rank to arrive: that core is then taken from the training computation.
+constexpr std::chrono::microseconds kWaitSleep{50};
+thread_local std::chrono::microseconds t_busy_poll{200};
+
+int wait_request(MPI_Request* req) {
+  const auto busy_until = std::chrono::steady_clock::now() + t_busy_poll;
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (std::chrono::steady_clock::now() >= busy_until) std::this_thread::sleep_for(kWaitSleep);
+  }
+}
+
 // Shared between the communicator, its progress thread and its Work handles, so a Work or the
 // thread may outlive the communicator object (e.g. a collective stuck after a timeout).
 struct Queue;
@@ -176,7 +193,7 @@ class MpiCommunicator final : public Communicator {
       for_chunks(count, max, [&](int64_t off, int len) {
         MPI_Request req;
         ZS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + off * esize, len, type, mop, comm, &req));
-        ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        ZS_MPI_CHECK(wait_request(&req));
       });
       if (op == ReduceOp::kAvg) tt.div_(n);
     });
@@ -195,7 +212,7 @@ class MpiCommunicator final : public Communicator {
       for_chunks(count, max, [&](int64_t off, int len) {
         MPI_Request req;
         ZS_MPI_CHECK(MPI_Ibcast(p + off * esize, len, type, root, comm, &req));
-        ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        ZS_MPI_CHECK(wait_request(&req));
       });
     });
   }
@@ -206,7 +223,7 @@ class MpiCommunicator final : public Communicator {
     return enqueue(std::move(sig), {}, [comm] {
       MPI_Request req;
       ZS_MPI_CHECK(MPI_Ibarrier(comm, &req));
-      ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+      ZS_MPI_CHECK(wait_request(&req));
     });
   }
 
@@ -306,7 +323,7 @@ class MpiCommunicator final : public Communicator {
       MPI_Request req;
       ZS_MPI_CHECK(MPI_Iallgather(in ? in : MPI_IN_PLACE, static_cast<int>(shard), type, out,
                                   static_cast<int>(shard), type, comm, &req));
-      ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+      ZS_MPI_CHECK(wait_request(&req));
       return;
     }
     for_chunks(shard, max, [&](int64_t off, int len) {
@@ -317,7 +334,7 @@ class MpiCommunicator final : public Communicator {
       MPI_Request req;
       int rc = MPI_Iallgather(in ? in + off * esize : MPI_IN_PLACE, in ? len : 0, type,
                               out + off * esize, 1, strided, comm, &req);
-      if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+      if (rc == MPI_SUCCESS) rc = wait_request(&req);
       MPI_Type_free(&strided);
       MPI_Type_free(&piece);
       ZS_MPI_CHECK(rc);
@@ -333,7 +350,7 @@ class MpiCommunicator final : public Communicator {
     if (shard <= max) {
       MPI_Request req;
       ZS_MPI_CHECK(MPI_Ireduce_scatter_block(in_p, out_p, static_cast<int>(shard), type, op, comm, &req));
-      ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+      ZS_MPI_CHECK(wait_request(&req));
       return;
     }
     at::Tensor staging = at::empty({n * max}, in.options());
@@ -344,7 +361,7 @@ class MpiCommunicator final : public Communicator {
       }
       MPI_Request req;
       ZS_MPI_CHECK(MPI_Ireduce_scatter_block(st, out_p + off * esize, len, type, op, comm, &req));
-      ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+      ZS_MPI_CHECK(wait_request(&req));
     });
   }
 
@@ -356,12 +373,13 @@ class MpiCommunicator final : public Communicator {
     std::vector<WireSignature> all(n);
     MPI_Request req;
     ZS_MPI_CHECK(MPI_Iallgather(&mine, sizeof(mine), MPI_BYTE, all.data(), sizeof(mine), MPI_BYTE, comm, &req));
-    ZS_MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    ZS_MPI_CHECK(wait_request(&req));
     std::string msg = describe_divergence(all, sig.comm);
     if (!msg.empty()) ZS_THROW(CommError, msg);
   }
 
   static void progress_loop(std::shared_ptr<Queue> q, MPI_Comm comm, bool check, std::chrono::microseconds poll) {
+    t_busy_poll = poll;
     for (;;) {
       std::shared_ptr<MpiWork> work;
       // Collectives tend to come in bursts (one per unit): poll briefly before sleeping, so the

@@ -79,11 +79,16 @@ class ShardingEngine {
   template <typename Fn>
   auto forward(Fn&& fn) {
     begin_root();
-    auto out = fn();
-    std::vector<at::Tensor> tensors;
-    detail::collect_tensors(out, tensors);
-    end_root(tensors);
-    return out;
+    try {
+      auto out = fn();
+      std::vector<at::Tensor> tensors;
+      detail::collect_tensors(out, tensors);
+      end_root(tensors);
+      return out;
+    } catch (...) {
+      abort_root();
+      throw;
+    }
   }
 
   // While alive, backward passes keep unsharded gradients and skip communication; the first
@@ -133,6 +138,7 @@ class ShardingEngine {
  private:
   void begin_root();
   void end_root(const std::vector<at::Tensor>& outputs);
+  void abort_root() noexcept;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -48,6 +48,8 @@ class FlatParam {
   // buffer. Afterwards the unit is gathered (call free_full() to reshard). Collective over
   // `sync_from` when it is given.
   void init_from_params(Communicator* sync_from);
+  // UsageError naming the parameter unless all are fp32 and on one device. Changes nothing.
+  void check_params() const;
 
   const std::string& name() const { return name_; }
   bool trainable() const { return trainable_; }
