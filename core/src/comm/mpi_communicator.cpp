@@ -25,9 +25,10 @@ using Body = std::function<void()>;
 
 // How the progress thread waits for a request: MPI_Test in a tight loop for the first
 // `t_busy_poll` (set per progress thread from CommOptions::poll_before_sleep), then MPI_Test with
-// short sleeps. Open MPI's MPI_Wait busy-polls a core for the whole wait, and a collective often
-// waits for a slower rank to arrive: that core is then taken from the training computation.
-constexpr std::chrono::microseconds kWaitSleep{50};
+// sched_yield between tests. Open MPI's MPI_Wait busy-polls a core for the whole wait, and a
+// collective often waits for a slower rank to arrive: that core is then taken from the training
+// computation. Yielding hands the core to runnable compute threads and costs nothing on an idle
+// core (sleeping instead cost up to ~100 us per completion: 0.48x raw MPI at 4 MiB).
 thread_local std::chrono::microseconds t_busy_poll{200};
 
 int wait_request(MPI_Request* req) {
@@ -36,7 +37,7 @@ int wait_request(MPI_Request* req) {
     int done = 0;
     int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS || done) return rc;
-    if (std::chrono::steady_clock::now() >= busy_until) std::this_thread::sleep_for(kWaitSleep);
+    if (std::chrono::steady_clock::now() >= busy_until) std::this_thread::yield();
   }
 }
 
