@@ -2,6 +2,7 @@
 // optimizer side (clipping, step, zero_grad, state). The forward/backward lifecycle is in
 // engine_hooks.cpp.
 #include "engine_internal.h"
+#include "sharded_init_internal.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
@@ -39,8 +40,13 @@ ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg) 
   return o;
 }
 
-ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o)
-    : session(s), model(std::move(m)), options(std::move(o)) {
+ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
+                           ShardedInit::Impl* sharded_init)
+    : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init) {
+  if (init != nullptr) {
+    init->deactivate();
+    mem = init->mem;
+  }
   ZS_REQUIRE(model != nullptr, UsageError, "ShardingEngine needs a model, got a null module");
   ZS_REQUIRE(detail::find_managed_unit(model.get()) == nullptr, UsageError,
              "this model is already wrapped by another ShardingEngine; wrap a module once");
@@ -54,35 +60,17 @@ ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, Sha
 }
 
 void ShardingEngine::Impl::setup_groups() {
-  const bool on_cuda = !model->parameters().empty() && model->parameters().front().is_cuda();
-  comm = on_cuda ? session.device_world() : session.world();
-  const int n = comm->size(), r = comm->rank();
-  using S = config::ShardingConfig;
-  if (n == 1) {
-    shard_group = comm;
+  if (init != nullptr && init->groups_ready) {
+    comm = init->groups.comm;
+    shard_group = init->groups.shard_group;
+    replicate_group = init->groups.replicate_group;
     return;
   }
-  switch (options.strategy) {
-    case S::FULL_SHARD:
-    case S::SHARD_GRAD_OP:
-      shard_group = comm;
-      break;
-    case S::NO_SHARD:
-      shard_group = comm->split(r, 0);
-      replicate_group = comm;
-      break;
-    case S::HYBRID_SHARD: {
-      const int g = options.hybrid_group_size > 0 ? options.hybrid_group_size : session.local_world_size();
-      ZS_REQUIRE(n % g == 0, ConfigError, "sharding.hybrid_group_size = ", g, " does not divide the world size ", n,
-                 "; allowed: a divisor of ", n, " (0 means the ranks of one node, here ", session.local_world_size(),
-                 ")");
-      shard_group = comm->split(r / g, r);
-      replicate_group = comm->split(r % g, r);
-      break;
-    }
-    default:
-      ZS_THROW(ConfigError, "sharding.strategy has an unknown value ", static_cast<int>(options.strategy));
-  }
+  const bool on_cuda = !model->parameters().empty() && model->parameters().front().is_cuda();
+  detail::ShardGroups g = detail::make_shard_groups(session, options, on_cuda);
+  comm = g.comm;
+  shard_group = g.shard_group;
+  replicate_group = g.replicate_group;
 }
 
 namespace {
@@ -181,15 +169,53 @@ void ShardingEngine::Impl::discover_units() {
       slot.param = s.param;
       (s.param.requires_grad() ? trainable : frozen).push_back(std::move(slot));
     }
+    if (adopt(u.get(), trainable, frozen)) continue;
     if (!trainable.empty()) {
       u->flats.push_back(std::make_unique<FlatParam>(u->name, std::move(trainable), true, shard_group,
-                                                     replicate_group, &mem));
+                                                     replicate_group, mem.get()));
     }
     if (!frozen.empty()) {
       u->flats.push_back(std::make_unique<FlatParam>(u->name + " (frozen)", std::move(frozen), false, shard_group,
-                                                     replicate_group, &mem));
+                                                     replicate_group, mem.get()));
     }
   }
+}
+
+bool ShardingEngine::Impl::adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable,
+                                 const std::vector<ParamSlot>& frozen) {
+  if (init == nullptr) return false;
+  auto it = init->units.find(u->module);
+  if (it == init->units.end()) return false;
+  std::vector<const std::vector<ParamSlot>*> wanted;
+  if (!trainable.empty()) wanted.push_back(&trainable);
+  if (!frozen.empty()) wanted.push_back(&frozen);
+  auto describe = [](const std::vector<ParamSlot>& slots) {
+    std::ostringstream os;
+    for (size_t i = 0; i < slots.size(); ++i) os << (i ? ", " : "") << slots[i].name;
+    return os.str();
+  };
+  bool same = wanted.size() == it->second.size();
+  for (size_t k = 0; same && k < wanted.size(); ++k) {
+    const auto& built = it->second[k]->slots();
+    same = built.size() == wanted[k]->size();
+    for (size_t i = 0; same && i < built.size(); ++i) {
+      same = built[i].param.unsafeGetTensorImpl() == (*wanted[k])[i].param.unsafeGetTensorImpl();
+    }
+  }
+  ZS_REQUIRE(same, UsageError, "unit '", u->name, "' was sharded at construction (ShardedInit) with parameters [",
+             it->second.empty() ? std::string() : describe(it->second.front()->slots()),
+             "] but in the finished model it owns [", trainable.empty() ? describe(frozen) : describe(trainable),
+             "]: a parameter shared with another unit (tied weights) must be created in their common parent, "
+             "not inside a unit");
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> names;
+    for (const ParamSlot& s : *wanted[k]) names.emplace_back(s.name, s.aliases);
+    it->second[k]->rename(it->second[k]->trainable() ? u->name : u->name + " (frozen)", names);
+    u->flats.push_back(std::move(it->second[k]));
+  }
+  u->adopted = true;
+  init->units.erase(it);
+  return true;
 }
 
 void ShardingEngine::Impl::check_same_structure() {
@@ -197,53 +223,19 @@ void ShardingEngine::Impl::check_same_structure() {
   std::ostringstream os;
   for (auto& u : units) {
     os << "unit '" << u->name << "'\n";
-    for (auto& f : u->flats) {
-      for (const ParamSlot& s : f->slots()) {
-        os << "  parameter '" << s.name << "' shape " << at::IntArrayRef(s.shape) << " "
-           << c10::toString(s.param.scalar_type()) << " " << s.param.device().type()
-           << (f->trainable() ? "" : " frozen") << "\n";
-      }
-    }
+    for (auto& f : u->flats) os << detail::describe_slots(f->slots(), f->trainable());
   }
-  const std::string mine = os.str();
-  const int n = comm->size();
-  at::Tensor hashes = at::empty({n}, at::kLong);
-  at::Tensor my_hash = at::full({1}, static_cast<int64_t>(std::hash<std::string>{}(mine) >> 1), at::kLong);
-  session.world()->all_gather_into(hashes, my_hash, "zs.structure_hash")->wait();
-  std::vector<int> differ;
-  for (int r = 1; r < n; ++r) {
-    if (hashes[r].item<int64_t>() != hashes[0].item<int64_t>()) differ.push_back(r);
-  }
-  if (differ.empty()) return;
-  // Name the first difference: rank 0 sends its description to everyone.
-  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  session.world()->broadcast(len, 0, "zs.structure_len")->wait();
-  at::Tensor text = at::empty({len.item<int64_t>()}, at::kByte);
-  if (comm->rank() == 0) std::memcpy(text.data_ptr(), mine.data(), mine.size());
-  session.world()->broadcast(text, 0, "zs.structure_text")->wait();
-  std::string theirs(static_cast<const char*>(text.data_ptr()), text.numel());
-  std::istringstream a(theirs), b(mine);
-  std::string la, lb, unit_a;
-  std::ostringstream ranks;
-  for (size_t i = 0; i < differ.size(); ++i) ranks << (i ? ", " : "") << differ[i];
-  while (true) {
-    bool ga = static_cast<bool>(std::getline(a, la)), gb = static_cast<bool>(std::getline(b, lb));
-    if (!ga && !gb) break;
-    if (ga && la.rfind("unit", 0) == 0) unit_a = la;
-    if (!ga || !gb || la != lb) {
-      ZS_THROW(UsageError, "ranks build different models (ranks differing from rank 0: ", ranks.str(),
-               "). First difference on this rank, in ", unit_a.empty() ? std::string("the unit list") : unit_a,
-               ": rank 0 has '", ga ? la : std::string("<nothing>"), "' but this rank has '",
-               gb ? lb : std::string("<nothing>"), "'. Build the same model on every rank (same config, no "
-               "rank-dependent modules) before wrapping it.");
-    }
-  }
-  ZS_THROW(UsageError, "ranks build different models: ranks ", ranks.str(),
-           " differ from rank 0 (their error messages name the first difference)");
+  detail::check_same_description(*session.world(), os.str(), "the model");
 }
 
 void ShardingEngine::Impl::check_parameters() const {
+  if (init != nullptr && !init->units.empty()) {
+    ZS_THROW(UsageError, init->units.size(), " unit(s) sharded at construction by this ShardedInit are not part "
+             "of the model given to the engine; build the model's units while the ShardedInit is alive and wrap "
+             "that model");
+  }
   for (const auto& u : units) {
+    if (u->adopted) continue;  // checked when they were sharded
     for (const auto& f : u->flats) f->check_params();
   }
 }
@@ -251,6 +243,7 @@ void ShardingEngine::Impl::check_parameters() const {
 void ShardingEngine::Impl::init_flat_params() {
   Communicator* sync = options.sync_module_states ? comm.get() : nullptr;
   for (auto& u : units) {
+    if (u->adopted) continue;  // sharded (and synchronised) at construction
     for (auto& f : u->flats) {
       f->init_from_params(sync);
       f->free_full();  // every unit starts resharded; forward gathers it
@@ -267,7 +260,12 @@ void ShardingEngine::Impl::init_flat_params() {
 // ---------------------------------------------------------------------------------------------
 
 ShardingEngine::ShardingEngine(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options)
-    : impl_(std::make_unique<Impl>(session, std::move(model), std::move(options))) {
+    : ShardingEngine(std::make_unique<Impl>(session, std::move(model), std::move(options), nullptr)) {}
+
+ShardingEngine::ShardingEngine(ShardedInit& init, std::shared_ptr<torch::nn::Module> model)
+    : ShardingEngine(std::make_unique<Impl>(init.impl().session, std::move(model), init.impl().options, &init.impl())) {}
+
+ShardingEngine::ShardingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   ZS_LOG(kInfo) << "sharding " << impl_->units.size() << " unit(s), " << num_params() << " parameters ("
                 << num_trainable_params() << " trainable) over a shard group of " << shard_group_size()
                 << " rank(s)";
@@ -320,7 +318,7 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   }
   c10::AutoGradMode no_grad(false);
   optimizer.step(param_shards());
-  impl_->mem.set(MemCategory::kOptimizerState, optimizer.state_bytes());
+  impl_->mem->set(MemCategory::kOptimizerState, optimizer.state_bytes());
   // Buffers (e.g. BatchNorm running statistics) are averaged so every rank holds the same values.
   if (impl_->comm->size() > 1) {
     for (auto& b : impl_->model->buffers()) {
@@ -353,11 +351,11 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict() {
   return out;
 }
 
-const MemoryStats& ShardingEngine::memory() const { return impl_->mem; }
-MemoryStats& ShardingEngine::memory() { return impl_->mem; }
+const MemoryStats& ShardingEngine::memory() const { return *impl_->mem; }
+MemoryStats& ShardingEngine::memory() { return *impl_->mem; }
 
 std::string ShardingEngine::memory_report() const {
-  return impl_->mem.report(detail::concat("zeroshard memory, rank ", impl_->session.rank(), " (shard group of ",
+  return impl_->mem->report(detail::concat("zeroshard memory, rank ", impl_->session.rank(), " (shard group of ",
                                           impl_->shard_group->size(), ")"));
 }
 

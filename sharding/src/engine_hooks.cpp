@@ -12,10 +12,14 @@
 #include <unordered_set>
 
 #include "engine_internal.h"
+#include "sharded_init_internal.h"
 #include "zeroshard/core/error.h"
 
 namespace zeroshard {
 namespace detail {
+
+extern thread_local ShardedInit::Impl* t_active_init;  // sharded_init.cpp
+
 namespace {
 
 std::mutex& registry_mutex() {
@@ -48,8 +52,11 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 void declare_unit(const torch::nn::Module* module) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  declared()[module] = module->weak_from_this();
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    declared()[module] = module->weak_from_this();
+  }
+  if (t_active_init != nullptr) t_active_init->shard_unit(module);
 }
 
 bool is_declared_unit(const torch::nn::Module* module) {

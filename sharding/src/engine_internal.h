@@ -10,6 +10,7 @@
 
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/sharding/sharded_init.h"
 
 namespace zeroshard {
 namespace detail {
@@ -18,6 +19,7 @@ struct UnitState {
   std::string name;  // module path in the model; "<root>" for the model itself
   torch::nn::Module* module = nullptr;
   bool is_root = false;
+  bool adopted = false;  // its flat parameters were built (and sharded) by a ShardedInit
   ShardingEngine::Impl* engine = nullptr;
   std::vector<std::unique_ptr<FlatParam>> flats;  // trainable first, then frozen
   std::vector<std::shared_ptr<Work>> gathers;     // in flight
@@ -33,11 +35,13 @@ struct UnitState {
 }  // namespace detail
 
 struct ShardingEngine::Impl {
-  Impl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options);
+  Impl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options,
+       ShardedInit::Impl* init);
 
   // --- construction (engine.cpp) ---
   void setup_groups();
   void discover_units();
+  bool adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable, const std::vector<ParamSlot>& frozen);
   void check_same_structure();
   void check_parameters() const;
   void init_flat_params();
@@ -63,7 +67,9 @@ struct ShardingEngine::Impl {
   std::shared_ptr<Communicator> comm;  // all ranks, for the parameters' device
   std::shared_ptr<Communicator> shard_group;
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
-  MemoryStats mem;  // declared before `units`: FlatParams report into it when destroyed
+  ShardedInit::Impl* init = nullptr;  // units sharded at construction, adopted by discover_units
+  // Declared before `units`: FlatParams report into it when destroyed. Shared with ShardedInit.
+  std::shared_ptr<MemoryStats> mem = std::make_shared<MemoryStats>();
   std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
   detail::UnitState* root = nullptr;
   std::vector<detail::UnitState*> forward_order;

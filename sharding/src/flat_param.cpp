@@ -42,6 +42,17 @@ FlatParam::~FlatParam() {
 
 int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
 
+void FlatParam::rename(std::string name,
+                       const std::vector<std::pair<std::string, std::vector<std::string>>>& slot_names) {
+  ZS_CHECK(slot_names.size() == slots_.size(), "renaming ", slots_.size(), " parameters of '", name_, "' with ",
+           slot_names.size(), " names");
+  name_ = std::move(name);
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    slots_[i].name = slot_names[i].first;
+    slots_[i].aliases = slot_names[i].second;
+  }
+}
+
 void FlatParam::check_params() const {
   const ParamSlot& first = slots_.front();
   for (const ParamSlot& s : slots_) {

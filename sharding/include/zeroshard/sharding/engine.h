@@ -44,6 +44,8 @@
 
 namespace zeroshard {
 
+class ShardedInit;
+
 struct ShardingOptions {
   config::ShardingConfig::Strategy strategy = config::ShardingConfig::FULL_SHARD;
   int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
@@ -70,6 +72,9 @@ struct CommCounters {
 class ShardingEngine {
  public:
   ShardingEngine(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options);
+  // Adopts the units `init` sharded while the model was built (see sharded_init.h), with its
+  // session and options; shards the rest (the root's own parameters). `init` stops sharding.
+  ShardingEngine(ShardedInit& init, std::shared_ptr<torch::nn::Module> model);
   ~ShardingEngine();
   ShardingEngine(const ShardingEngine&) = delete;
   ShardingEngine& operator=(const ShardingEngine&) = delete;
@@ -136,6 +141,7 @@ class ShardingEngine {
   struct Impl;
 
  private:
+  explicit ShardingEngine(std::unique_ptr<Impl> impl);
   void begin_root();
   void end_root(const std::vector<at::Tensor>& outputs);
   void abort_root() noexcept;

@@ -52,6 +52,9 @@ class FlatParam {
   void check_params() const;
 
   const std::string& name() const { return name_; }
+  // Names the unit and its parameters (the layout is unchanged): for flat parameters built before
+  // the model was complete (ShardedInit), renamed once the model's paths are known.
+  void rename(std::string name, const std::vector<std::pair<std::string, std::vector<std::string>>>& slot_names);
   bool trainable() const { return trainable_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t numel() const { return numel_; }

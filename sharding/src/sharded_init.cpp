@@ -1,0 +1,104 @@
+#include "zeroshard/sharding/sharded_init.h"
+
+#include <functional>
+#include <sstream>
+#include <unordered_map>
+
+#include "sharded_init_internal.h"
+#include "zeroshard/core/error.h"
+
+namespace zeroshard {
+namespace detail {
+// The ShardedInit that shards Units constructed on this thread (engine_hooks.cpp calls it).
+thread_local ShardedInit::Impl* t_active_init = nullptr;
+}  // namespace detail
+
+ShardedInit::Impl::Impl(Session& s, ShardingOptions o) : session(s), options(std::move(o)) {}
+
+void ShardedInit::Impl::deactivate() {
+  active = false;
+  if (detail::t_active_init == this) detail::t_active_init = nullptr;
+}
+
+void ShardedInit::Impl::shard_unit(const torch::nn::Module* module) {
+  if (!active || units.count(module) > 0) return;
+  // The unit's parameters: everything under it except units built before it (nested units).
+  std::vector<ParamSlot> trainable, frozen;
+  std::unordered_map<const void*, std::pair<std::vector<ParamSlot>*, size_t>> seen;
+  std::unordered_map<const void*, const torch::nn::Module*> owned_elsewhere;
+  for (const auto& [m, flats] : units) {
+    for (const auto& f : flats) {
+      for (const ParamSlot& s : f->slots()) owned_elsewhere[s.param.unsafeGetTensorImpl()] = m;
+    }
+  }
+  std::function<void(const torch::nn::Module&, const std::string&)> visit = [&](const torch::nn::Module& m,
+                                                                               const std::string& prefix) {
+    for (const auto& item : m.named_parameters(/*recurse=*/false)) {
+      const void* key = item.value().unsafeGetTensorImpl();
+      ZS_REQUIRE(owned_elsewhere.count(key) == 0, UsageError, "parameter '", prefix + item.key(), "' of unit ",
+                 module->name(), " is also a parameter of the ", owned_elsewhere[key]->name(),
+                 " unit built before it: a parameter shared by two units (tied weights) must be created in their "
+                 "common parent, not inside a unit");
+      auto it = seen.find(key);
+      if (it != seen.end()) {
+        (*it->second.first)[it->second.second].aliases.push_back(prefix + item.key());
+        continue;
+      }
+      auto& list = item.value().requires_grad() ? trainable : frozen;
+      ParamSlot slot;
+      slot.name = prefix + item.key();
+      slot.param = item.value();
+      list.push_back(std::move(slot));
+      seen[key] = {&list, list.size() - 1};
+    }
+    for (const auto& child : m.named_children()) {
+      if (units.count(child.value().get()) > 0) continue;  // a nested unit, sharded already
+      visit(*child.value(), prefix + child.key() + ".");
+    }
+  };
+  visit(*module, "");
+  if (trainable.empty() && frozen.empty()) return;
+  if (!groups_ready) {
+    const bool on_cuda = (trainable.empty() ? frozen : trainable).front().param.is_cuda();
+    groups = detail::make_shard_groups(session, options, on_cuda);
+    groups_ready = true;
+  }
+  const std::string name = detail::concat(module->name(), " #", count);
+  std::vector<std::unique_ptr<FlatParam>> flats;
+  if (!trainable.empty()) {
+    flats.push_back(std::make_unique<FlatParam>(name, std::move(trainable), true, groups.shard_group,
+                                                groups.replicate_group, mem.get()));
+  }
+  if (!frozen.empty()) {
+    flats.push_back(std::make_unique<FlatParam>(name + " (frozen)", std::move(frozen), false, groups.shard_group,
+                                                groups.replicate_group, mem.get()));
+  }
+  // Same unit on every rank, checked before the broadcast below could mismatch.
+  std::ostringstream desc;
+  desc << "unit " << name << "\n";
+  for (const auto& f : flats) desc << detail::describe_slots(f->slots(), f->trainable());
+  detail::check_same_description(*session.world(), desc.str(), detail::concat("units at construction (", name, ")"));
+  for (const auto& f : flats) f->check_params();
+  Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
+  for (const auto& f : flats) {
+    f->init_from_params(sync);
+    f->free_full();
+  }
+  units[module] = std::move(flats);
+  ++count;
+}
+
+ShardedInit::ShardedInit(Session& session, ShardingOptions options)
+    : impl_(std::make_unique<Impl>(session, std::move(options))) {
+  ZS_REQUIRE(detail::t_active_init == nullptr, UsageError,
+             "a ShardedInit is already active on this thread; use one at a time");
+  detail::t_active_init = impl_.get();
+}
+
+ShardedInit::~ShardedInit() { impl_->deactivate(); }
+
+void ShardedInit::stop() { impl_->deactivate(); }
+int ShardedInit::units_sharded() const { return impl_->count; }
+const MemoryStats& ShardedInit::memory() const { return *impl_->mem; }
+
+}  // namespace zeroshard

@@ -1,0 +1,121 @@
+// ShardedInit: units are sharded as they are constructed (no rank ever holds the whole model), and
+// training from such a model equals plain LibTorch training.
+
+#include <torch/nn/functional/loss.h>
+#include <torch/optim/adamw.h>
+
+#include <unordered_set>
+
+#include "common/test_util.h"
+#include "sharding/models.h"
+#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/sharded_init.h"
+
+namespace zs = zeroshard;
+using Strategy = zs::config::ShardingConfig;
+
+namespace {
+
+constexpr int kSteps = 5;
+
+std::pair<torch::Tensor, torch::Tensor> batch(int step, int64_t n) {
+  auto g = torch::make_generator<at::CPUGeneratorImpl>(500 + step);
+  zs_test::GptConfig c;
+  return {torch::randint(c.vocab, {n, c.seq}, g), torch::randint(c.vocab, {n, c.seq}, g)};
+}
+
+torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& y) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+}
+
+}  // namespace
+
+TEST(ShardedInit, UnitsAreShardedAsTheyAreBuiltAndTrainLikePlainLibTorch) {
+  auto& s = zs::test::session();
+  const int world = s.world_size(), rank = s.rank();
+  const int64_t local = 2;
+  // Reference: plain LibTorch on the global batch.
+  torch::manual_seed(11);
+  zs_test::Gpt ref;
+  std::vector<torch::Tensor> params;
+  std::unordered_set<const void*> seen;
+  for (auto& p : ref->parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  }
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-2).weight_decay(0.0));
+  for (int step = 0; step < kSteps; ++step) {
+    opt.zero_grad();
+    auto [x, y] = batch(step, local * world);
+    loss_of(ref->forward(x), y).backward();
+    opt.step();
+  }
+  // Sharded at construction.
+  zs::ShardingOptions o;
+  o.strategy = Strategy::FULL_SHARD;
+  torch::manual_seed(11);
+  zs::ShardedInit init(s, o);
+  zs_test::Gpt model;
+  EXPECT_EQ(init.units_sharded(), static_cast<int>(model->cfg.layers));
+  int64_t largest_unit_bytes = 0;
+  for (auto& b : model->blocks) {
+    int64_t n = 0;
+    for (auto& p : b->parameters()) {
+      n += p.numel();
+      // At world size > 1 the block's parameters are resharded already: no bytes behind them.
+      if (world > 1) EXPECT_EQ(p.storage().nbytes(), 0u) << "a block parameter still holds its full storage";
+    }
+    largest_unit_bytes = std::max(largest_unit_bytes, 4 * ((n + world - 1) / world * world));
+  }
+  // While building, at most one unit was ever gathered (the one being sharded).
+  if (world > 1) EXPECT_LE(init.memory().peak(zs::MemCategory::kGatheredParams), largest_unit_bytes);
+  zs::ShardingEngine engine(init, model.ptr());
+  zs::AdamOptions ao;
+  ao.lr = 1e-2;
+  auto zopt = zs::make_adamw(ao);
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = batch(step, local * world);
+    auto mine_x = x.narrow(0, rank * local, local), mine_y = y.narrow(0, rank * local, local);
+    engine.forward([&] { return loss_of(model->forward(mine_x), mine_y); }).backward();
+    engine.step(*zopt);
+    engine.zero_grad();
+  }
+  auto sd = engine.full_state_dict();
+  double worst = 0;
+  for (const auto& item : ref->named_parameters()) {
+    ASSERT_TRUE(sd.count(item.key())) << item.key();
+    worst = std::max(worst, (sd[item.key()] - item.value()).abs().max().item<double>());
+  }
+  EXPECT_LE(worst, 1e-5) << "sharded-at-construction training differs from plain LibTorch";
+  EXPECT_TRUE(at::equal(sd["wte.weight"], sd["lm_head_weight"]));
+}
+
+TEST(ShardedInit, DifferentUnitsAcrossRanksAreNamed) {
+  ZS_REQUIRE_RANKS(2);
+  auto& s = zs::test::session();
+  zs::ShardedInit init(s, zs::ShardingOptions{});
+  zs_test::GptConfig c;
+  if (s.rank() == 1) c.dim = 16;  // rank 1 builds wider blocks
+  try {
+    zs_test::Gpt model(c);
+    ADD_FAILURE() << "building different units on different ranks was not detected";
+  } catch (const zs::UsageError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("ranks build different units at construction"), std::string::npos) << what;
+    if (s.rank() == 1) EXPECT_NE(what.find("but this rank has"), std::string::npos) << what;
+  }
+}
+
+TEST(ShardedInit, UnitsOutsideTheWrappedModelAreAnError) {
+  auto& s = zs::test::session();
+  zs::ShardedInit init(s, zs::ShardingOptions{});
+  zs_test::Mlp stray;  // its blocks are sharded by init...
+  init.stop();
+  zs_test::Mlp model;  // ...but this one, built after deactivation, is what we wrap
+  try {
+    zs::ShardingEngine engine(init, model.ptr());
+    ADD_FAILURE() << "units sharded for another model were silently ignored";
+  } catch (const zs::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("not part of the model"), std::string::npos) << e.what();
+  }
+}
