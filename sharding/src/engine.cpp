@@ -225,7 +225,7 @@ void ShardingEngine::Impl::check_same_structure() {
     os << "unit '" << u->name << "'\n";
     for (auto& f : u->flats) os << detail::describe_slots(f->slots(), f->trainable());
   }
-  detail::check_same_description(*session.world(), os.str(), "the model");
+  detail::check_same_description(*session.world(), os.str(), "models");
 }
 
 void ShardingEngine::Impl::check_parameters() const {
