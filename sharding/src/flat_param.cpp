@@ -149,6 +149,7 @@ void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
     return;
   }
   pending_out_ = at::empty({shard_numel_}, grad_buffer_.options());
+  mem_->add(MemCategory::kCommBuffers, bytes(shard_numel_));  // the reduce-scatter's output, in flight
   pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, grad_buffer_, ReduceOp::kAvg, tag);
   *elements += padded_;
 }
@@ -156,6 +157,7 @@ void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
 void FlatParam::finish_reduce(const std::string& tag, int64_t* elements) {
   if (!grad_buffer_.defined()) return;
   if (!reduce_pending() && !pending_out_.defined()) start_reduce(tag, elements);
+  const bool staged = pending_rs_ != nullptr;  // pending_out_ is a separate comm buffer
   if (pending_rs_) {
     pending_rs_->wait();
     pending_rs_.reset();
@@ -175,6 +177,7 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements) {
     grad_shard_ = pending_out_;
     mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
   }
+  if (staged) mem_->sub(MemCategory::kCommBuffers, bytes(shard_numel_));
   pending_out_ = at::Tensor();
   drop_param_grads();
   grad_buffer_ = at::Tensor();
