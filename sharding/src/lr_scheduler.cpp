@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "format.h"
 #include "zeroshard/core/error.h"
 
 namespace zeroshard {
@@ -28,15 +29,7 @@ namespace {
 using SchedType = config::SchedulerConfig;
 constexpr double kPi = 3.14159265358979323846;
 
-// Shortest decimal text that reads back as `v`: 0.001, 1e-08, 0.1.
-std::string format_double(double v) {
-  char buf[64];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
+using detail::format_double;
 
 // The schema's ranges (config validation normally catches these first; a SchedulerConfig built in
 // code is checked here too).

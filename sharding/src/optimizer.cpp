@@ -18,20 +18,13 @@
 #include <sstream>
 #include <utility>
 
+#include "format.h"
 #include "zeroshard/core/error.h"
 
 namespace zeroshard {
 namespace {
 
-// Shortest decimal text that reads back as `v`, Python-style exponents: 0.001, 1e-08, 0.999.
-std::string format_double(double v) {
-  char buf[64];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
+using detail::format_double;
 
 // ---- shard bookkeeping shared by all optimizers ----
 
