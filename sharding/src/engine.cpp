@@ -40,6 +40,28 @@ ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg) 
   return o;
 }
 
+namespace {
+c10::ScalarType to_dtype(config::PrecisionConfig::DType d) {
+  switch (d) {
+    case config::PrecisionConfig::BF16: return c10::kBFloat16;
+    case config::PrecisionConfig::FP16: return c10::kHalf;
+    default: return c10::kFloat;
+  }
+}
+}  // namespace
+
+ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& p) {
+  ZS_REQUIRE(!p.autocast(), ConfigError, "precision.autocast = true is not implemented yet; use "
+             "precision.param_dtype = BF16 or FP16 (parameters cast for compute) instead");
+  ShardingOptions o = from_config(cfg);
+  o.param_dtype = to_dtype(p.param_dtype());
+  o.reduce_dtype = to_dtype(p.reduce_dtype());
+  o.buffer_dtype = to_dtype(p.buffer_dtype());
+  o.output_dtype = to_dtype(p.output_dtype());
+  o.cast_forward_inputs = p.cast_forward_inputs();
+  return o;
+}
+
 ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
                            ShardedInit::Impl* sharded_init)
     : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init) {
@@ -172,11 +194,11 @@ void ShardingEngine::Impl::discover_units() {
     if (adopt(u.get(), trainable, frozen)) continue;
     if (!trainable.empty()) {
       u->flats.push_back(std::make_unique<FlatParam>(u->name, std::move(trainable), true, shard_group,
-                                                     replicate_group, mem.get()));
+                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
     }
     if (!frozen.empty()) {
       u->flats.push_back(std::make_unique<FlatParam>(u->name + " (frozen)", std::move(frozen), false, shard_group,
-                                                     replicate_group, mem.get()));
+                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
     }
   }
 }
@@ -249,11 +271,10 @@ void ShardingEngine::Impl::init_flat_params() {
       f->free_full();  // every unit starts resharded; forward gathers it
     }
   }
-  if (sync != nullptr && sync->size() > 1) {
-    c10::AutoGradMode no_grad(false);
-    for (auto& b : model->buffers()) {
-      if (b.numel() > 0) sync->broadcast(b, 0, "zs.sync_buffer")->wait();
-    }
+  c10::AutoGradMode no_grad(false);
+  for (auto& b : model->buffers()) {
+    if (b.is_floating_point() && b.scalar_type() != options.buffer_dtype) b.set_data(b.to(options.buffer_dtype));
+    if (sync != nullptr && sync->size() > 1 && b.numel() > 0) sync->broadcast(b, 0, "zs.sync_buffer")->wait();
   }
 }
 
@@ -393,6 +414,8 @@ int64_t ShardingEngine::num_padded_trainable_params() const {
 }
 
 int ShardingEngine::shard_group_size() const { return impl_->shard_group->size(); }
+c10::ScalarType ShardingEngine::output_dtype() const { return impl_->options.output_dtype; }
+c10::ScalarType ShardingEngine::compute_dtype() const { return impl_->options.param_dtype; }
 
 ShardingEngine::NoSync::NoSync(ShardingEngine& e) : engine_(e) { ++engine_.impl_->no_sync_depth; }
 ShardingEngine::NoSync::~NoSync() { --engine_.impl_->no_sync_depth; }

@@ -87,6 +87,12 @@ UnitState* find_managed_unit(const torch::nn::Module* module) {
 }
 
 void unit_pre_forward(UnitState* unit) { unit->engine->pre_forward(unit); }
+
+c10::optional<c10::ScalarType> unit_input_dtype(UnitState* unit) {
+  const ShardingOptions& o = unit->engine->options;
+  if (!o.cast_forward_inputs || o.param_dtype == c10::kFloat) return c10::nullopt;
+  return o.param_dtype;
+}
 void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs) {
   unit->engine->post_forward(unit, outputs);
 }

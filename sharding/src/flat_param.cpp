@@ -11,13 +11,15 @@ namespace zeroshard {
 
 FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
                      std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
-                     MemoryStats* mem)
+                     MemoryStats* mem, c10::ScalarType param_dtype, c10::ScalarType reduce_dtype)
     : name_(std::move(name)),
       slots_(std::move(slots)),
       trainable_(trainable),
       shard_group_(std::move(shard_group)),
       replicate_(std::move(replicate)),
-      mem_(mem) {
+      mem_(mem),
+      param_dtype_(param_dtype),
+      reduce_dtype_(reduce_dtype) {
   ZS_CHECK(!slots_.empty(), "unit '", name_, "' has no parameters to flatten");
   int64_t offset = 0;
   for (ParamSlot& s : slots_) {
@@ -30,17 +32,23 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
   numel_ = offset;
   padded_ = (numel_ + n - 1) / n * n;
   shard_numel_ = padded_ / n;
-  aliased_ = n == 1;
+  aliased_ = n == 1 && param_dtype_ == c10::kFloat;
 }
 
 FlatParam::~FlatParam() {
   mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
-  if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, bytes(padded_));
-  if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, bytes(padded_));
+  if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
+  if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
   if (grad_shard_.defined()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
 }
 
 int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
+int64_t FlatParam::lp_bytes(int64_t elements) const {
+  return elements * static_cast<int64_t>(c10::elementSize(param_dtype_));
+}
+int64_t FlatParam::rd_bytes(int64_t elements) const {
+  return elements * static_cast<int64_t>(c10::elementSize(reduce_dtype_));
+}
 
 void FlatParam::rename(std::string name,
                        const std::vector<std::pair<std::string, std::vector<std::string>>>& slot_names) {
@@ -79,9 +87,9 @@ void FlatParam::init_from_params(Communicator* sync_from) {
     full_ = shard_;
   } else {
     shard_ = flat.narrow(0, rank * shard_numel_, shard_numel_).clone();
-    full_ = flat;
+    full_ = param_dtype_ == c10::kFloat ? flat : flat.to(param_dtype_);
     full_allocated_ = true;
-    mem_->add(MemCategory::kGatheredParams, bytes(padded_));
+    mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
   }
   mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
   point_params_at(full_);
@@ -96,18 +104,20 @@ bool FlatParam::gathered() const { return aliased_ || full_allocated_; }
 void FlatParam::alloc_full_storage() {
   c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
   c10::Allocator* alloc = impl->allocator() ? impl->allocator() : c10::GetAllocator(device_.type());
-  const size_t nbytes = static_cast<size_t>(bytes(padded_));
+  const size_t nbytes = static_cast<size_t>(lp_bytes(padded_));
   impl->set_data_ptr_noswap(alloc->allocate(nbytes));
   impl->set_nbytes(nbytes);
   full_allocated_ = true;
-  mem_->add(MemCategory::kGatheredParams, bytes(padded_));
+  mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
 }
 
 std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements) {
   if (gathered()) return nullptr;
   alloc_full_storage();
   *elements += padded_;
-  return shard_group_->all_gather_into(full_, shard_, tag);
+  // Low-precision compute gathers the shard cast to param_dtype (the Work keeps the cast alive).
+  at::Tensor input = param_dtype_ == c10::kFloat ? shard_ : shard_.to(param_dtype_);
+  return shard_group_->all_gather_into(full_, input, tag);
 }
 
 void FlatParam::free_full() {
@@ -116,18 +126,19 @@ void FlatParam::free_full() {
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));
   impl->set_nbytes(0);
   full_allocated_ = false;
-  mem_->sub(MemCategory::kGatheredParams, bytes(padded_));
+  mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
 }
 
 void FlatParam::prepare_grads() {
   if (!trainable_) return;
   if (!grad_buffer_.defined()) {
-    grad_buffer_ = at::zeros({padded_}, at::TensorOptions().dtype(at::kFloat).device(device_));
-    mem_->add(MemCategory::kGradBuffers, bytes(padded_));
+    grad_buffer_ = at::zeros({padded_}, at::TensorOptions().dtype(param_dtype_).device(device_));
+    mem_->add(MemCategory::kGradBuffers, lp_bytes(padded_));
   }
   for (ParamSlot& s : slots_) {
     at::Tensor& g = s.param.mutable_grad();
-    if (!g.defined() || g.data_ptr() != static_cast<float*>(grad_buffer_.data_ptr()) + s.offset) {
+    const char* want = static_cast<const char*>(grad_buffer_.data_ptr()) + s.offset * grad_buffer_.element_size();
+    if (!g.defined() || g.data_ptr() != want) {
       g = grad_buffer_.narrow(0, s.offset, s.numel).view(s.shape);
     }
   }
@@ -148,9 +159,11 @@ void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
     }
     return;
   }
-  pending_out_ = at::empty({shard_numel_}, grad_buffer_.options());
-  mem_->add(MemCategory::kCommBuffers, bytes(shard_numel_));  // the reduce-scatter's output, in flight
-  pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, grad_buffer_, ReduceOp::kAvg, tag);
+  // Gradients are reduced in reduce_dtype (a cast copy when it differs from param_dtype).
+  at::Tensor input = reduce_dtype_ == param_dtype_ ? grad_buffer_ : grad_buffer_.to(reduce_dtype_);
+  pending_out_ = at::empty({shard_numel_}, input.options());
+  mem_->add(MemCategory::kCommBuffers, rd_bytes(shard_numel_));  // the reduce-scatter's output, in flight
+  pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, input, ReduceOp::kAvg, tag);
   *elements += padded_;
 }
 
@@ -171,17 +184,18 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements) {
     pending_ar_.reset();
   }
   c10::AutoGradMode no_grad(false);
+  at::Tensor reduced = pending_out_.scalar_type() == at::kFloat ? pending_out_ : pending_out_.to(at::kFloat);
   if (grad_shard_.defined()) {
-    grad_shard_.add_(pending_out_);
+    grad_shard_.add_(reduced);
   } else {
-    grad_shard_ = pending_out_;
+    grad_shard_ = reduced;
     mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
   }
-  if (staged) mem_->sub(MemCategory::kCommBuffers, bytes(shard_numel_));
+  if (staged) mem_->sub(MemCategory::kCommBuffers, rd_bytes(shard_numel_));
   pending_out_ = at::Tensor();
   drop_param_grads();
   grad_buffer_ = at::Tensor();
-  mem_->sub(MemCategory::kGradBuffers, bytes(padded_));
+  mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
 }
 
 void FlatParam::drop_grad_shard() {

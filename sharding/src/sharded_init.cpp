@@ -67,11 +67,11 @@ void ShardedInit::Impl::shard_unit(const torch::nn::Module* module) {
   std::vector<std::unique_ptr<FlatParam>> flats;
   if (!trainable.empty()) {
     flats.push_back(std::make_unique<FlatParam>(name, std::move(trainable), true, groups.shard_group,
-                                                groups.replicate_group, mem.get()));
+                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
   }
   if (!frozen.empty()) {
     flats.push_back(std::make_unique<FlatParam>(name + " (frozen)", std::move(frozen), false, groups.shard_group,
-                                                groups.replicate_group, mem.get()));
+                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
   }
   // Same unit on every rank, checked before the broadcast below could mismatch.
   std::ostringstream desc;

@@ -58,8 +58,19 @@ struct ShardingOptions {
   config::AutoWrap::Policy auto_wrap_policy = config::AutoWrap::NONE;
   int64_t auto_wrap_min_params = 100000000;
   std::vector<std::string> auto_wrap_module_types;  // Module::name() values, for MODULE_TYPE
+  // Mixed precision: parameters are gathered and computed in param_dtype, gradients reduced in
+  // reduce_dtype; the shards, gradient shards and optimizer state stay fp32. Buffers are cast to
+  // buffer_dtype at wrap time, floating inputs of every unit to param_dtype (cast_forward_inputs),
+  // and the floating tensors engine.forward returns to output_dtype.
+  c10::ScalarType param_dtype = c10::kFloat;
+  c10::ScalarType reduce_dtype = c10::kFloat;
+  c10::ScalarType buffer_dtype = c10::kFloat;
+  c10::ScalarType output_dtype = c10::kFloat;
+  bool cast_forward_inputs = true;
 
   static ShardingOptions from_config(const config::ShardingConfig& cfg);
+  // Sharding and precision sections together (precision.autocast is refused: not implemented).
+  static ShardingOptions from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& precision);
 };
 
 // Elements moved by the engine's collectives since the last reset, per rank (before the
@@ -89,7 +100,7 @@ class ShardingEngine {
       std::vector<at::Tensor> tensors;
       detail::collect_tensors(out, tensors);
       end_root(tensors);
-      return out;
+      return detail::cast_output(std::move(out), output_dtype());
     } catch (...) {
       abort_root();
       throw;
@@ -137,6 +148,10 @@ class ShardingEngine {
   int64_t num_trainable_params() const;  // unpadded trainable elements
   int64_t num_padded_trainable_params() const;
   int shard_group_size() const;
+  c10::ScalarType output_dtype() const;
+  // param_dtype: the dtype units compute in. Floating inputs of the root are not cast by the
+  // engine (fn captures them); cast them with x.to(engine.compute_dtype()) when it is not fp32.
+  c10::ScalarType compute_dtype() const;
 
   struct Impl;
 

@@ -8,8 +8,10 @@
 // module parameter is a view of it (Tensor::set_data at wrap time, once). Resharding frees the
 // buffer's storage *in place* (the StorageImpl stays, its bytes go), so views saved by autograd
 // stay valid and see the data again when the next gather refills the same storage.
-// With a shard group of one rank the parameters are views of the shard itself: nothing is
-// gathered or freed (NO_SHARD, or any strategy at world size 1).
+// With a shard group of one rank and fp32 compute the parameters are views of the shard itself:
+// nothing is gathered or freed (NO_SHARD, or any strategy at world size 1). With a lower-precision
+// param_dtype, parameters and their gradients live in that dtype (the all-gather moves the shard
+// cast to it, half the bytes for bf16/fp16) while the master shard and gradient shard stay fp32.
 // Not thread-safe: driven by the engine on the training thread.
 
 #include <ATen/core/Tensor.h>
@@ -36,9 +38,12 @@ class FlatParam {
  public:
   // `replicate` may be null (no replication across groups). `trainable` false: frozen parameters
   // (no gradients, no optimizer state). `mem` must outlive the FlatParam.
+  // `param_dtype`: dtype of the gathered parameters (compute) and of their gradients;
+  // `reduce_dtype`: dtype the gradients are reduced in. The shard and gradient shard stay fp32.
   FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
             std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
-            MemoryStats* mem);
+            MemoryStats* mem, c10::ScalarType param_dtype = c10::kFloat,
+            c10::ScalarType reduce_dtype = c10::kFloat);
   ~FlatParam();
   FlatParam(const FlatParam&) = delete;
   FlatParam& operator=(const FlatParam&) = delete;
@@ -97,7 +102,9 @@ class FlatParam {
   void alloc_full_storage();
   void point_params_at(const at::Tensor& flat);
   void drop_param_grads();
-  int64_t bytes(int64_t elements) const;
+  int64_t bytes(int64_t elements) const;     // fp32
+  int64_t lp_bytes(int64_t elements) const;  // param_dtype
+  int64_t rd_bytes(int64_t elements) const;  // reduce_dtype
 
   std::string name_;
   std::vector<ParamSlot> slots_;
@@ -110,6 +117,8 @@ class FlatParam {
   int64_t shard_numel_ = 0;
   bool aliased_ = false;
   c10::Device device_{c10::kCPU};
+  c10::ScalarType param_dtype_;
+  c10::ScalarType reduce_dtype_;
   at::Tensor shard_;        // fp32 [S]: master values of this rank's shard
   at::Tensor grad_shard_;   // fp32 [S] or undefined
   at::Tensor full_;         // [padded]: gathered values; storage freed while resharded

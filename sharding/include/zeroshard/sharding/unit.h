@@ -18,6 +18,7 @@
 // unit must be *called through its Unit holder* to be sharded.
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
@@ -35,6 +36,24 @@ bool is_declared_unit(const torch::nn::Module* module);
 UnitState* find_managed_unit(const torch::nn::Module* module);
 void unit_pre_forward(UnitState* unit);
 void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs);
+// The dtype a unit's floating inputs are cast to, or nullopt (no mixed precision / no casting).
+c10::optional<c10::ScalarType> unit_input_dtype(UnitState* unit);
+
+// Casts floating tensors to `dtype` (when given); everything else passes through unchanged.
+inline at::Tensor cast_input(const at::Tensor& t, c10::optional<c10::ScalarType> dtype) {
+  return dtype && t.defined() && t.is_floating_point() && t.scalar_type() != *dtype ? t.to(*dtype) : t;
+}
+template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, at::Tensor>>>
+T&& cast_input(T&& value, c10::optional<c10::ScalarType>) {
+  return std::forward<T>(value);
+}
+inline at::Tensor cast_output(at::Tensor t, c10::ScalarType dtype) {
+  return t.defined() && t.is_floating_point() && t.scalar_type() != dtype ? t.to(dtype) : t;
+}
+template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, at::Tensor>>>
+T cast_output(T value, c10::ScalarType) {
+  return value;
+}
 
 inline void collect_tensors(const at::Tensor& t, std::vector<at::Tensor>& out) { out.push_back(t); }
 inline void collect_tensors(const std::vector<at::Tensor>& v, std::vector<at::Tensor>& out) {
@@ -57,7 +76,8 @@ auto call(Impl& module, Args&&... args) {
   detail::UnitState* unit = detail::find_managed_unit(&module);
   if (unit == nullptr) return module.forward(std::forward<Args>(args)...);
   detail::unit_pre_forward(unit);
-  auto out = module.forward(std::forward<Args>(args)...);
+  const c10::optional<c10::ScalarType> dtype = detail::unit_input_dtype(unit);
+  auto out = module.forward(detail::cast_input(std::forward<Args>(args), dtype)...);
   std::vector<at::Tensor> tensors;
   detail::collect_tensors(out, tensors);
   detail::unit_post_forward(unit, tensors);
