@@ -157,19 +157,24 @@ void ShardingEngine::Impl::reshard(UnitState* u) {
 }
 
 void ShardingEngine::Impl::pre_forward(UnitState* u) {
-  ZS_REQUIRE(root_active || u->is_root, UsageError, "unit '", u->name,
+  // During a backward through this engine a unit's forward is the recomputation of an activation
+  // checkpoint (the reentrant checkpoint re-runs it inside backward).
+  ZS_REQUIRE(root_active || u->is_root || in_backward(), UsageError, "unit '", u->name,
              "' was called outside the engine's forward: run the model inside engine.forward([&] { ... })");
   if (recording_order && u->forward_index < 0) {
     u->forward_index = static_cast<int>(forward_order.size());
     forward_order.push_back(u);
   }
   issue_gather(u);
-  if (options.forward_prefetch) prefetch(u->forward_index + 1);
+  // During a recomputation the next unit in forward order has already finished its backward.
+  if (options.forward_prefetch && !in_backward()) prefetch(u->forward_index + 1);
   wait_gather(u);
 }
 
 void ShardingEngine::Impl::post_forward(UnitState* u, const std::vector<at::Tensor>& outputs) {
-  if (reshard_after_forward() && !u->is_root) reshard(u);
+  // A recomputation is followed at once by the unit's own backward: stay gathered until then.
+  const bool recomputing = in_backward() && c10::GradMode::is_enabled();
+  if (reshard_after_forward() && !u->is_root && !recomputing) reshard(u);
   if (!c10::GradMode::is_enabled()) return;
   bool hooked = false;
   for (const at::Tensor& t : outputs) {

@@ -60,6 +60,9 @@ struct ShardingEngine::Impl {
   void reshard(detail::UnitState* u);
   int inflight_gathers() const;
   bool reshard_after_forward() const;
+  // A backward pass through this engine is running (set by the first pre-backward hook, cleared by
+  // the final callback).
+  bool in_backward() const { return callback_queued; }
 
   Session& session;
   std::shared_ptr<torch::nn::Module> model;
