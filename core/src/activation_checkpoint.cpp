@@ -13,10 +13,12 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <algorithm>
+#include <optional>
 #include <mutex>
 #include <utility>
 
 #include "zeroshard/core/config.h"
+#include "zeroshard/core/autocast.h"
 #include "zeroshard/core/error.h"
 
 namespace zeroshard {
@@ -83,6 +85,8 @@ struct CheckpointState : torch::CustomClassHolder {
   std::vector<bool> requires_grad;            // per input, at forward time
   std::vector<c10::DeviceIndex> cuda_devices;  // devices of the CUDA inputs
   RngStates rng;                               // before the forward run
+  // Autocast in force during the forward run, re-applied to the recomputation.
+  c10::optional<c10::ScalarType> autocast_cpu, autocast_cuda;
   size_t num_outputs = 0;
 };
 
@@ -107,6 +111,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     for (const at::Tensor& t : inputs) state->requires_grad.push_back(t.defined() && t.requires_grad());
     state->cuda_devices = cuda_devices_of(inputs);
     state->rng = capture_rng(state->cuda_devices);
+    state->autocast_cpu = autocast_dtype(c10::DeviceType::CPU);
+    state->autocast_cuda = autocast_dtype(c10::DeviceType::CUDA);
     std::vector<at::Tensor> outputs;
     {
       at::NoGradGuard no_grad;
@@ -139,6 +145,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       RngFork fork(state->cuda_devices);  // the training RNG stream continues where it was
       restore_rng(state->rng);
       at::AutoGradMode grad(true);
+      std::optional<AutocastGuard> cpu_cast, cuda_cast;
+      if (state->autocast_cpu) cpu_cast.emplace(c10::DeviceType::CPU, *state->autocast_cpu);
+      if (state->autocast_cuda) cuda_cast.emplace(c10::DeviceType::CUDA, *state->autocast_cuda);
       outputs = state->fn(detached);
     }
     ZS_CHECK(outputs.size() == state->num_outputs, "checkpoint: the recomputation returned ", outputs.size(),

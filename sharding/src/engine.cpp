@@ -51,10 +51,16 @@ c10::ScalarType to_dtype(config::PrecisionConfig::DType d) {
 }  // namespace
 
 ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& p) {
-  ZS_REQUIRE(!p.autocast(), ConfigError, "precision.autocast = true is not implemented yet; use "
-             "precision.param_dtype = BF16 or FP16 (parameters cast for compute) instead");
   ShardingOptions o = from_config(cfg);
   o.param_dtype = to_dtype(p.param_dtype());
+  if (p.autocast()) {
+    ZS_REQUIRE(p.param_dtype() != config::PrecisionConfig::FP32, ConfigError,
+               "precision.autocast = true needs precision.param_dtype = BF16 or FP16 (the autocast dtype; "
+               "parameters stay fp32)");
+    o.autocast = true;
+    o.autocast_dtype = o.param_dtype;
+    o.param_dtype = c10::kFloat;
+  }
   o.reduce_dtype = to_dtype(p.reduce_dtype());
   o.buffer_dtype = to_dtype(p.buffer_dtype());
   o.output_dtype = to_dtype(p.output_dtype());
@@ -69,6 +75,9 @@ ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, Sha
     init->deactivate();
     mem = init->mem;
   }
+  ZS_REQUIRE(!options.autocast || options.param_dtype == c10::kFloat, UsageError,
+             "ShardingOptions: autocast keeps fp32 parameters; set param_dtype = Float (autocast_dtype picks the "
+             "compute dtype)");
   ZS_REQUIRE(model != nullptr, UsageError, "ShardingEngine needs a model, got a null module");
   ZS_REQUIRE(detail::find_managed_unit(model.get()) == nullptr, UsageError,
              "this model is already wrapped by another ShardingEngine; wrap a module once");

@@ -250,11 +250,18 @@ namespace zeroshard {
 void ShardingEngine::begin_root() {
   ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
   impl_->root_active = true;
+  if (impl_->options.autocast) {
+    impl_->autocast = std::make_unique<AutocastGuard>(impl_->comm->backend() == std::string("nccl")
+                                                          ? c10::DeviceType::CUDA
+                                                          : c10::DeviceType::CPU,
+                                                      impl_->options.autocast_dtype);
+  }
   impl_->pre_forward(impl_->root);
 }
 
 void ShardingEngine::abort_root() noexcept {
   impl_->root_active = false;
+  impl_->autocast.reset();
   try {
     for (auto& u : impl_->units) impl_->reshard(u.get());
   } catch (...) {
@@ -263,6 +270,7 @@ void ShardingEngine::abort_root() noexcept {
 
 void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
   impl_->root_active = false;
+  impl_->autocast.reset();
   impl_->post_forward(impl_->root, outputs);
 }
 

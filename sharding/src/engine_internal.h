@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "zeroshard/core/autocast.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
 #include "zeroshard/sharding/sharded_init.h"
@@ -82,6 +83,7 @@ struct ShardingEngine::Impl {
   int no_sync_depth = 0;
   std::vector<detail::UnitState*> reducing;  // unit whose reduce-scatter is in flight
   CommCounters counters;
+  std::unique_ptr<AutocastGuard> autocast;  // alive during the root forward when options.autocast
 };
 
 }  // namespace zeroshard

@@ -3,6 +3,7 @@
 // the RNG stream after backward is where the plain run leaves it.
 
 #include "zeroshard/core/activation_checkpoint.h"
+#include "zeroshard/core/autocast.h"
 
 #include <torch/torch.h>
 
@@ -94,6 +95,27 @@ TEST(ActivationCheckpoint, DropoutMlpGradientsAreBitwiseEqual) {
   torch::Tensor other = model->forward(input, false);
   torch::manual_seed(1234);
   EXPECT_FALSE(at::equal(other, model->forward(input, false)));
+}
+
+TEST(ActivationCheckpoint, RecomputeUnderTheForwardsAutocast) {
+  // Under CPU bf16 autocast the recomputation must run in bf16 too, or its graph would not match
+  // the forward's (and the gradients would differ from the plain autocast run).
+  torch::manual_seed(0);
+  Mlp model(16, 3);
+  model->train();
+  torch::Tensor input = torch::randn({32, 16});
+  auto under_autocast = [&](bool ckpt) {
+    return [&model, ckpt](const torch::Tensor& x) {
+      zs::AutocastGuard guard(c10::DeviceType::CPU, torch::kBFloat16);
+      torch::Tensor out = model->forward(x, ckpt);
+      EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+      return out.to(torch::kFloat);
+    };
+  };
+  Grads plain = run_once(model, input, under_autocast(false));
+  Grads ckpt = run_once(model, input, under_autocast(true));
+  expect_bitwise(plain, ckpt);
+  EXPECT_FALSE(zs::autocast_dtype(c10::DeviceType::CPU).has_value()) << "the guard must restore autocast off";
 }
 
 TEST(ActivationCheckpoint, RecomputationRunsInBackward) {

@@ -19,7 +19,8 @@
 //   stream (PyTorch's preserve_rng_state=True).
 // - `fn` must be deterministic given its inputs, parameters and the RNG state, and must not
 //   depend on state it changes itself (e.g. BatchNorm running statistics are updated twice).
-//   Autocast state is not captured (parameters are fp32 here); double backward is not supported.
+//   The autocast state in force at the forward run (CPU and CUDA) is re-applied to the
+//   recomputation; double backward is not supported.
 // - `fn` is kept (copied) in the autograd graph until backward: whatever it captures by reference
 //   must outlive the graph.
 // - Under grad mode, at least one input must require grad: otherwise the output would carry no

@@ -67,9 +67,15 @@ struct ShardingOptions {
   c10::ScalarType buffer_dtype = c10::kFloat;
   c10::ScalarType output_dtype = c10::kFloat;
   bool cast_forward_inputs = true;
+  // Alternative to param_dtype: keep fp32 parameters and run engine.forward under LibTorch autocast
+  // in autocast_dtype (CPU: bf16; CUDA: fp16/bf16). param_dtype must then stay fp32. Activation
+  // checkpoints re-apply the autocast state of their forward run to the recomputation.
+  bool autocast = false;
+  c10::ScalarType autocast_dtype = c10::kBFloat16;
 
   static ShardingOptions from_config(const config::ShardingConfig& cfg);
-  // Sharding and precision sections together (precision.autocast is refused: not implemented).
+  // Sharding and precision sections together. With precision.autocast, param_dtype names the
+  // autocast dtype and parameters stay fp32.
   static ShardingOptions from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& precision);
 };
 
