@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "gpt_bench_args.h"
 #include "sharding/models.h"
 #include "zeroshard/core/activation_checkpoint.h"
 #include "zeroshard/core/error.h"
@@ -33,28 +34,14 @@ namespace zs = zeroshard;
 
 namespace {
 
-struct Args {
-  zs_test::GptConfig model{256, 128, 4, 4, 128};
-  int64_t batch = 8;
-  int steps = 6;
-};
+using Args = zs_bench::GptBenchArgs;
 
 Args parse(const std::vector<std::string>& a) {
-  Args o;
-  const char* usage = "usage: bench_memory [--dim N] [--layers N] [--heads N] [--seq N] [--batch N] [--steps N]";
-  for (size_t i = 1; i < a.size(); ++i) {
-    ZS_REQUIRE(i + 1 < a.size(), zs::UsageError, a[i], " needs a value; ", usage);
-    const std::string k = a[i], v = a[++i];
-    if (k == "--dim") o.model.dim = std::stoll(v);
-    else if (k == "--layers") o.model.layers = std::stoll(v);
-    else if (k == "--heads") o.model.heads = std::stoll(v);
-    else if (k == "--seq") o.model.seq = std::stoll(v);
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--steps") o.steps = std::stoi(v);
-    else ZS_THROW(zs::UsageError, "unknown argument '", k, "'; ", usage);
-  }
-  ZS_REQUIRE(o.steps >= 2, zs::UsageError, "--steps must be >= 2 (1 is warm-up)");
-  return o;
+  Args defaults;
+  defaults.model = zs_test::GptConfig{256, 128, 4, 4, 128};
+  defaults.steps = 6;
+  return zs_bench::parse_gpt_bench_args(
+      a, defaults, 1, "usage: bench_memory [--dim N] [--layers N] [--heads N] [--seq N] [--vocab N] [--batch N] [--steps N]");
 }
 
 struct Result {

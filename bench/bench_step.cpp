@@ -28,6 +28,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "gpt_bench_args.h"
 #include "sharding/models.h"
 #include "zeroshard/core/error.h"
 #include "zeroshard/core/main.h"
@@ -39,30 +40,23 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct Args {
-  zs_test::GptConfig model{256, 128, 4, 4, 32};
-  int64_t batch = 8;
-  int steps = 12;
+struct Args : zs_bench::GptBenchArgs {
   std::string strategy = "FULL_SHARD";
 };
 
 Args parse(const std::vector<std::string>& a) {
   Args o;
-  const char* usage = "usage: bench_step [--dim N] [--layers N] [--heads N] [--seq N] [--vocab N] [--batch N] [--steps N] [--strategy S]";
-  for (size_t i = 1; i < a.size(); ++i) {
-    ZS_REQUIRE(i + 1 < a.size(), zs::UsageError, a[i], " needs a value; ", usage);
-    const std::string k = a[i], v = a[++i];
-    if (k == "--dim") o.model.dim = std::stoll(v);
-    else if (k == "--layers") o.model.layers = std::stoll(v);
-    else if (k == "--heads") o.model.heads = std::stoll(v);
-    else if (k == "--seq") o.model.seq = std::stoll(v);
-    else if (k == "--vocab") o.model.vocab = std::stoll(v);
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--steps") o.steps = std::stoi(v);
-    else if (k == "--strategy") o.strategy = v;
-    else ZS_THROW(zs::UsageError, "unknown argument '", k, "'; ", usage);
-  }
-  ZS_REQUIRE(o.steps >= 3, zs::UsageError, "--steps must be >= 3 (2 are warm-up)");
+  zs_bench::GptBenchArgs defaults;
+  defaults.model = zs_test::GptConfig{256, 128, 4, 4, 32};
+  defaults.steps = 12;
+  static_cast<zs_bench::GptBenchArgs&>(o) = zs_bench::parse_gpt_bench_args(
+      a, defaults, 2,
+      "usage: bench_step [--dim N] [--layers N] [--heads N] [--seq N] [--vocab N] [--batch N] [--steps N] [--strategy S]",
+      [&](const std::string& k, const std::string& v) {
+        if (k != "--strategy") return false;
+        o.strategy = v;
+        return true;
+      });
   return o;
 }
 
