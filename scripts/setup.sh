@@ -46,8 +46,10 @@ generator=()
 if command -v ninja >/dev/null 2>&1 && [[ ! -f "$build_dir/CMakeCache.txt" || -f "$build_dir/build.ninja" ]]; then
   generator=(-G Ninja)
 fi
+mkdir -p "$build_dir"
+log="$build_dir/configure.log"
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${ZS_BUILD_TYPE:-RelWithDebInfo}" \
-  ${ZS_CMAKE_ARGS:-} >"$build_dir.configure.log" 2>&1 || { cat "$build_dir.configure.log" >&2; exit 1; }
-grep -E "^-- zeroshard:" "$build_dir.configure.log" || true
+  ${ZS_CMAKE_ARGS:-} >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+grep -E "^-- zeroshard:" "$log" || true
 cmake --build "$build_dir" -j "$jobs"
