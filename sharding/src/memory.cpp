@@ -13,6 +13,9 @@ const char* to_string(MemCategory c) {
     case MemCategory::kGradBuffers: return "unsharded grads";
     case MemCategory::kOptimizerState: return "optimizer state";
     case MemCategory::kCommBuffers: return "comm buffers";
+    case MemCategory::kOffloadHost: return "offloaded to host";
+    case MemCategory::kPinnedHost: return "pinned staging";
+    case MemCategory::kNvme: return "on NVMe (disk)";
     case MemCategory::kCount: break;
   }
   return "?";
@@ -43,12 +46,14 @@ void MemoryStats::set(MemCategory c, int64_t bytes) {
 
 int64_t MemoryStats::persistent() const {
   return current(MemCategory::kShardedParams) + current(MemCategory::kGradShards) +
-         current(MemCategory::kOptimizerState);
+         current(MemCategory::kOptimizerState) + current(MemCategory::kOffloadHost);
 }
 
 int64_t MemoryStats::total_current() const {
   int64_t t = 0;
-  for (size_t i = 0; i < kN; ++i) t += current_[i].load();
+  for (size_t i = 0; i < kN; ++i) {
+    if (i != idx(MemCategory::kNvme)) t += current_[i].load();
+  }
   return t;
 }
 
@@ -65,14 +70,18 @@ std::string MemoryStats::report(const std::string& title) const {
   os << title << "\n";
   std::snprintf(line, sizeof(line), "  %-18s %14s %14s\n", "category", "current MiB", "peak MiB");
   os << line;
-  for (size_t i = 0; i < kN; ++i) {
+  auto row = [&](size_t i) {
     std::snprintf(line, sizeof(line), "  %-18s %14.3f %14.3f\n", to_string(static_cast<MemCategory>(i)),
                   current_[i].load() / 1048576.0, peak_[i].load() / 1048576.0);
     os << line;
+  };
+  for (size_t i = 0; i < kN; ++i) {
+    if (i != idx(MemCategory::kNvme)) row(i);
   }
-  std::snprintf(line, sizeof(line), "  %-18s %14.3f %14.3f\n", "total", total_current() / 1048576.0,
+  std::snprintf(line, sizeof(line), "  %-18s %14.3f %14.3f\n", "total memory", total_current() / 1048576.0,
                 total_peak() / 1048576.0);
   os << line;
+  row(idx(MemCategory::kNvme));
   return os.str();
 }
 

@@ -17,6 +17,9 @@ enum class MemCategory {
   kGradBuffers,        // transient: unsharded gradients awaiting reduce-scatter (or no_sync)
   kOptimizerState,     // optimizer state for this rank's shards
   kCommBuffers,        // staging buffers of collectives
+  kOffloadHost,        // offloaded optimizer state (fp32 master, moments) in host memory
+  kPinnedHost,         // pinned host staging buffers (D2H/H2D copies, NVMe pipeline)
+  kNvme,               // bytes of offloaded state in files on NVMe (disk, not memory)
   kCount
 };
 const char* to_string(MemCategory c);
@@ -29,8 +32,10 @@ class MemoryStats {
   void set(MemCategory c, int64_t bytes);
   int64_t current(MemCategory c) const { return current_[idx(c)].load(); }
   int64_t peak(MemCategory c) const { return peak_[idx(c)].load(); }
-  // Persistent model state: sharded params + grad shards + optimizer state.
+  // Persistent model state in memory: sharded params + grad shards + optimizer state, on the
+  // device or offloaded to host memory (not what lives on NVMe).
   int64_t persistent() const;
+  // Memory only: every category but kNvme.
   int64_t total_current() const;
   int64_t total_peak() const;  // peak of the sum, not the sum of peaks
   void reset_peaks();
