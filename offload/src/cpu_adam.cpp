@@ -18,6 +18,7 @@
 #include <omp.h>
 #endif
 
+#include "adam_update.h"
 #include "cpu_adam_kernels.h"
 #include "zeroshard/core/error.h"
 
@@ -160,6 +161,40 @@ void run_tiles(cpu_adam::KernelFn kernel, const cpu_adam::KernelArgs& args, int6
 
 }  // namespace
 
+namespace detail {
+
+void check_cpu_adam_options(const CpuAdamOptions& o) { check_options(o); }
+
+void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p,
+                 const float* g, float* m, float* v, uint16_t* lp, cpu_adam::LowPrecision lp_type,
+                 int64_t n) {
+  // As torch::optim::Adam/AdamW 1.13: constants in double, cast to float by the tensor ops.
+  const double t = static_cast<double>(update);
+  const double bias_correction1 = 1 - std::pow(o.beta1, t);
+  const double bias_correction2 = 1 - std::pow(o.beta2, t);
+  cpu_adam::KernelArgs a{};
+  a.p = p;
+  a.g = g;
+  a.m = m;
+  a.v = v;
+  a.lp = lp;
+  a.lp_type = lp == nullptr ? cpu_adam::LowPrecision::kNone : lp_type;
+  a.beta1 = static_cast<float>(o.beta1);
+  a.one_minus_beta1 = static_cast<float>(1 - o.beta1);
+  a.beta2 = static_cast<float>(o.beta2);
+  a.one_minus_beta2 = static_cast<float>(1 - o.beta2);
+  a.sqrt_bc2 = static_cast<float>(std::sqrt(bias_correction2));
+  a.eps = static_cast<float>(o.eps);
+  a.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  a.decoupled = o.adamw && o.weight_decay != 0;
+  a.decay = static_cast<float>(1 - lr * o.weight_decay);
+  a.l2 = !o.adamw && o.weight_decay != 0;
+  a.weight_decay = static_cast<float>(o.weight_decay);
+  run_tiles(kernel_for(path), a, n);
+}
+
+}  // namespace detail
+
 // Per position in the shard list: layout at the first step, updates received (a skipped shard
 // does not advance, as in torch::optim), and the moments (created at the first update).
 struct FusedCpuAdam::Slot {
@@ -245,7 +280,23 @@ void FusedCpuAdam::step_with_copy(const std::vector<ParamShard>& shards,
                                   const std::vector<at::Tensor>& lp_out) {
   check_shards(shards, lp_out);
   at::NoGradGuard no_grad;
-  const cpu_adam::KernelFn kernel = kernel_for(path_);
+  if (pending_) {
+    ZS_REQUIRE(pending_->size() == shards.size(), UsageError, "FusedCpuAdam: the imported state has ",
+               pending_->size(), " shard positions, the step got ", shards.size(), " shards");
+    for (size_t i = 0; i < shards.size(); ++i) {
+      for (const at::Tensor& t : (*pending_)[i].tensors) {
+        ZS_REQUIRE(t.numel() == shards[i].param.numel(), UsageError, "FusedCpuAdam: imported state of shard ", i,
+                   " ('", shards[i].name, "') has ", t.numel(), " elements, the shard has ", shards[i].param.numel());
+      }
+    }
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const ShardOptimizerState& st = (*pending_)[i];
+      slots_[i].updates = st.updates;
+      slots_[i].exp_avg = st.tensors.empty() ? at::Tensor() : st.tensors[0].to(at::kFloat).contiguous().clone();
+      slots_[i].exp_avg_sq = st.tensors.empty() ? at::Tensor() : st.tensors[1].to(at::kFloat).contiguous().clone();
+    }
+    pending_.reset();
+  }
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& s = shards[i];
     const at::Tensor lp = lp_out.empty() ? at::Tensor() : lp_out[i];
@@ -259,33 +310,36 @@ void FusedCpuAdam::step_with_copy(const std::vector<ParamShard>& shards,
       slot.exp_avg = at::zeros_like(s.param, at::MemoryFormat::Contiguous);
       slot.exp_avg_sq = at::zeros_like(s.param, at::MemoryFormat::Contiguous);
     }
-    // As torch::optim::Adam/AdamW 1.13: constants in double, cast to float by the tensor ops.
-    const double t = static_cast<double>(slot.updates);
-    const double bias_correction1 = 1 - std::pow(o_.beta1, t);
-    const double bias_correction2 = 1 - std::pow(o_.beta2, t);
-    cpu_adam::KernelArgs a{};
-    a.p = s.param.data_ptr<float>();
-    a.g = s.grad.data_ptr<float>();
-    a.m = slot.exp_avg.data_ptr<float>();
-    a.v = slot.exp_avg_sq.data_ptr<float>();
-    a.lp = lp.defined() ? static_cast<uint16_t*>(lp.data_ptr()) : nullptr;
-    a.lp_type = !lp.defined()                        ? cpu_adam::LowPrecision::kNone
-                : lp.scalar_type() == at::kBFloat16 ? cpu_adam::LowPrecision::kBf16
-                                                     : cpu_adam::LowPrecision::kFp16;
-    a.beta1 = static_cast<float>(o_.beta1);
-    a.one_minus_beta1 = static_cast<float>(1 - o_.beta1);
-    a.beta2 = static_cast<float>(o_.beta2);
-    a.one_minus_beta2 = static_cast<float>(1 - o_.beta2);
-    a.sqrt_bc2 = static_cast<float>(std::sqrt(bias_correction2));
-    a.eps = static_cast<float>(o_.eps);
-    a.neg_step_size = static_cast<float>(-(lr_ / bias_correction1));
-    a.decoupled = o_.adamw && o_.weight_decay != 0;
-    a.decay = static_cast<float>(1 - lr_ * o_.weight_decay);
-    a.l2 = !o_.adamw && o_.weight_decay != 0;
-    a.weight_decay = static_cast<float>(o_.weight_decay);
-    run_tiles(kernel, a, s.param.numel());
+    const cpu_adam::LowPrecision lp_type = !lp.defined()                        ? cpu_adam::LowPrecision::kNone
+                                           : lp.scalar_type() == at::kBFloat16 ? cpu_adam::LowPrecision::kBf16
+                                                                                : cpu_adam::LowPrecision::kFp16;
+    detail::adam_update(path_, o_, lr_, slot.updates, s.param.data_ptr<float>(), s.grad.data_ptr<float>(),
+                        slot.exp_avg.data_ptr<float>(), slot.exp_avg_sq.data_ptr<float>(),
+                        lp.defined() ? static_cast<uint16_t*>(lp.data_ptr()) : nullptr, lp_type,
+                        s.param.numel());
   }
   ++steps_;
+}
+
+std::vector<ShardOptimizerState> FusedCpuAdam::export_state() const {
+  if (pending_) return *pending_;
+  std::vector<ShardOptimizerState> out;
+  for (const Slot& s : slots_) {
+    ShardOptimizerState st;
+    st.updates = s.updates;
+    if (s.exp_avg.defined()) st.tensors = {s.exp_avg.clone(), s.exp_avg_sq.clone()};
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+void FusedCpuAdam::import_state(std::vector<ShardOptimizerState> state, int64_t steps) {
+  for (size_t i = 0; i < state.size(); ++i) {
+    ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == 2, UsageError, "FusedCpuAdam import_state: position ",
+               i, " has ", state[i].tensors.size(), " state tensors; expected exp_avg and exp_avg_sq");
+  }
+  pending_ = std::make_unique<std::vector<ShardOptimizerState>>(std::move(state));
+  steps_ = steps;
 }
 
 int64_t FusedCpuAdam::state_bytes() const {

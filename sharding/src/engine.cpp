@@ -339,6 +339,22 @@ std::vector<ParamShard> ShardingEngine::param_shards() {
   return out;
 }
 
+std::vector<FlatParam*> ShardingEngine::flat_params() {
+  std::vector<FlatParam*> out;
+  for (auto& u : impl_->units) {
+    for (auto& f : u->flats) out.push_back(f.get());
+  }
+  return out;
+}
+
+int ShardingEngine::replica_rank() const {
+  return impl_->replicate_group ? impl_->replicate_group->rank() : 0;
+}
+
+const ShardingOptions& ShardingEngine::options() const { return impl_->options; }
+Session& ShardingEngine::session() { return impl_->session; }
+torch::nn::Module& ShardingEngine::model() { return *impl_->model; }
+
 void ShardingEngine::step(ShardedOptimizer& optimizer) {
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
@@ -348,7 +364,10 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   }
   c10::AutoGradMode no_grad(false);
   optimizer.step(param_shards());
-  impl_->mem->set(MemCategory::kOptimizerState, optimizer.state_bytes());
+  const ShardedOptimizer::Placement where = optimizer.placement();
+  impl_->mem->set(MemCategory::kOptimizerState, where.device);
+  impl_->mem->set(MemCategory::kOffloadHost, where.host);
+  impl_->mem->set(MemCategory::kNvme, where.nvme);
   // Buffers (e.g. BatchNorm running statistics) are averaged so every rank holds the same values.
   if (impl_->comm->size() > 1) {
     for (auto& b : impl_->model->buffers()) {

@@ -13,6 +13,7 @@
 #include <ATen/ops/zeros_like.h>
 
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -44,6 +45,7 @@ class ShardedOptimizerBase : public ShardedOptimizer {
  public:
   void step(const std::vector<ParamShard>& shards) final {
     check_shards(shards);
+    apply_pending(shards);
     at::NoGradGuard no_grad;  // params may be autograd leaves; updates are not differentiated
     for (size_t i = 0; i < shards.size(); ++i) {
       if (!shards[i].grad.defined()) continue;
@@ -65,6 +67,29 @@ class ShardedOptimizerBase : public ShardedOptimizer {
   }
 
   int64_t steps() const final { return steps_; }
+
+  std::vector<ShardOptimizerState> export_state() const final {
+    if (pending_) return *pending_;
+    std::vector<ShardOptimizerState> out;
+    for (const ShardSlot& slot : slots_) {
+      ShardOptimizerState st;
+      st.updates = slot.updates;
+      for (const at::Tensor& t : slot.state) st.tensors.push_back(t.to(at::kCPU).contiguous().clone());
+      out.push_back(std::move(st));
+    }
+    return out;
+  }
+
+  void import_state(std::vector<ShardOptimizerState> state, int64_t steps) final {
+    const size_t want = state_names().size();
+    for (size_t i = 0; i < state.size(); ++i) {
+      ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == want, UsageError,
+                 "optimizer import_state: position ", i, " has ", state[i].tensors.size(),
+                 " state tensors, ", describe(), " keeps ", want);
+    }
+    pending_ = std::make_unique<std::vector<ShardOptimizerState>>(std::move(state));
+    steps_ = steps;
+  }
 
  protected:
   using ShardedOptimizer::ShardedOptimizer;
@@ -112,9 +137,34 @@ class ShardedOptimizerBase : public ShardedOptimizer {
     }
   }
 
+  // Imported state replaces the slots once the shards are known (sizes checked, device matched).
+  void apply_pending(const std::vector<ParamShard>& shards) {
+    if (!pending_) return;
+    ZS_REQUIRE(pending_->size() == shards.size(), UsageError, "optimizer: the imported state has ",
+               pending_->size(), " shard positions, the step got ", shards.size(), " shards");
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const ShardOptimizerState& st = (*pending_)[i];
+      for (const at::Tensor& t : st.tensors) {
+        ZS_REQUIRE(t.numel() == shards[i].param.numel(), UsageError, "optimizer: imported state of shard ", i,
+                   " ('", shards[i].name, "') has ", t.numel(), " elements, the shard has ",
+                   shards[i].param.numel());
+      }
+    }
+    for (size_t i = 0; i < shards.size(); ++i) {
+      ShardOptimizerState& st = (*pending_)[i];
+      slots_[i].updates = st.updates;
+      slots_[i].state.clear();
+      for (at::Tensor& t : st.tensors) {
+        slots_[i].state.push_back(t.to(shards[i].param.device(), at::kFloat).contiguous().clone());
+      }
+    }
+    pending_.reset();
+  }
+
   std::vector<ShardSlot> slots_;
   bool layout_recorded_ = false;
   int64_t steps_ = 0;
+  std::unique_ptr<std::vector<ShardOptimizerState>> pending_;
 };
 
 // ---- option checks ----
@@ -183,6 +233,11 @@ class Sgd final : public ShardedOptimizerBase {
  public:
   explicit Sgd(const SgdOptions& o) : ShardedOptimizerBase(o.lr), o_(o) {}
 
+  std::vector<std::string> state_names() const override {
+    if (o_.momentum == 0) return {};
+    return {"momentum_buffer"};
+  }
+
   std::string describe() const override {
     return "SGD(lr=" + format_double(lr_) + ", momentum=" + format_double(o_.momentum) +
            ", dampening=" + format_double(o_.dampening) +
@@ -220,6 +275,11 @@ class Adam final : public ShardedOptimizerBase {
  public:
   Adam(const AdamOptions& o, bool decoupled)
       : ShardedOptimizerBase(o.lr), o_(o), decoupled_(decoupled) {}
+
+  std::vector<std::string> state_names() const override {
+    if (o_.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    return {"exp_avg", "exp_avg_sq"};
+  }
 
   std::string describe() const override {
     std::string s = std::string(decoupled_ ? "AdamW" : "Adam") + "(lr=" + format_double(lr_) +

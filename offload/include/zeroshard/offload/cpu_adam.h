@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ class FusedCpuAdam final : public ShardedOptimizer {
   // e.g. "FusedCpuAdamW(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, simd=avx512)"
   std::string describe() const override;
   int64_t steps() const override { return steps_; }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  std::vector<ShardOptimizerState> export_state() const override;
+  void import_state(std::vector<ShardOptimizerState> state, int64_t steps) override;
 
  private:
   struct Slot;
@@ -79,6 +83,7 @@ class FusedCpuAdam final : public ShardedOptimizer {
   std::vector<Slot> slots_;
   bool layout_recorded_ = false;
   int64_t steps_ = 0;
+  std::unique_ptr<std::vector<ShardOptimizerState>> pending_;  // import_state, applied at step()
 };
 
 }  // namespace zeroshard

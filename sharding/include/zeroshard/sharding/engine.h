@@ -45,6 +45,7 @@
 namespace zeroshard {
 
 class ShardedInit;
+class FlatParam;
 
 struct ShardingOptions {
   config::ShardingConfig::Strategy strategy = config::ShardingConfig::FULL_SHARD;
@@ -148,6 +149,15 @@ class ShardingEngine {
   std::string memory_report() const;
   const CommCounters& comm_counters() const;
   void reset_comm_counters();
+
+  // Every flat parameter, in a fixed order (units root first, then pre-order; trainable before
+  // frozen): what checkpoints save and load.
+  std::vector<FlatParam*> flat_params();
+  // This rank's index among the replicas of its shard (0 unless NO_SHARD / HYBRID_SHARD).
+  int replica_rank() const;
+  const ShardingOptions& options() const;
+  Session& session();
+  torch::nn::Module& model();
 
   std::vector<std::string> unit_names() const;
   int64_t num_params() const;            // unpadded elements of all units (trainable + frozen)

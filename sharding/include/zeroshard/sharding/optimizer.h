@@ -26,6 +26,14 @@ struct ParamShard {
   std::string name;  // unit name, for error messages
 };
 
+// Optimizer state of one shard position, for checkpoints: the updates it received (Adam's bias
+// correction counts them) and its per-element fp32 state tensors, named as state_names() says,
+// each of the shard's size (none before the first update).
+struct ShardOptimizerState {
+  int64_t updates = 0;
+  std::vector<at::Tensor> tensors;  // one per state_names() entry, or empty
+};
+
 class ShardedOptimizer {
  public:
   virtual ~ShardedOptimizer() = default;
@@ -39,10 +47,29 @@ class ShardedOptimizer {
 
   // Bytes of optimizer state currently held (momentum buffers, Adam moments).
   virtual int64_t state_bytes() const = 0;
+  // Where the optimizer's bytes live: on the shards' device, in host memory (offload to CPU, incl.
+  // a host fp32 master copy), in files (offload to NVMe). Default: everything on the device.
+  struct Placement {
+    int64_t device = 0;
+    int64_t host = 0;
+    int64_t nvme = 0;
+  };
+  virtual Placement placement() const { return {state_bytes(), 0, 0}; }
   // e.g. "AdamW(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01)"
   virtual std::string describe() const = 0;
   // Number of completed step() calls.
   virtual int64_t steps() const = 0;
+
+  // --- state for checkpoints ---
+  // Names of the per-element state tensors, e.g. {"exp_avg", "exp_avg_sq"}; {} for plain SGD.
+  virtual std::vector<std::string> state_names() const = 0;
+  // Copies (CPU, fp32, contiguous) of every shard position's state, in shard-list order; empty
+  // before the first step. Offloaded state is read back from where it lives.
+  virtual std::vector<ShardOptimizerState> export_state() const = 0;
+  // Replaces the state (e.g. from a checkpoint, possibly resharded): one entry per shard position.
+  // Applied at the next step(), where sizes are checked against the shards (UsageError naming
+  // the position); steps() becomes `steps`.
+  virtual void import_state(std::vector<ShardOptimizerState> state, int64_t steps) = 0;
 
  protected:
   explicit ShardedOptimizer(double lr) : lr_(lr) {}

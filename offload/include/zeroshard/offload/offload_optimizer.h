@@ -1,0 +1,104 @@
+#pragma once
+// OffloadedOptimizer: the optimizer step of ZeRO-Offload / ZeRO-Infinity. The optimizer state of
+// this rank's shards (fp32 master values and moments) lives in host memory (Target CPU) or in
+// files on an NVMe drive (Target NVME), and the update runs on the CPU with the fused kernels of
+// cpu_adam.h; the engine's shards receive the new values.
+//
+//   auto opt = zeroshard::make_engine_optimizer(cfg, session.world().rank(), &engine.memory());
+//   engine.step(*opt);   // device, cpu or nvme, as cfg.offload().optimizer() says
+//
+// Each step walks every shard in chunks of `block_size` bytes per state array:
+//   CPU   the moments are host tensors from a PinnedPool (page-locked); when the shard itself is
+//         an fp32 CPU tensor it is the master (no copy), otherwise a host fp32 master is kept and
+//         gradients/values travel through pinned staging buffers.
+//   NVME  each shard has two state files under <nvme_path>/zeroshard-rank<R>/ holding chunk by
+//         chunk [master | exp_avg | exp_avg_sq]. A step reads chunk k+1.. ahead while chunk k is
+//         updated and chunk k-1 is written, through buffer_count pinned buffers and the async I/O
+//         engine (aio.h), and writes the new state into the *other* file: the previous step's
+//         file stays intact until the step has completed. Every chunk carries a CRC-32C kept in
+//         memory; a read that does not match (file truncated or changed behind the engine's back)
+//         is an IoError naming the file, the offset and the chunk.
+// A step that fails (disk full, I/O error, checksum) leaves the training state as it was before
+// the step: the shards are restored from the intact file, update counts are unchanged, and the
+// error says so; after the cause is fixed, the same step can be retried (or a checkpoint saved).
+// Results equal the device-resident optimizer bit for bit in fp32 on a CPU with AVX2 (the fused
+// kernel's contract, see cpu_adam.h). ADAM and ADAMW are supported; other types are a ConfigError.
+// Files are created at the first step, truncated if left by an earlier run, and removed by the
+// destructor; a lock file stops two processes from using the same rank directory.
+// Not supported yet (clear ConfigError where the config asks for it): offload.params != DEVICE,
+// gradient swap-out during backward. Not thread-safe.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/core/config.h"
+#include "zeroshard/offload/aio.h"
+#include "zeroshard/offload/cpu_adam.h"
+#include "zeroshard/sharding/optimizer.h"
+
+namespace zeroshard {
+
+class MemoryStats;
+
+struct OffloadOptions {
+  config::OffloadConfig::Target target = config::OffloadConfig::CPU;  // CPU or NVME
+  std::string nvme_path;            // NVME: existing, writable directory
+  bool pin_memory = true;
+  int64_t block_size = 1 << 20;     // bytes per state array per chunk (multiple of 4096)
+  int queue_depth = 32;
+  int buffer_count = 4;             // pinned chunk buffers in the NVMe pipeline (>= 2)
+  IoBackend io_backend = IoBackend::kAuto;
+  bool direct_io = true;            // O_DIRECT (falls back with a warning where refused)
+  SimdPath simd = SimdPath::kAuto;
+
+  // From the `offload` section. ConfigError for params != DEVICE (not supported) and for
+  // optimizer = NVME without nvme_path.
+  static OffloadOptions from_config(const config::OffloadConfig& cfg);
+};
+
+class OffloadedOptimizer final : public ShardedOptimizer {
+ public:
+  // `rank` names the NVMe rank directory. `mem` (may be null) receives the pinned staging bytes.
+  // `io` (may be null: built from options) lets tests wrap the I/O engine to inject faults.
+  // NVME: checks at once that nvme_path exists and is writable (IoError naming it otherwise), and
+  // takes the rank directory's lock.
+  OffloadedOptimizer(const config::OptimizerConfig& optimizer, const OffloadOptions& options,
+                     int rank, MemoryStats* mem = nullptr, std::shared_ptr<IoEngine> io = nullptr);
+  ~OffloadedOptimizer() override;
+
+  void step(const std::vector<ParamShard>& shards) override;
+  int64_t state_bytes() const override;
+  Placement placement() const override;
+  std::string describe() const override;
+  int64_t steps() const override;
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  // NVME: reads the moments back from the current files (checksums verified).
+  std::vector<ShardOptimizerState> export_state() const override;
+  void import_state(std::vector<ShardOptimizerState> state, int64_t steps) override;
+
+  // NVME: the directory holding this rank's files (empty for CPU).
+  std::string rank_dir() const;
+  // Bytes read/written by the NVMe store and the time its steps spent, since construction.
+  struct IoStats {
+    int64_t bytes_read = 0;
+    int64_t bytes_written = 0;
+    double step_seconds = 0;  // wall time of the NVMe steps
+  };
+  IoStats io_stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The optimizer the config asks for: the sharding library's (device-resident state) when
+// offload.optimizer = DEVICE, an OffloadedOptimizer otherwise.
+std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const config::Config& cfg, int rank,
+                                                        MemoryStats* mem = nullptr);
+
+}  // namespace zeroshard

@@ -1,0 +1,55 @@
+#pragma once
+// The files of one rank's offloaded optimizer state on NVMe (private to zs_offload).
+//
+// Rank directory <nvme_path>/zeroshard-rank<R>/ holds a lock file and, per shard, two state files
+// "<index>-<unit>.state.<0|1>". Each file is a sequence of chunk records of `record_bytes` bytes:
+// [master C floats | exp_avg C floats | exp_avg_sq C floats], C = chunk elements; the last record
+// is zero-padded. Steps read generation `current` and write the other one, so the previous
+// state survives a failed step. Per record a CRC-32C is kept in memory per generation.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/offload/aio.h"
+
+namespace zeroshard::detail {
+
+// The rank directory: created at construction (the parent must exist and be writable), locked
+// against a second process, cleared of state files an earlier run left; removed by the destructor.
+class NvmeRankDir {
+ public:
+  NvmeRankDir(const std::string& nvme_path, int rank);
+  ~NvmeRankDir();
+  NvmeRankDir(const NvmeRankDir&) = delete;
+  NvmeRankDir& operator=(const NvmeRankDir&) = delete;
+  const std::string& path() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::string lock_path_;
+  int lock_fd_ = -1;
+};
+
+struct NvmeShardFiles {
+  NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit, int64_t numel,
+                 int64_t chunk_elems, bool direct);
+  ~NvmeShardFiles();
+
+  int64_t numel;
+  int64_t chunk_elems;
+  int64_t chunks;
+  int64_t record_bytes;  // 3 * chunk_elems * 4
+  std::string paths[2];
+  std::unique_ptr<AioFile> files[2];
+  std::vector<uint32_t> crc[2];
+  int current = 0;           // generation holding the state of the last completed step
+  bool initialized = false;  // generation `current` has been written once
+  int64_t updates = 0;       // completed updates (Adam bias correction)
+
+  int64_t bytes_on_disk() const { return 2 * chunks * record_bytes; }
+  int64_t chunk_numel(int64_t k) const { return std::min(chunk_elems, numel - k * chunk_elems); }
+};
+
+}  // namespace zeroshard::detail

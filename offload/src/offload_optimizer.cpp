@@ -1,0 +1,537 @@
+// OffloadedOptimizer: shard bookkeeping, the CPU (host tensors) and NVMe (streamed files) state
+// stores, the chunk pipeline, and rollback of a failed NVMe step. See offload_optimizer.h.
+
+#include "zeroshard/offload/offload_optimizer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "adam_update.h"
+#include "zeroshard/core/crc32c.h"
+#include "nvme_state.h"
+#include "zeroshard/core/error.h"
+#include "zeroshard/core/logging.h"
+#include "zeroshard/offload/pinned_pool.h"
+#include "zeroshard/sharding/memory.h"
+
+namespace zeroshard {
+
+namespace {
+
+IoBackend io_backend_from(config::OffloadConfig::IoBackend b) {
+  switch (b) {
+    case config::OffloadConfig::IO_URING: return IoBackend::kIoUring;
+    case config::OffloadConfig::LIBAIO: return IoBackend::kLibaio;
+    case config::OffloadConfig::THREADS: return IoBackend::kThreads;
+    default: return IoBackend::kAuto;
+  }
+}
+
+CpuAdamOptions adam_options(const config::OptimizerConfig& cfg) {
+  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::ADAM || cfg.type() == config::OptimizerConfig::ADAMW,
+             ConfigError, "optimizer.type = ", config::OptimizerConfig::Type_Name(cfg.type()),
+             " cannot run with offload.optimizer = CPU/NVME; the offloaded optimizer implements ADAM and ADAMW");
+  ZS_REQUIRE(cfg.momentum() == 0 && !cfg.nesterov(), ConfigError,
+             "optimizer.momentum / optimizer.nesterov apply only to optimizer.type = SGD");
+  CpuAdamOptions o;
+  o.lr = cfg.lr();
+  o.beta1 = cfg.beta1();
+  o.beta2 = cfg.beta2();
+  o.eps = cfg.eps();
+  o.weight_decay = cfg.weight_decay();
+  o.adamw = cfg.type() == config::OptimizerConfig::ADAMW;
+  detail::check_cpu_adam_options(o);
+  return o;
+}
+
+bool host_fp32(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+}  // namespace
+
+OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
+  ZS_REQUIRE(cfg.params() == config::OffloadConfig::DEVICE, ConfigError, "offload.params = ",
+             config::OffloadConfig::Target_Name(cfg.params()),
+             " is not supported yet; parameter shards stay on the device (offload.params = DEVICE). "
+             "Offload the optimizer state instead (offload.optimizer = CPU or NVME)");
+  OffloadOptions o;
+  o.target = cfg.optimizer();
+  o.nvme_path = cfg.nvme_path();
+  o.pin_memory = cfg.pin_memory();
+  o.block_size = cfg.block_size();
+  o.queue_depth = cfg.queue_depth();
+  o.buffer_count = cfg.buffer_count();
+  o.io_backend = io_backend_from(cfg.io_backend());
+  ZS_REQUIRE(o.target != config::OffloadConfig::NVME || !o.nvme_path.empty(), ConfigError,
+             "offload.optimizer = NVME needs offload.nvme_path (a directory on the NVMe drive)");
+  return o;
+}
+
+// Per position in the shard list.
+struct HostSlot {
+  int64_t numel = 0;
+  int64_t updates = 0;
+  at::Tensor master;  // host fp32 master when the shard is not a host fp32 tensor
+  at::Tensor m, v;
+};
+
+struct OffloadedOptimizer::Impl {
+  CpuAdamOptions adam;
+  OffloadOptions o;
+  int rank;
+  MemoryStats* mem;
+  SimdPath path;
+  PinnedPool state_pool;    // CPU target: moments and host masters (reported as offloaded state)
+  PinnedPool staging_pool;  // chunk buffers and D2H/H2D staging (reported as pinned staging)
+  int64_t chunk_elems;
+  bool layout_recorded = false;
+  int64_t steps = 0;
+  IoStats io_stats;
+  // CPU target
+  std::vector<HostSlot> host;
+  // NVME target
+  std::shared_ptr<IoEngine> io;
+  std::unique_ptr<detail::NvmeRankDir> dir;
+  std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
+  std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
+  at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
+
+  Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
+       std::shared_ptr<IoEngine> engine)
+      : adam(adam_options(opt)),
+        o(opts),
+        rank(r),
+        mem(m),
+        state_pool(opts.pin_memory, nullptr),
+        staging_pool(opts.pin_memory, m),
+        io(std::move(engine)) {
+    ZS_REQUIRE(o.target == config::OffloadConfig::CPU || o.target == config::OffloadConfig::NVME,
+               ConfigError, "OffloadedOptimizer needs offload.optimizer = CPU or NVME, got ",
+               config::OffloadConfig::Target_Name(o.target));
+    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
+               "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
+    ZS_REQUIRE(o.buffer_count >= 2, ConfigError, "offload.buffer_count = ", o.buffer_count,
+               " must be at least 2 (one chunk read while another is written)");
+    path = o.simd == SimdPath::kAuto ? detect_simd() : o.simd;
+    ZS_REQUIRE(simd_supported(path), UsageError, "OffloadOptions.simd = ", to_string(path),
+               " cannot run on this CPU (flags: ", cpu_simd_flags(), ")");
+    chunk_elems = o.block_size / static_cast<int64_t>(sizeof(float));
+    if (o.target == config::OffloadConfig::NVME) {
+      dir = std::make_unique<detail::NvmeRankDir>(o.nvme_path, rank);
+      if (!io) {
+        IoOptions io_opts;
+        io_opts.backend = o.io_backend;
+        io_opts.queue_depth = o.queue_depth;
+        io_opts.block_size = o.block_size;
+        io = make_io_engine(io_opts);
+      }
+    }
+  }
+
+  void check_shards(const std::vector<ParamShard>& shards);
+  void step_cpu(const std::vector<ParamShard>& shards);
+  void step_nvme(const std::vector<ParamShard>& shards);
+  void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
+                  const ShardOptimizerState* imported = nullptr);
+  void apply_pending(const std::vector<ParamShard>& shards);
+  void ensure_buffers();
+  std::unique_ptr<std::vector<ShardOptimizerState>> pending;
+  void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f, int64_t chunks) noexcept(false);
+  void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
+  void verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const;
+  double lr = 0;
+};
+
+void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ParamShard& s = shards[i];
+    ZS_REQUIRE(s.param.defined() && s.param.scalar_type() == at::kFloat && s.param.is_contiguous(),
+               UsageError, "OffloadedOptimizer step: shard ", i, " ('", s.name,
+               "') must be a contiguous fp32 tensor");
+    ZS_REQUIRE(!s.grad.defined() || (s.grad.scalar_type() == at::kFloat && s.grad.numel() == s.param.numel() &&
+                                     s.grad.is_contiguous()),
+               UsageError, "OffloadedOptimizer step: the grad of shard ", i, " ('", s.name,
+               "') must be a contiguous fp32 tensor of ", s.param.numel(), " elements");
+  }
+  if (!layout_recorded) {
+    if (o.target == config::OffloadConfig::CPU) {
+      host.resize(shards.size());
+      for (size_t i = 0; i < shards.size(); ++i) host[i].numel = shards[i].param.numel();
+    } else {
+      for (size_t i = 0; i < shards.size(); ++i) {
+        files.push_back(std::make_unique<detail::NvmeShardFiles>(
+            dir->path(), i, shards[i].name, shards[i].param.numel(), chunk_elems, o.direct_io));
+      }
+    }
+    layout_recorded = true;
+    return;
+  }
+  const size_t expected = o.target == config::OffloadConfig::CPU ? host.size() : files.size();
+  ZS_REQUIRE(shards.size() == expected, UsageError, "OffloadedOptimizer step ", steps + 1, " got ",
+             shards.size(), " shards, the first step had ", expected,
+             "; pass the same shard list, in the same order, every step");
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const int64_t n = o.target == config::OffloadConfig::CPU ? host[i].numel : files[i]->numel;
+    ZS_REQUIRE(shards[i].param.numel() == n, UsageError, "OffloadedOptimizer step ", steps + 1,
+               ": shard ", i, " ('", shards[i].name, "') changed: expected ", n, " elements, got ",
+               shards[i].param.numel());
+  }
+}
+
+// ---- CPU target: state in host tensors, the update chunk by chunk where data must travel ----
+
+void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ParamShard& s = shards[i];
+    if (!s.grad.defined()) continue;
+    HostSlot& slot = host[i];
+    const int64_t n = slot.numel;
+    const bool in_place = host_fp32(s.param);
+    if (!slot.m.defined()) {
+      slot.m = state_pool.empty(n, at::kFloat).zero_();
+      slot.v = state_pool.empty(n, at::kFloat).zero_();
+      if (!in_place) slot.master = state_pool.empty(n, at::kFloat).copy_(s.param);
+    }
+    const int64_t update = slot.updates + 1;
+    float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
+    if (in_place && host_fp32(s.grad)) {
+      detail::adam_update(path, adam, lr, update, p, s.grad.data_ptr<float>(), slot.m.data_ptr<float>(),
+                          slot.v.data_ptr<float>(), nullptr, cpu_adam::LowPrecision::kNone, n);
+    } else {
+      // Device-resident shard (or a gradient elsewhere): chunks of the gradient come to the host
+      // through pinned staging, chunks of the new values go back.
+      if (!grad_staging.defined()) grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
+      for (int64_t off = 0; off < n; off += chunk_elems) {
+        const int64_t c = std::min(chunk_elems, n - off);
+        at::Tensor g = grad_staging.narrow(0, 0, c);
+        g.copy_(s.grad.narrow(0, off, c));
+        detail::adam_update(path, adam, lr, update, p + off, g.data_ptr<float>(), slot.m.data_ptr<float>() + off,
+                            slot.v.data_ptr<float>() + off, nullptr, cpu_adam::LowPrecision::kNone, c);
+        if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
+      }
+    }
+    slot.updates = update;
+  }
+}
+
+// ---- NVMe target ----
+
+void OffloadedOptimizer::Impl::verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const {
+  const uint32_t got = crc32c(buf, static_cast<size_t>(f.record_bytes));
+  const uint32_t want = f.crc[gen][static_cast<size_t>(k)];
+  ZS_REQUIRE(got == want, IoError, "offloaded optimizer state corrupted: '", f.paths[gen], "' chunk ", k,
+             " at offset ", k * f.record_bytes, " (", f.record_bytes, " bytes) has CRC-32C ", got,
+             ", the engine wrote ", want,
+             "; the file was changed or truncated behind the engine's back (rank ", rank,
+             "). Restart from the last checkpoint");
+}
+
+void OffloadedOptimizer::Impl::read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf) {
+  io->wait(io->submit_read(*f.files[gen], buf, f.record_bytes, k * f.record_bytes));
+  io_stats.bytes_read += f.record_bytes;
+  verify(f, gen, k, buf);
+}
+
+// Streams one shard: record k+1.. read ahead while record k is updated and record k-1 written.
+// initialize: the shard has no state yet; records are built from the shard (master) and zero
+// moments and written to generation `current`, without updating.
+void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
+                                          const ShardOptimizerState* imported) {
+  const int B = static_cast<int>(buffers.size());
+  const int lookahead = std::max(1, B - 2);
+  const int src = f.current;
+  const int dst = initialize ? f.current : 1 - f.current;
+  const int64_t C = f.chunk_elems;
+  const int64_t update = f.updates + 1;
+  std::vector<IoEngine::Handle> reads(static_cast<size_t>(f.chunks), 0);
+  std::vector<IoEngine::Handle> writes(static_cast<size_t>(f.chunks), 0);
+  std::vector<bool> write_pending(static_cast<size_t>(f.chunks), false);
+  int64_t next_read = 0;
+  auto buf_of = [&](int64_t k) { return buffers[static_cast<size_t>(k % B)].data_ptr<float>(); };
+  auto wait_write = [&](int64_t k) {
+    if (k >= 0 && write_pending[static_cast<size_t>(k)]) {
+      write_pending[static_cast<size_t>(k)] = false;
+      io->wait(writes[static_cast<size_t>(k)]);
+      io_stats.bytes_written += f.record_bytes;
+    }
+  };
+  try {
+    for (int64_t k = 0; k < f.chunks; ++k) {
+      if (!initialize) {
+        for (; next_read < f.chunks && next_read <= k + lookahead; ++next_read) {
+          wait_write(next_read - B);  // the buffer's previous record must be on disk first
+          reads[static_cast<size_t>(next_read)] =
+              io->submit_read(*f.files[src], buf_of(next_read), f.record_bytes, next_read * f.record_bytes);
+        }
+      } else {
+        wait_write(k - B);
+      }
+      float* buf = buf_of(k);
+      const int64_t c = f.chunk_numel(k);
+      float* p = buf;
+      float* m = buf + C;
+      float* v = buf + 2 * C;
+      if (initialize) {
+        std::memset(buf, 0, static_cast<size_t>(f.record_bytes));
+        at::from_blob(p, {c}, at::kFloat).copy_(s.param.narrow(0, k * C, c));
+        if (imported != nullptr && !imported->tensors.empty()) {
+          at::from_blob(m, {c}, at::kFloat).copy_(imported->tensors[0].narrow(0, k * C, c));
+          at::from_blob(v, {c}, at::kFloat).copy_(imported->tensors[1].narrow(0, k * C, c));
+        }
+      } else {
+        io->wait(reads[static_cast<size_t>(k)]);
+        io_stats.bytes_read += f.record_bytes;
+        verify(f, src, k, buf);
+        const float* g = nullptr;
+        if (host_fp32(s.grad)) {
+          g = s.grad.data_ptr<float>() + k * C;
+        } else {
+          at::Tensor staged = grad_staging.narrow(0, 0, c);
+          staged.copy_(s.grad.narrow(0, k * C, c));
+          g = staged.data_ptr<float>();
+        }
+        detail::adam_update(path, adam, lr, update, p, g, m, v, nullptr, cpu_adam::LowPrecision::kNone, c);
+        if (host_fp32(s.param)) {
+          std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
+        } else {
+          s.param.narrow(0, k * C, c).copy_(at::from_blob(p, {c}, at::kFloat));
+        }
+      }
+      f.crc[dst][static_cast<size_t>(k)] = crc32c(buf, static_cast<size_t>(f.record_bytes));
+      writes[static_cast<size_t>(k)] = io->submit_write(*f.files[dst], buf, f.record_bytes, k * f.record_bytes);
+      write_pending[static_cast<size_t>(k)] = true;
+    }
+    for (int64_t k = 0; k < f.chunks; ++k) wait_write(k);
+  } catch (...) {
+    try {
+      io->wait_all();  // nothing may still write into our buffers
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+// Puts the master values of generation `current` (the last completed step) back into the shard.
+void OffloadedOptimizer::Impl::restore_shard(const ParamShard& s, detail::NvmeShardFiles& f, int64_t) {
+  float* buf = buffers[0].data_ptr<float>();
+  for (int64_t k = 0; k < f.chunks; ++k) {
+    const int64_t c = f.chunk_numel(k);
+    read_record(f, f.current, k, buf);
+    s.param.narrow(0, k * f.chunk_elems, c).copy_(at::from_blob(buf, {c}, at::kFloat));
+  }
+}
+
+// Imported state (a checkpoint) replaces the current one: host moments (CPU), or fresh files
+// written from the shards and the imported moments (NVME).
+void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shards) {
+  if (!pending) return;
+  ZS_REQUIRE(pending->size() == shards.size(), UsageError, "OffloadedOptimizer: the imported state has ",
+             pending->size(), " shard positions, the step got ", shards.size(), " shards");
+  for (size_t i = 0; i < shards.size(); ++i) {
+    for (const at::Tensor& t : (*pending)[i].tensors) {
+      ZS_REQUIRE(t.numel() == shards[i].param.numel(), UsageError, "OffloadedOptimizer: imported state of shard ",
+                 i, " ('", shards[i].name, "') has ", t.numel(), " elements, the shard has ", shards[i].param.numel());
+    }
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const ShardOptimizerState& st = (*pending)[i];
+    if (o.target == config::OffloadConfig::CPU) {
+      HostSlot& slot = host[i];
+      slot.updates = st.updates;
+      slot.m = slot.v = slot.master = at::Tensor();
+      if (!st.tensors.empty()) {
+        slot.m = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[0]);
+        slot.v = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[1]);
+        if (!host_fp32(shards[i].param)) slot.master = state_pool.empty(slot.numel, at::kFloat).copy_(shards[i].param);
+      }
+    } else {
+      ensure_buffers();
+      detail::NvmeShardFiles& f = *files[i];
+      f.updates = st.updates;
+      f.initialized = false;
+      if (!st.tensors.empty()) {
+        nvme_shard(shards[i], f, /*initialize=*/true, &st);
+        f.initialized = true;
+      }
+    }
+  }
+  pending.reset();
+}
+
+void OffloadedOptimizer::Impl::ensure_buffers() {
+  if (!buffers.empty()) return;
+  for (int b = 0; b < o.buffer_count; ++b) buffers.push_back(staging_pool.empty(3 * chunk_elems, at::kFloat));
+  grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
+}
+
+void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ensure_buffers();
+  // Shards seen for the first time: write their initial state (master from the shard, zero
+  // moments) so every later step, and a rollback, has a complete previous generation to read.
+  for (size_t i = 0; i < shards.size(); ++i) {
+    detail::NvmeShardFiles& f = *files[i];
+    if (f.initialized || !shards[i].grad.defined()) continue;
+    nvme_shard(shards[i], f, /*initialize=*/true);
+    f.initialized = true;
+  }
+  size_t done = 0;
+  try {
+    for (; done < shards.size(); ++done) {
+      if (!shards[done].grad.defined()) continue;
+      nvme_shard(shards[done], *files[done], /*initialize=*/false);
+    }
+  } catch (const Error& e) {
+    // Roll back: every shard touched by this step gets the previous step's values back from its
+    // intact generation; update counts and `current` were not advanced.
+    std::string rollback = "the parameters and optimizer state are as before this step; fix the cause and retry, "
+                           "or save a checkpoint";
+    try {
+      for (size_t i = 0; i <= done && i < shards.size(); ++i) {
+        if (shards[i].grad.defined() && files[i]->initialized) restore_shard(shards[i], *files[i], 0);
+      }
+    } catch (const Error& e2) {
+      rollback = std::string("rolling back failed too (") + e2.message() +
+                 "); the parameters of this rank are inconsistent: restart from the last checkpoint";
+    }
+    ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at shard ",
+             done, " ('", shards[std::min(done, shards.size() - 1)].name, "'): ", e.message(), ". ", rollback);
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!shards[i].grad.defined()) continue;
+    files[i]->current = 1 - files[i]->current;
+    ++files[i]->updates;
+  }
+  io_stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- the optimizer ----
+
+OffloadedOptimizer::OffloadedOptimizer(const config::OptimizerConfig& optimizer, const OffloadOptions& options,
+                                       int rank, MemoryStats* mem, std::shared_ptr<IoEngine> io)
+    : ShardedOptimizer(optimizer.lr()),
+      impl_(std::make_unique<Impl>(optimizer, options, rank, mem, std::move(io))) {}
+
+OffloadedOptimizer::~OffloadedOptimizer() {
+  if (impl_ && impl_->io) {
+    try {
+      impl_->io->wait_all();
+    } catch (...) {
+    }
+  }
+}
+
+void OffloadedOptimizer::step(const std::vector<ParamShard>& shards) {
+  impl_->check_shards(shards);
+  at::NoGradGuard no_grad;
+  impl_->apply_pending(shards);
+  impl_->lr = lr_;
+  if (impl_->o.target == config::OffloadConfig::CPU) {
+    impl_->step_cpu(shards);
+  } else {
+    impl_->step_nvme(shards);
+  }
+  ++impl_->steps;
+}
+
+int64_t OffloadedOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const HostSlot& s : impl_->host) {
+    if (s.m.defined()) bytes += static_cast<int64_t>(s.m.nbytes() + s.v.nbytes());
+  }
+  for (const auto& f : impl_->files) {
+    if (f->initialized) bytes += 2 * f->numel * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes;
+}
+
+ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
+  Placement p;
+  for (const HostSlot& s : impl_->host) {
+    if (!s.m.defined()) continue;
+    p.host += static_cast<int64_t>(s.m.nbytes() + s.v.nbytes());
+    if (s.master.defined()) p.host += static_cast<int64_t>(s.master.nbytes());
+  }
+  for (const auto& f : impl_->files) {
+    if (f->initialized) p.nvme += f->bytes_on_disk();
+  }
+  return p;
+}
+
+std::string OffloadedOptimizer::describe() const {
+  const auto& o = impl_->o;
+  std::string s = std::string("Offloaded") + (impl_->adam.adamw ? "AdamW" : "Adam") + "(lr=" + std::to_string(lr_) +
+                  ", state=" + config::OffloadConfig::Target_Name(o.target) + ", simd=" + to_string(impl_->path);
+  if (o.target == config::OffloadConfig::NVME) {
+    s += ", dir=" + impl_->dir->path() + ", io=" + to_string(impl_->io->backend()) +
+         ", block=" + std::to_string(o.block_size) + ", depth=" + std::to_string(o.queue_depth) +
+         ", buffers=" + std::to_string(o.buffer_count);
+  }
+  return s + ", pinned=" + impl_->staging_pool.mode() + ")";
+}
+
+int64_t OffloadedOptimizer::steps() const { return impl_->steps; }
+
+std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
+  Impl& im = *impl_;
+  if (im.pending) return *im.pending;
+  std::vector<ShardOptimizerState> out;
+  for (const HostSlot& slot : im.host) {
+    ShardOptimizerState st;
+    st.updates = slot.updates;
+    if (slot.m.defined()) st.tensors = {slot.m.clone(), slot.v.clone()};
+    out.push_back(std::move(st));
+  }
+  for (const auto& fp : im.files) {
+    detail::NvmeShardFiles& f = *fp;
+    ShardOptimizerState st;
+    st.updates = f.updates;
+    if (f.initialized) {
+      im.ensure_buffers();
+      at::Tensor m = at::empty({f.numel}, at::kFloat), v = at::empty({f.numel}, at::kFloat);
+      float* buf = im.buffers[0].data_ptr<float>();
+      for (int64_t k = 0; k < f.chunks; ++k) {
+        const int64_t c = f.chunk_numel(k);
+        im.read_record(f, f.current, k, buf);
+        std::memcpy(m.data_ptr<float>() + k * f.chunk_elems, buf + f.chunk_elems, static_cast<size_t>(c) * 4);
+        std::memcpy(v.data_ptr<float>() + k * f.chunk_elems, buf + 2 * f.chunk_elems, static_cast<size_t>(c) * 4);
+      }
+      st.tensors = {m, v};
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+void OffloadedOptimizer::import_state(std::vector<ShardOptimizerState> state, int64_t steps) {
+  for (size_t i = 0; i < state.size(); ++i) {
+    ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == 2, UsageError,
+               "OffloadedOptimizer import_state: position ", i, " has ", state[i].tensors.size(),
+               " state tensors; expected exp_avg and exp_avg_sq");
+    for (at::Tensor& t : state[i].tensors) t = t.to(at::kCPU, at::kFloat).contiguous();
+  }
+  impl_->pending = std::make_unique<std::vector<ShardOptimizerState>>(std::move(state));
+  impl_->steps = steps;
+}
+
+std::string OffloadedOptimizer::rank_dir() const { return impl_->dir ? impl_->dir->path() : std::string(); }
+
+OffloadedOptimizer::IoStats OffloadedOptimizer::io_stats() const { return impl_->io_stats; }
+
+std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const config::Config& cfg, int rank, MemoryStats* mem) {
+  const config::OffloadConfig& off = cfg.offload();
+  if (off.optimizer() == config::OffloadConfig::DEVICE) {
+    (void)OffloadOptions::from_config(off);  // still rejects what is not supported (params offload)
+    return make_optimizer(cfg.optimizer());
+  }
+  return std::make_unique<OffloadedOptimizer>(cfg.optimizer(), OffloadOptions::from_config(off), rank, mem);
+}
+
+}  // namespace zeroshard

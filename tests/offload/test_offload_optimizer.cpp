@@ -1,0 +1,284 @@
+// The offloaded optimizer (offload.optimizer = CPU / NVME) inside the sharding engine: training a
+// GPT with its optimizer state in host memory or streamed through files must give the same
+// parameters, bit for bit, as the device-resident AdamW; plus the files' life cycle, bad paths,
+// disk-full and I/O faults injected through a wrapped I/O engine (the step fails, the training
+// state is as before, a retry gives the uninterrupted result), and corrupted or truncated state
+// files (checksum / short-read errors naming the file). Run at 1 and 2 ranks.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "common/test_util.h"
+#include "sharding/gpt_trainer.h"
+#include "zeroshard/core/error.h"
+#include "zeroshard/offload/offload_optimizer.h"
+#include "zeroshard/sharding/engine.h"
+
+namespace zs = zeroshard;
+namespace fs = std::filesystem;
+using zs::config::OffloadConfig;
+
+namespace {
+
+// A directory per test and rank under the build tree (not /tmp: tmpfs may refuse O_DIRECT, which
+// has its own test), removed at the end.
+struct TempDir {
+  explicit TempDir(const std::string& name) {
+    path = (fs::current_path() / ("offload_test_" + name + "_" + std::to_string(zs::test::rank()))).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string path;
+};
+
+using Trainer = zs_test::GptTrainer;
+using zs_test::max_diff;
+
+zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
+
+// Shard snapshot of this rank (no collective), to check that a failed step changed nothing.
+std::vector<at::Tensor> shard_values(zs::ShardingEngine& e) {
+  std::vector<at::Tensor> out;
+  for (auto& s : e.param_shards()) out.push_back(s.param.clone());
+  return out;
+}
+
+bool same_shards(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].equal(b[i])) return false;
+  }
+  return true;
+}
+
+zs::OffloadOptions nvme_options(const std::string& dir, int64_t block = 4096, int buffers = 3) {
+  zs::OffloadOptions o;
+  o.target = OffloadConfig::NVME;
+  o.nvme_path = dir;
+  o.block_size = block;  // 1024 elements per chunk: several chunks and a partial last one per shard
+  o.buffer_count = buffers;
+  o.queue_depth = 4;
+  return o;
+}
+
+std::map<std::string, at::Tensor> reference_after(int steps) {
+  Trainer t;
+  auto opt = zs::make_optimizer(adamw_config());
+  t.train(*opt, 0, steps);
+  return t.params();
+}
+
+// Wraps an engine; fails writes with `write_errno` once `fail_writes` is set, or reads with EIO.
+class FaultyIo : public zs::IoEngine {
+ public:
+  explicit FaultyIo(std::shared_ptr<zs::IoEngine> inner) : inner_(std::move(inner)) {}
+  Handle submit_read(zs::AioFile& f, void* buf, int64_t bytes, int64_t offset) override {
+    if (fail_reads) ZS_THROW(zs::IoError, "read of '", f.path(), "' at offset ", offset, " failed: Input/output error (injected)");
+    return inner_->submit_read(f, buf, bytes, offset);
+  }
+  Handle submit_write(zs::AioFile& f, const void* buf, int64_t bytes, int64_t offset) override {
+    if (fail_writes && writes_before_failure-- <= 0) {
+      ZS_THROW(zs::IoError, "write of '", f.path(), "' at offset ", offset,
+               " failed: disk full: No space left on device (injected)");
+    }
+    return inner_->submit_write(f, buf, bytes, offset);
+  }
+  void wait(Handle h) override { inner_->wait(h); }
+  void wait_all() override { inner_->wait_all(); }
+  zs::IoBackend backend() const override { return inner_->backend(); }
+  const zs::IoOptions& options() const override { return inner_->options(); }
+  bool fail_writes = false;
+  int writes_before_failure = 0;
+  bool fail_reads = false;
+
+ private:
+  std::shared_ptr<zs::IoEngine> inner_;
+};
+
+template <typename Err>
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Err& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<wrong error type: ") + e.what() + ">";
+  }
+  return "<no exception>";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(OffloadedOptimizer, CpuStateEqualsDeviceStateBitwise) {
+  const auto ref = reference_after(6);
+  Trainer t;
+  zs::OffloadOptions o;
+  o.target = OffloadConfig::CPU;
+  o.block_size = 4096;
+  zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank(), &t.engine->memory());
+  t.train(opt, 0, 6);
+  EXPECT_EQ(max_diff(t.params(), ref), 0.0);
+  // Moments live on the host (offloaded), none on the device.
+  EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kOptimizerState), 0);
+  EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kOffloadHost), 2 * 4 * t.engine->num_padded_trainable_params() /
+                                                                            t.engine->shard_group_size());
+}
+
+TEST(OffloadedOptimizer, NvmeStateEqualsDeviceStateBitwise) {
+  const auto ref = reference_after(6);
+  for (auto backend : {zs::IoBackend::kAuto, zs::IoBackend::kThreads}) {
+    for (int buffers : {2, 4}) {
+      TempDir dir("equal");
+      Trainer t;
+      auto o = nvme_options(dir.path, 4096, buffers);
+      o.io_backend = backend;
+      zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank(), &t.engine->memory());
+      t.train(opt, 0, 6);
+      EXPECT_EQ(max_diff(t.params(), ref), 0.0) << zs::to_string(backend) << ", " << buffers << " buffers";
+      const auto io = opt.io_stats();
+      EXPECT_GT(io.bytes_read, 0);
+      EXPECT_GT(io.bytes_written, 0);
+      EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kOptimizerState), 0);
+      EXPECT_GT(t.engine->memory().current(zs::MemCategory::kNvme), 0);
+      EXPECT_GT(t.engine->memory().current(zs::MemCategory::kPinnedHost), 0);
+      if (zs::test::rank() == 0) std::printf("  %s\n", opt.describe().c_str());
+    }
+  }
+}
+
+TEST(OffloadedOptimizer, FilesAreCreatedLockedAndRemoved) {
+  TempDir dir("files");
+  const std::string rank_dir = dir.path + "/zeroshard-rank" + std::to_string(zs::test::rank());
+  // A state file an earlier (crashed) run left behind is removed, not read.
+  fs::create_directories(rank_dir);
+  { std::FILE* f = std::fopen((rank_dir + "/7-old.state.0").c_str(), "w"); std::fputs("stale", f); std::fclose(f); }
+  {
+    Trainer t;
+    zs::OffloadedOptimizer opt(adamw_config(), nvme_options(dir.path), zs::test::rank());
+    EXPECT_EQ(opt.rank_dir(), rank_dir);
+    EXPECT_FALSE(fs::exists(rank_dir + "/7-old.state.0"));
+    t.train(opt, 0, 1);
+    int state_files = 0;
+    for (const auto& e : fs::directory_iterator(rank_dir)) state_files += contains(e.path().string(), ".state.");
+    EXPECT_EQ(state_files, 2 * static_cast<int>(t.engine->param_shards().size()));
+    // A second optimizer on the same directory is refused while the first holds it.
+    const std::string err = error_of<zs::IoError>(
+        [&] { zs::OffloadedOptimizer second(adamw_config(), nvme_options(dir.path), zs::test::rank()); });
+    EXPECT_TRUE(contains(err, "in use by another process")) << err;
+  }
+  EXPECT_FALSE(fs::exists(rank_dir)) << "the rank directory should be removed with the optimizer";
+}
+
+TEST(OffloadedOptimizer, BadPathsFailAtConstruction) {
+  const std::string missing = (fs::current_path() / "no_such_offload_dir").string();
+  std::string err = error_of<zs::IoError>(
+      [&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options(missing), zs::test::rank()); });
+  EXPECT_TRUE(contains(err, "offload.nvme_path '" + missing + "'")) << err;
+  EXPECT_TRUE(contains(err, "No such file")) << err;
+  // /proc: a directory nobody can create files in, even root.
+  err = error_of<zs::IoError>([&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options("/proc"), zs::test::rank()); });
+  EXPECT_TRUE(contains(err, "/proc")) << err;
+  // A file, not a directory.
+  TempDir dir("notdir");
+  const std::string file = dir.path + "/plain";
+  { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
+  err = error_of<zs::IoError>([&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options(file), zs::test::rank()); });
+  EXPECT_TRUE(contains(err, "is not a directory")) << err;
+}
+
+TEST(OffloadedOptimizer, ConfigErrors) {
+  zs::config::OffloadConfig c;
+  c.set_optimizer(OffloadConfig::NVME);
+  std::string err = error_of<zs::ConfigError>([&] { zs::OffloadOptions::from_config(c); });
+  EXPECT_TRUE(contains(err, "offload.nvme_path")) << err;
+  c.set_nvme_path("/x");
+  c.set_params(OffloadConfig::CPU);
+  err = error_of<zs::ConfigError>([&] { zs::OffloadOptions::from_config(c); });
+  EXPECT_TRUE(contains(err, "offload.params = CPU")) << err;
+  auto sgd = adamw_config();
+  sgd.set_type(zs::config::OptimizerConfig::SGD);
+  zs::OffloadOptions o;
+  err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(sgd, o, 0); });
+  EXPECT_TRUE(contains(err, "optimizer.type = SGD")) << err;
+  zs::config::Config full;
+  full.mutable_offload()->set_optimizer(OffloadConfig::CPU);
+  *full.mutable_optimizer() = adamw_config();
+  EXPECT_NE(zs::make_engine_optimizer(full, 0)->describe().find("state=CPU"), std::string::npos);
+}
+
+// Disk full in the middle of a step: the step fails with a clear error, the shards are as before
+// the step, and retrying the step (the disk has room again) gives the uninterrupted result.
+TEST(OffloadedOptimizer, DiskFullMidStepRollsBackAndRetrySucceeds) {
+  const auto ref = reference_after(4);
+  TempDir dir("enospc");
+  Trainer t;
+  auto o = nvme_options(dir.path);
+  zs::IoOptions io_opts;
+  io_opts.queue_depth = o.queue_depth;
+  io_opts.block_size = o.block_size;
+  auto faulty = std::make_shared<FaultyIo>(zs::make_io_engine(io_opts));
+  zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank(), nullptr, faulty);
+  t.train(opt, 0, 3);
+  t.forward_backward(3);
+  const auto before = shard_values(*t.engine);
+  faulty->fail_writes = true;
+  faulty->writes_before_failure = 5;  // fail in the middle of the step
+  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "disk full")) << err;
+  EXPECT_TRUE(contains(err, "step 4 failed")) << err;
+  EXPECT_TRUE(contains(err, "as before this step")) << err;
+  EXPECT_TRUE(same_shards(before, shard_values(*t.engine))) << "a failed step changed the parameters";
+  EXPECT_EQ(opt.steps(), 3);
+  faulty->fail_writes = false;
+  t.engine->step(opt);  // the gradients are still there: retry
+  t.engine->zero_grad();
+  EXPECT_EQ(max_diff(t.params(), ref), 0.0);
+}
+
+// A state file changed or truncated behind the engine's back is detected before its data is used.
+TEST(OffloadedOptimizer, CorruptedOrTruncatedStateFileIsNamed) {
+  for (bool truncate : {false, true}) {
+    TempDir dir(truncate ? "trunc" : "flip");
+    Trainer t;
+    zs::OffloadedOptimizer opt(adamw_config(), nvme_options(dir.path), zs::test::rank());
+    t.train(opt, 0, 2);  // the initial state went to .0, step 1 to .1, step 2 to .0: current = 0
+    const std::string victim = opt.rank_dir() + "/1-" + "h0.state.0";
+    ASSERT_TRUE(fs::exists(victim)) << victim;
+    if (truncate) {
+      ASSERT_EQ(::truncate(victim.c_str(), 4096 + 100), 0);
+    } else {
+      const int fd = ::open(victim.c_str(), O_WRONLY);
+      ASSERT_GE(fd, 0);
+      const char junk = 0x5a;
+      ASSERT_EQ(::pwrite(fd, &junk, 1, 12288 + 77), 1);  // inside chunk 1 (records of 12288 bytes)
+      ::close(fd);
+    }
+    t.forward_backward(2);
+    const auto before = shard_values(*t.engine);
+    const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+    EXPECT_TRUE(contains(err, victim)) << err;
+    if (truncate) {
+      EXPECT_TRUE(contains(err, "shorter than expected") || contains(err, "truncated")) << err;
+    } else {
+      EXPECT_TRUE(contains(err, "chunk 1 at offset 12288")) << err;
+      EXPECT_TRUE(contains(err, "CRC-32C")) << err;
+    }
+    // Rollback reads the same damaged file, so it cannot restore the unit: the error says so.
+    EXPECT_TRUE(contains(err, "restart from the last checkpoint") || contains(err, "Restart from the last checkpoint"))
+        << err;
+    (void)before;
+    t.engine->zero_grad();
+  }
+}

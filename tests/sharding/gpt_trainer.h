@@ -1,0 +1,74 @@
+#pragma once
+// A small GPT under a ShardingEngine with deterministic, rank-dependent data per step: shared by
+// the offload and training-checkpoint tests, which compare runs that must agree bit for bit.
+
+#include <torch/nn/functional/loss.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "sharding/models.h"
+#include "zeroshard/sharding/engine.h"
+
+namespace zs_test {
+
+inline GptConfig trainer_gpt_config() {
+  GptConfig c;
+  c.vocab = 37, c.dim = 24, c.heads = 2, c.layers = 2, c.seq = 8;
+  return c;
+}
+
+inline zeroshard::config::OptimizerConfig trainer_adamw_config() {
+  zeroshard::config::OptimizerConfig c;
+  c.set_type(zeroshard::config::OptimizerConfig::ADAMW);
+  c.set_lr(3e-3);
+  c.set_beta2(0.95);
+  c.set_weight_decay(0.1);
+  return c;
+}
+
+struct GptTrainer {
+  explicit GptTrainer(zeroshard::ShardingOptions o = {}, uint64_t init_seed = 11, GptConfig cfg = trainer_gpt_config())
+      : config(cfg) {
+    torch::manual_seed(init_seed);
+    model = Gpt(config);
+    engine = std::make_unique<zeroshard::ShardingEngine>(zeroshard::test::session(), model.ptr(), o);
+  }
+  // Gradients of step `step` (data depends on step and rank only), clipped.
+  double forward_backward(int step) {
+    torch::manual_seed(1000 + 31 * step + zeroshard::test::rank());
+    torch::Tensor x = torch::randint(config.vocab, {3, config.seq}, torch::kLong);
+    torch::Tensor y = torch::randint(config.vocab, {3, config.seq}, torch::kLong);
+    torch::Tensor loss = engine->forward(
+        [&] { return torch::cross_entropy_loss(model->forward(x).view({-1, config.vocab}), y.view({-1})); });
+    loss.backward();
+    engine->clip_grad_norm(1.0);
+    return loss.item<double>();
+  }
+  // Steps [from, to); returns the last loss.
+  double train(zeroshard::ShardedOptimizer& opt, int from, int to) {
+    double loss = 0;
+    for (int s = from; s < to; ++s) {
+      loss = forward_backward(s);
+      engine->step(opt);
+      engine->zero_grad();
+    }
+    return loss;
+  }
+  std::map<std::string, at::Tensor> params() { return engine->full_state_dict(); }
+
+  GptConfig config;
+  Gpt model{nullptr};
+  std::unique_ptr<zeroshard::ShardingEngine> engine;
+};
+
+inline double max_diff(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
+  double worst = 0;
+  for (const auto& [name, t] : a) worst = std::max(worst, (t - b.at(name)).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace zs_test
