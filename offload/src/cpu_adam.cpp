@@ -327,7 +327,7 @@ std::vector<ShardOptimizerState> FusedCpuAdam::export_state() const {
   for (const Slot& s : slots_) {
     ShardOptimizerState st;
     st.updates = s.updates;
-    if (s.exp_avg.defined()) st.tensors = {s.exp_avg.clone(), s.exp_avg_sq.clone()};
+    if (s.exp_avg.defined()) st.tensors = {s.exp_avg, s.exp_avg_sq};
     out.push_back(std::move(st));
   }
   return out;

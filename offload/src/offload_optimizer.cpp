@@ -486,7 +486,7 @@ std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
   for (const HostSlot& slot : im.host) {
     ShardOptimizerState st;
     st.updates = slot.updates;
-    if (slot.m.defined()) st.tensors = {slot.m.clone(), slot.v.clone()};
+    if (slot.m.defined()) st.tensors = {slot.m, slot.v};
     out.push_back(std::move(st));
   }
   for (const auto& fp : im.files) {

@@ -147,8 +147,14 @@ int64_t Checkpointer::last_durable_step() const {
 
 // ---- save ----
 
+// Sync saves write straight from the live tensors (training waits); async saves copy them first.
 Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState& st) {
   at::NoGradGuard no_grad;
+  const bool copy = o.async_save;
+  auto host = [copy](const at::Tensor& t) {
+    at::Tensor h = t.detach().to(at::kCPU).contiguous();
+    return copy && h.data_ptr() == t.data_ptr() ? h.clone() : h;
+  };
   Snapshot s;
   s.step = st.step;
   s.rank = comm->rank();
@@ -164,7 +170,7 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
     FlatParam& f = *flats[i];
     if (s.holds_shards) {
       s.sections.push_back({flat_key(i) + "/param", "float32", {f.shard_numel()},
-                            f.shard().detach().to(at::kCPU).contiguous().clone(), {}});
+                            host(f.shard()), {}});
     }
     if (!f.trainable()) continue;
     const size_t pos = trainable_index++;
@@ -172,7 +178,7 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
       const ShardOptimizerState& os = opt_state[pos];
       for (size_t k = 0; k < os.tensors.size(); ++k) {
         s.sections.push_back({flat_key(i) + "/opt/" + state_names.at(k), "float32", {f.shard_numel()},
-                              os.tensors[k].to(at::kCPU, at::kFloat).contiguous(), {}});
+                              host(os.tensors[k].to(at::kFloat)), {}});
       }
     }
   }
@@ -186,7 +192,7 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
   if (s.rank == 0) {
     for (const auto& b : engine.model().named_buffers()) {
       s.sections.push_back({"buffer/" + b.key(), c10::toString(b.value().scalar_type()), b.value().sizes().vec(),
-                            b.value().detach().to(at::kCPU).contiguous().clone(), {}});
+                            host(b.value()), {}});
     }
     ckpt::Manifest& m = s.manifest;
     m.set_format_version(ckpt::kFormatVersion);

@@ -74,7 +74,7 @@ class ShardedOptimizerBase : public ShardedOptimizer {
     for (const ShardSlot& slot : slots_) {
       ShardOptimizerState st;
       st.updates = slot.updates;
-      for (const at::Tensor& t : slot.state) st.tensors.push_back(t.to(at::kCPU).contiguous().clone());
+      for (const at::Tensor& t : slot.state) st.tensors.push_back(t.to(at::kCPU).contiguous());
       out.push_back(std::move(st));
     }
     return out;

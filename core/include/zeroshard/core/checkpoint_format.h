@@ -43,10 +43,9 @@ class RankFileWriter {
  private:
   void write(const void* data, int64_t bytes);
   std::string path_;
-  std::FILE* f_ = nullptr;
+  int fd_ = -1;
   RankFileIndex index_;
   int64_t offset_ = 0;
-  uint32_t file_crc_ = 0;
 };
 
 // Reads sections of one rank file, checking it against the manifest's record: size and index
@@ -64,7 +63,8 @@ class RankFileReader {
   // The whole section into `dst` (section.bytes() bytes), checksum verified.
   void read(const Section& s, void* dst) const;
   std::string read_bytes(const std::string& name) const;
-  // Whole-file CRC against the manifest (reads the file once).
+  // The file's CRC (magic + index) against the manifest, every section's CRC, and that the
+  // sections and index cover the file (reads it once).
   void verify_file() const;
   const std::string& path() const { return path_; }
 

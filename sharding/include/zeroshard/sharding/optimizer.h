@@ -63,8 +63,9 @@ class ShardedOptimizer {
   // --- state for checkpoints ---
   // Names of the per-element state tensors, e.g. {"exp_avg", "exp_avg_sq"}; {} for plain SGD.
   virtual std::vector<std::string> state_names() const = 0;
-  // Copies (CPU, fp32, contiguous) of every shard position's state, in shard-list order; empty
-  // before the first step. Offloaded state is read back from where it lives.
+  // Every shard position's state (CPU, fp32, contiguous), in shard-list order; empty before the
+  // first step. Tensors may alias the live state (valid until the next step or import): clone
+  // them to keep them. Offloaded state is read back from where it lives.
   virtual std::vector<ShardOptimizerState> export_state() const = 0;
   // Replaces the state (e.g. from a checkpoint, possibly resharded): one entry per shard position.
   // Applied at the next step(), where sizes are checked against the shards (UsageError naming
