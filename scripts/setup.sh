@@ -15,6 +15,7 @@ packages=(
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev               # async I/O for offload
+  libpng-dev                            # zeroshard-plot's PNG output
 )
 
 missing=()
