@@ -16,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
+  shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
 )
 
 missing=()
