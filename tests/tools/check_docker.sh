@@ -14,7 +14,8 @@
 set -euo pipefail
 
 src=$(cd "$1" && pwd)
-launch=$2
+launch=$(realpath "$2")  # absolute: section 5 runs from another folder
+[[ -x $launch ]] || { echo "FAIL: $2 is not an executable zeroshard-launch" >&2; exit 1; }
 failures=0
 fail() {
   echo "FAIL: $*" >&2
