@@ -69,10 +69,11 @@ int count_cores() {
   return cores.empty() ? std::max(cpus, 1) : static_cast<int>(cores.size());
 }
 
-// NVIDIA GPUs: `nvidia-smi -L` (one "GPU i: ..." line each) when it is on PATH, else the driver's
-// /proc/driver/nvidia/gpus (one directory each). {0, ""} when neither exists.
+// NVIDIA GPUs: `nvidia-smi -L` (one "GPU i: ..." line each) when it is on PATH and succeeds, else
+// the driver's /proc/driver/nvidia/gpus (one directory each). {0, ""} when neither exists.
 std::pair<int, std::string> count_gpus() {
-  if (!find_on_path("nvidia-smi").empty()) {
+  const bool have_smi = !find_on_path("nvidia-smi").empty();
+  if (have_smi) {
     FILE* p = ::popen("nvidia-smi -L 2>/dev/null", "r");
     if (p != nullptr) {
       int n = 0;
@@ -91,7 +92,8 @@ std::pair<int, std::string> count_gpus() {
     ::closedir(d);
     return {n, "/proc/driver/nvidia/gpus"};
   }
-  return {0, ""};
+  // nvidia-smi without a working driver: say so rather than "no nvidia-smi".
+  return {0, have_smi ? "nvidia-smi -L, which failed (is the NVIDIA driver loaded?)" : ""};
 }
 
 }  // namespace
