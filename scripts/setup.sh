@@ -15,6 +15,8 @@ packages=(
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev               # async I/O for offload
+  libpng-dev                            # zeroshard-plot's PNG output
+  shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
 )
 
 missing=()

@@ -1,0 +1,364 @@
+#include "zeroshard/sharding/estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "zeroshard/core/error.h"
+
+namespace zeroshard {
+namespace {
+
+using Strategy = config::ShardingConfig;
+using Target = config::OffloadConfig;
+
+int64_t pad(int64_t numel, int n) { return (numel + n - 1) / n * n; }
+
+// The flat parameters' element counts: the root's (if any) first, then the units'.
+std::vector<int64_t> flats(const ModelShape& m) {
+  std::vector<int64_t> f;
+  if (m.root_params > 0) f.push_back(m.root_params);
+  for (int64_t u : m.unit_params) {
+    if (u > 0) f.push_back(u);
+  }
+  return f;
+}
+
+// Sum of the `k` largest padded unit flats (root excluded), with `bytes_per` each element.
+int64_t largest_units(const ModelShape& m, int n, size_t k, std::function<int64_t(int64_t padded)> bytes) {
+  std::vector<int64_t> units;
+  for (int64_t u : m.unit_params) {
+    if (u > 0) units.push_back(pad(u, n));
+  }
+  std::sort(units.rbegin(), units.rend());
+  int64_t b = 0;
+  for (size_t i = 0; i < k && i < units.size(); ++i) b += bytes(units[i]);
+  return b;
+}
+
+int shard_group_size(const EstimateOptions& o) {
+  ZS_REQUIRE(o.world_size >= 1, ConfigError, "world size ", o.world_size, " is not a rank count; at least 1");
+  ZS_REQUIRE(o.ranks_per_node >= 1, ConfigError, "ranks per node ", o.ranks_per_node, " must be at least 1");
+  if (o.world_size == 1) return 1;
+  switch (o.sharding.strategy()) {
+    case Strategy::FULL_SHARD:
+    case Strategy::SHARD_GRAD_OP:
+      return o.world_size;
+    case Strategy::NO_SHARD:
+      return 1;
+    case Strategy::HYBRID_SHARD: {
+      const int g = o.sharding.hybrid_group_size() > 0 ? o.sharding.hybrid_group_size()
+                                                      : std::min(o.ranks_per_node, o.world_size);
+      ZS_REQUIRE(o.world_size % g == 0, ConfigError, "sharding.hybrid_group_size = ", g,
+                 " does not divide the world size ", o.world_size, "; allowed: a divisor of ", o.world_size,
+                 " (0 means the ranks of one node, here ", std::min(o.ranks_per_node, o.world_size), ")");
+      return g;
+    }
+    default:
+      break;
+  }
+  ZS_THROW(ConfigError, "sharding.strategy has an unknown value ", static_cast<int>(o.sharding.strategy()));
+}
+
+int optimizer_bytes_per_param(const config::OptimizerConfig& opt) {
+  switch (opt.type()) {
+    case config::OptimizerConfig::ADAM:
+    case config::OptimizerConfig::ADAMW:
+      return 8;  // exp_avg, exp_avg_sq (fp32)
+    case config::OptimizerConfig::SGD:
+      return opt.momentum() > 0 ? 4 : 0;  // momentum buffer
+    default:
+      break;
+  }
+  return 8;
+}
+
+// The highest sum of device categories over one step (after zero_grad), replaying what the engine
+// does unit by unit (sharding/src/engine_hooks.cpp). `base`: sharded params + optimizer state.
+int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, int n, bool aliased, int p, int r,
+                         int64_t base) {
+  const auto strategy = o.sharding.strategy();
+  const bool fwd_prefetch = o.sharding.forward_prefetch() && o.sharding.limit_all_gathers() >= 2;
+  const bool bwd_prefetch =
+      o.sharding.backward_prefetch() == config::BackwardPrefetch::BACKWARD_PRE && o.sharding.limit_all_gathers() >= 2;
+  const bool reshard_after_forward = strategy == Strategy::FULL_SHARD || strategy == Strategy::HYBRID_SHARD;
+  std::vector<int64_t> u;  // padded units in forward order
+  for (int64_t x : m.unit_params) {
+    if (x > 0) u.push_back(pad(x, n));
+  }
+  const int64_t root = m.root_params > 0 ? pad(m.root_params, n) : 0;
+  int64_t all = root;
+  for (int64_t x : u) all += x;
+  const int units = static_cast<int>(u.size());
+  auto at = [&](int i) -> int64_t { return i >= 0 && i < units ? u[static_cast<size_t>(i)] : 0; };
+  // Gathered elements while unit i computes (forward or backward).
+  auto gathered = [&](int i, bool backward) -> int64_t {
+    if (aliased) return 0;
+    if (strategy == Strategy::NO_SHARD) return all;  // gathered once, never resharded
+    if (!reshard_after_forward) {                    // SHARD_GRAD_OP: units resharded after their backward
+      if (!backward) {
+        int64_t g = root;
+        for (int j = 0; j <= std::min(i + (fwd_prefetch ? 1 : 0), units - 1); ++j) g += at(j);
+        return g;
+      }
+      int64_t g = root;
+      for (int j = 0; j <= i; ++j) g += at(j);
+      return g;
+    }
+    return root + at(i) + (backward ? (bwd_prefetch ? at(i - 1) : 0) : (fwd_prefetch ? at(i + 1) : 0));
+  };
+  int64_t peak = base + gathered(-1, false) * p;  // before the first unit: the root is gathered
+  for (int i = 0; i < units; ++i) peak = std::max(peak, base + gathered(i, false) * p);
+  // Backward. The highest moment of unit i is its post-backward: its reduce-scatter has just
+  // started (gradient buffer + output) while unit i+1's finishes, whose gradient shard is counted
+  // before its buffers are released; the root's gradient buffer lives through all of backward,
+  // units after i+1 hold their gradient shards. The root's own post-backward comes last, after
+  // unit 0's, then the end of backward finishes the root's reduce.
+  auto sh = [&](int64_t padded) { return padded / n; };
+  auto moment = [&](int64_t gathered_elems, int64_t buffers, int64_t in_flight_shards, int64_t done_shards) {
+    return base + gathered_elems * p + buffers * p + (aliased ? 0 : in_flight_shards * r) + 4 * done_shards;
+  };
+  int64_t done = 0;  // gradient shards of units after i+1
+  for (int i = units - 1; i >= 0; --i) {
+    if (i + 1 < units) done += sh(at(i + 1));
+    peak = std::max(peak, moment(gathered(i, true), root + at(i) + at(i + 1), sh(at(i)) + sh(at(i + 1)), done));
+  }
+  done += sh(at(0));
+  peak = std::max(peak, moment(gathered(-1, true), root + at(0), sh(root) + sh(at(0)), done));
+  peak = std::max(peak, moment(gathered(-1, true), root, sh(root), done + sh(root)));
+  // After backward every gradient shard exists and the transients are gone.
+  return std::max(peak, base + 4 * (all / n) + (strategy == Strategy::NO_SHARD && !aliased ? all * p : 0));
+}
+
+}  // namespace
+
+int64_t ModelShape::total() const {
+  int64_t t = root_params;
+  for (int64_t u : unit_params) t += u;
+  return t;
+}
+
+int64_t ModelShape::largest_unit() const {
+  int64_t m = 0;
+  for (int64_t u : unit_params) m = std::max(m, u);
+  return m;
+}
+
+int64_t GptShape::effective_heads() const { return heads > 0 ? heads : std::max<int64_t>(1, d_model / 64); }
+
+ModelShape gpt_model_shape(const GptShape& g) {
+  ZS_REQUIRE(g.layers >= 1 && g.d_model >= 1 && g.vocab >= 1 && g.seq >= 1, ConfigError,
+             "GPT shape layers=", g.layers, " d_model=", g.d_model, " vocab=", g.vocab, " seq=", g.seq,
+             ": every value must be at least 1");
+  ModelShape m;
+  const int64_t d = g.d_model;
+  m.root_params = g.vocab * d + g.seq * d + 2 * d;  // wte (tied with the output), wpe, ln_f
+  // ln1 2d, qkv 3d^2 (no bias), proj d^2+d, ln2 2d, fc 4d^2+4d, out 4d^2+d
+  m.unit_params.assign(static_cast<size_t>(g.layers), 12 * d * d + 10 * d);
+  return m;
+}
+
+ModelShape uniform_model_shape(int64_t params, int64_t unit_params) {
+  ZS_REQUIRE(params >= 1, ConfigError, "parameter count ", params, " must be at least 1");
+  ZS_REQUIRE(unit_params >= 0, ConfigError, "unit size ", unit_params, " must not be negative");
+  ModelShape m;
+  if (unit_params == 0 || unit_params >= params) {
+    m.unit_params.push_back(params);
+    return m;
+  }
+  for (int64_t left = params; left > 0; left -= unit_params) m.unit_params.push_back(std::min(left, unit_params));
+  return m;
+}
+
+int dtype_bytes(config::PrecisionConfig::DType d) { return d == config::PrecisionConfig::FP32 ? 4 : 2; }
+
+EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, int ranks_per_node) {
+  EstimateOptions o;
+  o.world_size = world_size;
+  o.ranks_per_node = ranks_per_node;
+  o.sharding = cfg.sharding();
+  o.precision = cfg.precision();
+  o.optimizer = cfg.optimizer();
+  o.offload = cfg.offload();
+  return o;
+}
+
+MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o) {
+  const std::vector<int64_t> f = flats(model);
+  ZS_REQUIRE(!f.empty(), ConfigError, "the model has no parameters to estimate");
+  MemoryEstimate e;
+  const int n = shard_group_size(o);
+  e.shard_group = n;
+  const int p = dtype_bytes(o.precision.param_dtype()), r = dtype_bytes(o.precision.reduce_dtype());
+  const auto strategy = o.sharding.strategy();
+  // Views of the shard: nothing to gather (one-rank shard group computing in fp32).
+  const bool aliased = n == 1 && p == 4;
+
+  int64_t shard = 0, padded_total = 0;
+  for (int64_t x : f) {
+    shard += pad(x, n) / n;
+    padded_total += pad(x, n);
+  }
+  const int64_t root_padded = model.root_params > 0 ? pad(model.root_params, n) : 0;
+  const int opt = optimizer_bytes_per_param(o.optimizer);
+
+  e.sharded_params = 4 * shard;
+  e.grad_shards = 4 * shard;
+  e.optimizer_state = static_cast<int64_t>(opt) * shard;
+
+  const bool prefetch =
+      (o.sharding.forward_prefetch() || o.sharding.backward_prefetch() != config::BackwardPrefetch::NONE) &&
+      o.sharding.limit_all_gathers() >= 2;
+  const auto lp = [p](int64_t padded) { return padded * p; };
+  if (aliased) {
+    e.gathered_params_peak = 0;
+  } else if (strategy == Strategy::SHARD_GRAD_OP || strategy == Strategy::NO_SHARD) {
+    e.gathered_params_peak = padded_total * p;  // gathered from forward to backward (NO_SHARD: always)
+  } else {
+    e.gathered_params_peak = root_padded * p + largest_units(model, n, prefetch ? 2 : 1, lp);
+  }
+  e.grad_buffers_peak = root_padded * p + largest_units(model, n, 2, lp);
+  if (!aliased) {
+    std::vector<int64_t> shards;
+    for (int64_t x : f) shards.push_back(pad(x, n) / n);
+    std::sort(shards.rbegin(), shards.rend());
+    for (size_t i = 0; i < 2 && i < shards.size(); ++i) e.comm_buffers_peak += shards[i] * r;
+  }
+
+  const int64_t device_base = e.sharded_params + e.optimizer_state;
+  e.device_peak = replay_step_peak(model, o, n, aliased, p, r, device_base);
+
+  // Offload: formulas only (see the header).
+  const auto opt_target = o.offload.optimizer(), param_target = o.offload.params();
+  const int64_t staging = static_cast<int64_t>(o.offload.buffer_count()) * o.offload.block_size();
+  bool staged = false;
+  if (opt_target != Target::DEVICE) {
+    e.offloaded = true;
+    const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
+    (opt_target == Target::CPU ? e.offload_host : e.nvme) += state;
+    e.optimizer_state = 0;
+    e.sharded_params = static_cast<int64_t>(p) * shard;  // the device keeps the shard it gathers from
+    e.pinned_host += 4 * shard;                           // fp32 gradient shard copied for the CPU optimizer
+    if (opt_target == Target::NVME) {
+      e.pinned_host += staging;
+      staged = true;
+    }
+  }
+  if (param_target != Target::DEVICE) {
+    e.offloaded = true;
+    const bool master_is_param = opt_target == Target::CPU && param_target == Target::CPU && p == 4;
+    e.sharded_params = 0;
+    if (!master_is_param) (param_target == Target::CPU ? e.offload_host : e.nvme) += static_cast<int64_t>(p) * shard;
+    if (param_target == Target::NVME && !staged) e.pinned_host += staging;
+  }
+  // What offload took off the device comes off the peak too (the transients stay).
+  e.device_peak -= device_base - (e.sharded_params + e.optimizer_state);
+  return e;
+}
+
+ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t b, int bytes, int every_n_blocks) {
+  ZS_REQUIRE(b >= 1, ConfigError, "micro-batch ", b, " must be at least 1");
+  ZS_REQUIRE(every_n_blocks >= 1, ConfigError, "every_n_blocks ", every_n_blocks, " must be at least 1");
+  const int64_t s = g.seq, d = g.d_model, h = g.effective_heads(), v = g.vocab;
+  ActivationEstimate a;
+  a.per_block = (16 * b * s * d + h * b * s * s) * bytes + s * s /* bool causal mask */;
+  a.head = (2 * b * s * d + 2 * b * s * v) * bytes;
+  a.plain = g.layers * a.per_block + a.head;
+  const int64_t c = (g.layers + every_n_blocks - 1) / every_n_blocks;  // blocks 0, k, 2k, ...
+  a.checkpointed = c * b * s * d * bytes + (g.layers - c) * a.per_block + a.per_block + a.head;
+  return a;
+}
+
+namespace {
+
+std::string human(int64_t bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (bytes == 0) return "0";
+  if (b >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  } else if (b >= 1024.0 * 1024) {
+    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1024.0 * 1024));
+  } else if (b >= 1024.0) {
+    std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
+  }
+  return buf;
+}
+
+const char* target_name(Target::Target t) { return t == Target::CPU ? "cpu" : t == Target::NVME ? "nvme" : "device"; }
+
+}  // namespace
+
+std::string format_estimates(const ModelShape& model, const EstimateOptions& options) {
+  std::ostringstream os;
+  char line[256];
+  os << "model: " << model.total() << " parameters (" << model.unit_params.size() << " unit(s), largest "
+     << model.largest_unit() << "; root " << model.root_params << "), world size " << options.world_size << ", "
+     << options.ranks_per_node << " rank(s) per node, param_dtype "
+     << config::PrecisionConfig::DType_Name(options.precision.param_dtype()) << ", reduce_dtype "
+     << config::PrecisionConfig::DType_Name(options.precision.reduce_dtype()) << ", optimizer "
+     << config::OptimizerConfig::Type_Name(options.optimizer.type()) << "\n";
+  os << "per rank; device peak = the highest sum of the device categories during a step (transients included)\n";
+  std::snprintf(line, sizeof(line), "  %-14s %5s %-7s %-7s %14s %14s %14s %14s\n", "strategy", "N", "optim", "params",
+                "device state", "device peak", "host", "nvme");
+  os << line;
+  const std::vector<std::pair<Target::Target, Target::Target>> modes = {
+      {Target::DEVICE, Target::DEVICE}, {Target::CPU, Target::DEVICE}, {Target::NVME, Target::DEVICE},
+      {Target::CPU, Target::CPU},       {Target::NVME, Target::NVME}};
+  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
+    for (const auto& [opt, params] : modes) {
+      EstimateOptions o = options;
+      o.sharding.set_strategy(strategy);
+      o.offload.set_optimizer(opt);
+      o.offload.set_params(params);
+      MemoryEstimate e;
+      try {
+        e = estimate_memory(model, o);
+      } catch (const ConfigError& err) {
+        if (opt == Target::DEVICE && params == Target::DEVICE) {
+          std::snprintf(line, sizeof(line), "  %-14s  not possible: %s\n", Strategy::Strategy_Name(strategy).c_str(),
+                        err.message().c_str());
+          os << line;
+        }
+        break;
+      }
+      const bool chosen = strategy == options.sharding.strategy() && opt == options.offload.optimizer() &&
+                          params == options.offload.params();
+      std::snprintf(line, sizeof(line), "%s %-14s %5d %-7s %-7s %14s %14s %14s %14s%s\n", chosen ? "*" : " ",
+                    Strategy::Strategy_Name(strategy).c_str(), e.shard_group, target_name(opt), target_name(params),
+                    human(e.device_persistent()).c_str(), human(e.device_peak).c_str(), human(e.host_total()).c_str(),
+                    human(e.nvme).c_str(), e.offloaded ? "  (formula)" : "");
+      os << line;
+    }
+  }
+  // The configured setup, category by category.
+  const MemoryEstimate e = estimate_memory(model, options);
+  os << "\nconfigured (" << Strategy::Strategy_Name(options.sharding.strategy()) << ", optimizer "
+     << target_name(options.offload.optimizer()) << ", params " << target_name(options.offload.params())
+     << "), shard group of " << e.shard_group << ":\n";
+  auto row = [&](const char* name, int64_t bytes) {
+    std::snprintf(line, sizeof(line), "  %-28s %14s %16lld bytes\n", name, human(bytes).c_str(),
+                  static_cast<long long>(bytes));
+    os << line;
+  };
+  row("sharded params", e.sharded_params);
+  row("gradient shards", e.grad_shards);
+  row("optimizer state", e.optimizer_state);
+  row("gathered params (peak)", e.gathered_params_peak);
+  row("unsharded grads (peak)", e.grad_buffers_peak);
+  row("comm buffers (peak)", e.comm_buffers_peak);
+  row("device peak", e.device_peak);
+  row("offloaded to host", e.offload_host);
+  row("pinned staging", e.pinned_host);
+  row("on NVMe (disk)", e.nvme);
+  if (e.offloaded) {
+    os << "  offload figures are the formulas of sharding/include/zeroshard/sharding/estimate.h; the offload engine\n"
+          "  is not built yet, so they are not checked against measurement\n";
+  }
+  return os.str();
+}
+
+}  // namespace zeroshard
