@@ -12,9 +12,15 @@
 // piece and the errno text; a short read says the file is shorter than expected (truncated), and
 // ENOSPC says the disk is full. With O_DIRECT, buffers, offsets and sizes must be multiples of
 // kDirectAlignment (checked at submit: UsageError naming the value).
-// The interface is virtual so tests can wrap an engine to inject faults (FaultInjectingIo).
-// Thread-safety: one engine per thread of use (submit/wait from one thread); completions are
-// reaped inside wait().
+// A piece that completes with fewer bytes than asked (and no error) is resubmitted for the rest.
+// The interface is virtual so tests can wrap an engine to inject faults (FaultInjectingIo,
+// fault_io.h).
+// Threads: each engine owns one completion thread that reaps finished pieces and starts the next
+// ones, so a request larger than queue_depth pieces keeps the device busy while the caller
+// computes; wait() only sleeps until its request is done. Thread-safety: submit/wait/wait_all may
+// be called from any threads (each handle is waited once, by one thread); one engine per thread of
+// use is still the cheapest arrangement. Destroying an engine waits for the pieces in flight
+// (their buffers stay in use until then) and drops the pieces not yet started, with a warning.
 
 #include <cstdint>
 #include <memory>
@@ -50,21 +56,44 @@ class AioFile {
   int fd() const { return fd_; }
   const std::string& path() const { return path_; }
   bool direct() const { return direct_; }
+  int flags() const { return flags_; }  // as given to the constructor
   int64_t size() const;               // current size (fstat)
   void truncate(int64_t bytes);       // ftruncate
+  // Reserves disk blocks for [0, bytes) (fallocate; the size becomes at least `bytes`). Later
+  // writes there then neither find the disk full midway nor extend the file, which ext4 does
+  // synchronously for O_DIRECT AIO (libaio's io_submit would block). Throws IoError naming the
+  // path: "disk full" on ENOSPC, a clear message where the filesystem has no fallocate.
+  void allocate(int64_t bytes);
   void sync();                        // fdatasync
 
  private:
   std::string path_;
+  int flags_ = 0;
   int fd_ = -1;
   bool direct_ = false;
 };
+
+// The texts of the IoErrors the engines raise, shared with wrappers (FaultInjectingIo) so that
+// injected failures read like real ones:
+//   "disk full: write of 1048576 bytes at offset 3145728 in /nvme/zs/opt.bin failed: No space left
+//    on device (errno 28)"
+//   "file /nvme/zs/opt.bin is shorter than expected: read 4096 of 8192 bytes at offset 0 (truncated?)"
+std::string io_failure_message(const AioFile& file, bool write, int64_t bytes, int64_t offset,
+                               int err);
+std::string short_read_message(const AioFile& file, int64_t got, int64_t wanted, int64_t offset);
+
+// The type of the filesystem holding `path` (statfs): "ext4" (ext2/3/4 share one magic), "xfs",
+// "btrfs", "tmpfs", "nfs", "overlay", "fuse", ..., or "unknown (f_type 0x...)". Throws IoError
+// naming the path when statfs fails.
+std::string filesystem_type(const std::string& path);
 
 class IoEngine {
  public:
   using Handle = uint64_t;
   virtual ~IoEngine() = default;
-  // Queue a read/write of `bytes` at `offset`; `buf` must stay valid until wait() returns.
+  // Queue a read/write of `bytes` at `offset`; `file` and `buf` must stay valid until wait()
+  // returns. Argument errors (negative sizes, a write to a file opened kRead, O_DIRECT alignment)
+  // are UsageErrors thrown here; I/O failures are thrown by wait().
   virtual Handle submit_read(AioFile& file, void* buf, int64_t bytes, int64_t offset) = 0;
   virtual Handle submit_write(AioFile& file, const void* buf, int64_t bytes, int64_t offset) = 0;
   // Blocks until the request completed; throws IoError if any piece failed (the handle is then
