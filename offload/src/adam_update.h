@@ -1,20 +1,19 @@
 #pragma once
 // One fused Adam/AdamW update of n contiguous elements with caller-held state: the kernel call
-// behind FusedCpuAdam::step_with_copy, shared with the offloaded optimizer, which streams chunks
-// of its state through host buffers. Private to zs_offload.
+// behind FusedCpuAdam, shared with the offloaded optimizer, which streams chunks of its state
+// through host buffers. Private to zs_offload.
 
 #include <cstdint>
 
-#include "cpu_adam_kernels.h"
+#include "cpu_kernels.h"
 #include "zeroshard/offload/cpu_adam.h"
 
 namespace zeroshard::detail {
 
-// `update` is this shard's 1-based update count (bias correction); `lr` the current rate.
-// lp may be null (lp_type kNone). Spreads the work over OpenMP tiles.
-void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p,
-                 const float* g, float* m, float* v, uint16_t* lp, cpu_adam::LowPrecision lp_type,
-                 int64_t n);
+// `update` is this shard's 1-based update count (bias correction); `lr` the current rate. `lp`
+// may be null (no low-precision copy). Spreads the work over OpenMP tiles.
+void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p, const float* g,
+                 float* m, float* v, uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n);
 
 // Options check shared by FusedCpuAdam and the offloaded optimizer (UsageError naming the field).
 void check_cpu_adam_options(const CpuAdamOptions& o);

@@ -203,7 +203,7 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
     float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
     if (in_place && host_fp32(s.grad)) {
       detail::adam_update(path, adam, lr, update, p, s.grad.data_ptr<float>(), slot.m.data_ptr<float>(),
-                          slot.v.data_ptr<float>(), nullptr, cpu_adam::LowPrecision::kNone, n);
+                          slot.v.data_ptr<float>(), nullptr, cpu_optim::LowPrecision::kNone, n);
     } else {
       // Device-resident shard (or a gradient elsewhere): chunks of the gradient come to the host
       // through pinned staging, chunks of the new values go back.
@@ -213,7 +213,7 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
         at::Tensor g = grad_staging.narrow(0, 0, c);
         g.copy_(s.grad.narrow(0, off, c));
         detail::adam_update(path, adam, lr, update, p + off, g.data_ptr<float>(), slot.m.data_ptr<float>() + off,
-                            slot.v.data_ptr<float>() + off, nullptr, cpu_adam::LowPrecision::kNone, c);
+                            slot.v.data_ptr<float>() + off, nullptr, cpu_optim::LowPrecision::kNone, c);
         if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
       }
     }
@@ -297,7 +297,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
           staged.copy_(s.grad.narrow(0, k * C, c));
           g = staged.data_ptr<float>();
         }
-        detail::adam_update(path, adam, lr, update, p, g, m, v, nullptr, cpu_adam::LowPrecision::kNone, c);
+        detail::adam_update(path, adam, lr, update, p, g, m, v, nullptr, cpu_optim::LowPrecision::kNone, c);
         if (host_fp32(s.param)) {
           std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
         } else {

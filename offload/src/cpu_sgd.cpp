@@ -1,0 +1,102 @@
+// FusedCpuSgd: option checks (make_sgd's ranges), the constants as torch::optim::SGD 1.13 casts
+// them, and the choice of kernel (shard checks and tiling: cpu_optimizer.cpp, cpu_simd.cpp).
+
+#include "zeroshard/offload/cpu_sgd.h"
+
+#include <ATen/ops/empty_like.h>
+
+#include <cmath>
+
+#include "cpu_common.h"
+#include "zeroshard/core/error.h"
+
+namespace zeroshard {
+
+using cpu_optim::format_double;
+
+namespace {
+
+void check_options(const SgdOptions& o) {
+  auto range = [](const char* field, double v, double lo, bool lo_open, double hi, bool hi_open) {
+    cpu_optim::check_range("SgdOptions", field, v, lo, lo_open, hi, hi_open);
+  };
+  const double inf = HUGE_VAL;
+  range("lr", o.lr, 0, false, inf, false);
+  range("momentum", o.momentum, 0, false, inf, false);
+  range("dampening", o.dampening, 0, false, 1, false);
+  range("weight_decay", o.weight_decay, 0, false, inf, false);
+  ZS_REQUIRE(!o.nesterov || (o.momentum > 0 && o.dampening == 0), UsageError,
+             "SgdOptions.nesterov = true needs momentum > 0 and dampening = 0; got momentum = ",
+             format_double(o.momentum), ", dampening = ", format_double(o.dampening));
+}
+
+cpu_optim::SgdFn kernel_for(SimdPath path) {
+  switch (path) {
+    case SimdPath::kAvx512: return cpu_optim::sgd_avx512;
+    case SimdPath::kAvx2: return cpu_optim::sgd_avx2;
+    default: return cpu_optim::sgd_scalar;
+  }
+}
+
+}  // namespace
+
+FusedCpuSgd::FusedCpuSgd(const SgdOptions& options)
+    : FusedCpuOptimizer("FusedCpuSgd", options.lr), o_(options) {
+  check_options(options);
+}
+
+FusedCpuSgd::~FusedCpuSgd() = default;
+
+void FusedCpuSgd::update(size_t index, const ParamShard& s, const at::Tensor& lp) {
+  cpu_optim::SgdArgs a{};
+  a.p = s.param.data_ptr<float>();
+  a.g = s.grad.data_ptr<float>();
+  a.lp = cpu_optim::low_precision_data(lp);
+  a.lp_type = cpu_optim::low_precision_of(lp);
+  // As torch::optim::SGD 1.13: the Scalar arguments (double) cast to float by the tensor ops.
+  a.l2 = o_.weight_decay != 0;
+  a.weight_decay = static_cast<float>(o_.weight_decay);
+  a.neg_lr = static_cast<float>(-1 * lr_);
+  if (o_.momentum != 0) {
+    if (momentum_.size() <= index) momentum_.resize(index + 1);
+    at::Tensor& buf = momentum_[index];
+    // torch clones d_p at the first update; the kernel writes every element of it (first = true).
+    a.first = !buf.defined();
+    if (a.first) buf = at::empty_like(s.param, at::MemoryFormat::Contiguous);
+    a.buf = buf.data_ptr<float>();
+    a.momentum = static_cast<float>(o_.momentum);
+    a.one_minus_dampening = static_cast<float>(1 - o_.dampening);
+    a.nesterov = o_.nesterov;
+  }
+  const cpu_optim::SgdFn kernel = kernel_for(path());
+  cpu_optim::run_tiles(s.param.numel(), [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
+}
+
+// SGD counts no updates: a position's first update is the one that finds no momentum buffer.
+ShardOptimizerState FusedCpuSgd::get_state(size_t index) const {
+  ShardOptimizerState st;
+  if (index < momentum_.size() && momentum_[index].defined()) st.tensors = {momentum_[index]};
+  return st;
+}
+
+void FusedCpuSgd::set_state(size_t index, const ShardOptimizerState& st) {
+  if (momentum_.size() <= index) momentum_.resize(index + 1);
+  momentum_[index] = st.tensors.empty() ? at::Tensor() : st.tensors[0];
+}
+
+int64_t FusedCpuSgd::state_bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& b : momentum_) {
+    if (b.defined()) bytes += static_cast<int64_t>(b.nbytes());
+  }
+  return bytes;
+}
+
+std::string FusedCpuSgd::describe() const {
+  return "FusedCpuSgd(lr=" + format_double(lr_) + ", momentum=" + format_double(o_.momentum) +
+         ", dampening=" + format_double(o_.dampening) +
+         ", weight_decay=" + format_double(o_.weight_decay) +
+         ", nesterov=" + (o_.nesterov ? "true" : "false") + ", simd=" + to_string(path()) + ")";
+}
+
+}  // namespace zeroshard
