@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "offload/aio_test_util.h"
@@ -212,6 +213,33 @@ TEST(IoEngine, AutoLogsItsChoice) {
   if (io->backend() != IoBackend::kIoUring) {
     EXPECT_NE(log.find("not used: io_uring: "), std::string::npos) << log;
   }
+}
+
+// A backend compiled out (library missing at configure time, or ZS_WITH_LIBURING/LIBAIO=OFF) is an
+// IoError saying what to install; kAuto names it among those not used.
+TEST(IoEngine, CompiledOutBackendsSayWhatToInstall) {
+  const std::vector<std::pair<IoBackend, std::string>> backends = {
+      {IoBackend::kIoUring, "built without liburing: install liburing-dev and reconfigure"},
+      {IoBackend::kLibaio, "built without libaio: install libaio-dev and reconfigure"}};
+  int compiled_out = 0;
+  for (const auto& [backend, text] : backends) {
+    IoOptions o;
+    o.backend = backend;
+    try {
+      zs::make_io_engine(o);
+    } catch (const zs::IoError& e) {
+      if (std::string(e.what()).find("built without") == std::string::npos) continue;
+      ++compiled_out;
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+      testing::internal::CaptureStdout();
+      zs::make_io_engine(IoOptions());
+      const std::string log = testing::internal::GetCapturedStdout();
+      EXPECT_NE(log.find(std::string(zs::to_string(backend)) + ": " + zs::to_string(backend) +
+                         " backend: " + text),
+                std::string::npos) << log;
+    }
+  }
+  if (compiled_out == 0) GTEST_SKIP() << "io_uring and libaio are both built in";
 }
 
 TEST(IoEngine, DestroyedWithRequestsOutstanding) {

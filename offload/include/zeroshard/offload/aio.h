@@ -108,7 +108,9 @@ class IoEngine {
 // Builds the engine asked for. kAuto tries io_uring, then libaio, then threads, logging at info
 // which one was picked and why the others were not (e.g. io_uring_queue_init: Operation not
 // permitted, as under a seccomp profile). An explicit backend that cannot start is an IoError
-// naming it and the reason. Bad options are UsageErrors naming the field.
+// naming it and the reason (a backend compiled out for lack of its library: "built without
+// liburing: install liburing-dev and reconfigure"). Bad options are UsageErrors naming the field.
+// The engine's backend() and options().backend name the backend that runs (never kAuto).
 std::unique_ptr<IoEngine> make_io_engine(const IoOptions& options);
 
 }  // namespace zeroshard
