@@ -18,6 +18,7 @@
 #include "zeroshard/core/error.h"
 #include "zeroshard/core/logging.h"
 #include "zeroshard/offload/pinned_pool.h"
+#include "cpu_common.h"
 #include "zeroshard/sharding/memory.h"
 
 namespace zeroshard {
@@ -467,7 +468,7 @@ ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
 
 std::string OffloadedOptimizer::describe() const {
   const auto& o = impl_->o;
-  std::string s = std::string("Offloaded") + (impl_->adam.adamw ? "AdamW" : "Adam") + "(lr=" + std::to_string(lr_) +
+  std::string s = std::string("Offloaded") + (impl_->adam.adamw ? "AdamW" : "Adam") + "(lr=" + cpu_optim::format_double(lr_) +
                   ", state=" + config::OffloadConfig::Target_Name(o.target) + ", simd=" + to_string(impl_->path);
   if (o.target == config::OffloadConfig::NVME) {
     s += ", dir=" + impl_->dir->path() + ", io=" + to_string(impl_->io->backend()) +

@@ -85,6 +85,21 @@ std::string failed_ranks(const std::vector<int64_t>& f) {
   return s;
 }
 
+// The error text of the lowest failed rank, on every rank (collective; call only when one failed).
+std::string first_error(Communicator& comm, const std::vector<int64_t>& failures, const std::string& mine,
+                        const std::string& tag) {
+  int root = 0;
+  while (root < static_cast<int>(failures.size()) && failures[static_cast<size_t>(root)] == 0) ++root;
+  at::Tensor len = at::zeros({1}, at::kLong);
+  if (comm.rank() == root) len[0] = static_cast<int64_t>(mine.size());
+  comm.broadcast(len, root, tag + ".len")->wait();
+  at::Tensor text = at::zeros({std::max<int64_t>(1, len[0].item<int64_t>())}, at::kByte);
+  if (comm.rank() == root) std::memcpy(text.data_ptr(), mine.data(), mine.size());
+  comm.broadcast(text, root, tag + ".text")->wait();
+  std::string out(static_cast<const char*>(text.data_ptr()), static_cast<size_t>(len[0].item<int64_t>()));
+  return failures.size() > 1 && comm.rank() != root ? "rank " + std::to_string(root) + ": " + out : out;
+}
+
 bool any(const std::vector<int64_t>& f) {
   for (int64_t v : f) {
     if (v) return true;
@@ -275,7 +290,7 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
   }
   auto failures = exchange_failures(c, !my_error.empty(), tag + ".prepare");
   if (any(failures)) {
-    ZS_THROW(CheckpointError, "save of step ", s.step, " failed: ", s.rank == 0 ? my_error : "rank 0 could not prepare '" + tmp + "'",
+    ZS_THROW(CheckpointError, "save of step ", s.step, " failed: ", first_error(c, failures, my_error, tag + ".prep_error"),
              "; earlier checkpoints are untouched");
   }
   // 2. Every rank writes its file and a small record of it for the manifest.
@@ -302,8 +317,9 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
     }
+    const std::string what = first_error(c, failures, my_error, tag + ".error");
     ZS_THROW(CheckpointError, "save of step ", s.step, " failed on rank(s) ", failed_ranks(failures), ": ",
-             my_error.empty() ? "see those ranks' errors" : my_error,
+             my_error.empty() ? what : my_error,
              "; the partial save was discarded and earlier checkpoints are untouched");
   }
   // 3. Rank 0 completes it: manifest, rename, latest, retention.
@@ -353,8 +369,9 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
     }
-    ZS_THROW(CheckpointError, "save of step ", s.step, " failed while rank 0 completed it: ",
-             s.rank == 0 ? my_error : "see rank 0's error", "; earlier checkpoints are untouched");
+    const std::string what = first_error(c, failures, my_error, tag + ".commit_error");
+    ZS_THROW(CheckpointError, "save of step ", s.step, " failed while rank 0 completed it: ", what,
+             "; earlier checkpoints are untouched");
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ZS_LOG(kInfo) << "checkpoint " << final_dir << " durable (" << bytes / 1048576.0 << " MiB on this rank in "
@@ -444,8 +461,9 @@ TrainingState Checkpointer::load(ShardedOptimizer& optimizer, const std::string&
   }
   const auto failures = exchange_failures(*im.comm, !my_error.empty(), "zs.ckpt.load");
   if (any(failures)) {
+    const std::string what = first_error(*im.comm, failures, my_error, "zs.ckpt.load_error");
     ZS_THROW(CheckpointError, "loading checkpoint '", where, "' failed on rank(s) ", failed_ranks(failures), ": ",
-             my_error.empty() ? "see those ranks' errors" : my_error);
+             my_error.empty() ? what : my_error);
   }
   ZS_LOG(kInfo) << "loaded checkpoint " << out.path << " (step " << out.step << (out.resharded ? ", resharded" : "")
                 << ")";
