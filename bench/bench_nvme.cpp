@@ -4,7 +4,8 @@
 // (blocking pwrite/pread of one block at a time, O_DIRECT, one thread). Prints the machine facts,
 // a table and a final JSON line.
 // Part 2 (added with the NVMe swapper): the swapper's bandwidth during an optimizer step, as a
-// fraction of part 1's figures; see measure_swapper_during_step() below.
+// fraction of part 1's figures, and the step time with the state on device/cpu/nvme; see
+// measure_swapper_during_step() below.
 //
 //   bench_nvme [--dir D (default $TMPDIR, else the build directory)] [--size BYTES (1G)]
 //              [--block-size BYTES (1M)] [--queue-depth N (32)] [--passes N (1)]
@@ -31,6 +32,11 @@
 
 #include "zeroshard/core/error.h"
 #include "zeroshard/offload/aio.h"
+#include "zeroshard/offload/offload_optimizer.h"
+
+#include <ATen/ops/randn.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #ifndef ZS_BENCH_DEFAULT_DIR
 #define ZS_BENCH_DEFAULT_DIR "."
@@ -259,10 +265,73 @@ DriveFigures measure_drive(const Args& a) {
 // write(k-1) over --dir), printed as a fraction of `drive.best_*_bps`, with its fields appended
 // to `json`. Added together with the swapper (offload/ NVMe swapper); until then it reports that
 // it is absent, in the table and in the JSON line ("swapper": null).
-void measure_swapper_during_step(const Args& /*args*/, const DriveFigures& /*drive*/,
-                                 JsonFields& json) {
-  std::printf("part 2 (swapper during an optimizer step): not built yet (needs the NVMe swapper)\n");
-  json.emplace_back("swapper", "null");
+// Part 2: an optimizer step of one fp32 shard whose Adam state (master, exp_avg, exp_avg_sq: 12
+// bytes per parameter) is about --size bytes, with the state on the device (here: in memory,
+// torch-op AdamW), in pinned host memory (fused CPU Adam) and on NVMe under --dir (the swapper:
+// read, update and write pipelined through pinned buffers). The swapper's disk time ratio is the
+// time the drive needs for the step's reads and writes at part 1's best rates, divided by the
+// step's wall time (1.0: the step runs at the drive's speed, the CPU work fully hidden).
+void measure_swapper_during_step(const Args& args, const DriveFigures& drive, JsonFields& json) {
+  const int64_t n = std::max<int64_t>(1 << 20, args.size / 12 / (1 << 20) * (1 << 20));
+  torch::manual_seed(0);
+  at::Tensor p0 = torch::randn({n});
+  at::Tensor g = torch::randn({n}) * 1e-3;
+  zs::config::OptimizerConfig oc;
+  oc.set_type(zs::config::OptimizerConfig::ADAMW);
+  auto time_steps = [&](zs::ShardedOptimizer& opt, at::Tensor& p) {
+    std::vector<zs::ParamShard> shards{{p, g, "bench"}};
+    opt.step(shards);  // first step: state created (NVMe: files initialised)
+    double best = 1e30;
+    for (int i = 0; i < std::max(2, args.passes); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      opt.step(shards);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return best;
+  };
+  at::Tensor pd = p0.clone(), pc = p0.clone(), pn = p0.clone();
+  auto dev_opt = zs::make_optimizer(oc);
+  const double t_device = time_steps(*dev_opt, pd);
+  zs::OffloadOptions co;
+  co.target = zs::config::OffloadConfig::CPU;
+  zs::OffloadedOptimizer cpu_opt(oc, co, 0);
+  const double t_cpu = time_steps(cpu_opt, pc);
+  zs::OffloadOptions no;
+  no.target = zs::config::OffloadConfig::NVME;
+  no.nvme_path = args.dir;
+  no.block_size = args.block_size;
+  no.queue_depth = args.queue_depth;
+  zs::OffloadedOptimizer nvme_opt(oc, no, 0);
+  const auto before = nvme_opt.io_stats();
+  const double t_nvme = time_steps(nvme_opt, pn);
+  const auto after = nvme_opt.io_stats();
+  const int steps = std::max(2, args.passes) + 1;
+  const double rd = static_cast<double>(after.bytes_read - before.bytes_read) / steps;
+  const double wr = static_cast<double>(after.bytes_written - before.bytes_written) / steps;
+  const double ideal = rd / drive.best_read_bps + wr / drive.best_write_bps;
+  const bool same = pd.equal(pc) && pd.equal(pn);
+  std::printf("\npart 2: AdamW step of %lld fp32 parameters (state %.0f MiB), best of %d\n", static_cast<long long>(n),
+              12.0 * n / 1048576.0, std::max(2, args.passes));
+  std::printf("%-34s %10s %12s\n", "optimizer state on", "step s", "x device");
+  std::printf("%-34s %10.3f %12s\n", "device (torch ops, in memory)", t_device, "1.00");
+  std::printf("%-34s %10.3f %12.2f\n", "cpu (pinned, fused kernel)", t_cpu, t_cpu / t_device);
+  std::printf("%-34s %10.3f %12.2f\n", "nvme (swapper)", t_nvme, t_nvme / t_device);
+  std::printf("swapper: %s\n", nvme_opt.describe().c_str());
+  std::printf("swapper during the step, reading and writing at once: read %.3f GB/s (%.2f x raw read), write "
+              "%.3f GB/s (%.2f x raw write); the step's I/O at part 1's best rates, one direction after the other, "
+              "takes %.3f s -> disk time ratio %.2f (goal >= 0.90)\n",
+              rd / t_nvme / 1e9, rd / t_nvme / drive.best_read_bps, wr / t_nvme / 1e9, wr / t_nvme / drive.best_write_bps,
+              ideal, ideal / t_nvme);
+  std::printf("results equal across device/cpu/nvme: %s\n", same ? "yes (bitwise)" : "NO");
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "{\"params\": %lld, \"step_s_device\": %.4f, \"step_s_cpu\": %.4f, \"step_s_nvme\": %.4f, "
+                "\"read_bps\": %.4g, \"write_bps\": %.4g, \"read_x_raw\": %.3f, \"write_x_raw\": %.3f, "
+                "\"disk_time_ratio\": %.3f, \"bitwise_equal\": %s}",
+                static_cast<long long>(n), t_device, t_cpu, t_nvme, rd / t_nvme, wr / t_nvme, rd / t_nvme / drive.best_read_bps,
+                wr / t_nvme / drive.best_write_bps, ideal / t_nvme,
+                same ? "true" : "false");
+  json.emplace_back("swapper", buf);
 }
 
 void print_drive(const Args& a, const DriveFigures& d) {
