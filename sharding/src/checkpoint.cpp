@@ -501,21 +501,32 @@ void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, c
     return *readers.emplace(shard_rank, std::move(r)).first->second;
   };
   out.resharded = m.world_size() != comm->size() || m.shard_group_size() != engine.shard_group_size();
-  // Elements [lo, hi) of flat i's saved section `what`, gathered from the saved shards.
+  // Elements [lo, hi) of flat i's saved section `what`, gathered from the saved shards. When one
+  // saved section is exactly the range (same layout), it is read straight into the result.
   auto read_range = [&](size_t i, const std::string& what, int64_t lo, int64_t hi) {
     const auto& fe = m.flats(static_cast<int>(i));
-    at::Tensor out_t = at::zeros({hi - lo}, at::kFloat);
     const int64_t S = fe.shard_numel();
-    const int64_t end = std::min(hi, fe.numel());  // beyond numel: padding, zeros
-    for (int64_t e = lo; e < end;) {
-      const int j = static_cast<int>(e / S);
-      const int64_t src_hi = std::min<int64_t>(end, (j + 1) * S);
+    auto section_of = [&](int j) -> std::pair<ckpt::RankFileReader*, const ckpt::Section*> {
       ckpt::RankFileReader& r = reader(j);
       const ckpt::Section& sec = r.section(flat_key(i) + "/" + what);
       ZS_REQUIRE(sec.bytes() == S * 4, CheckpointError, "'", r.path(), "' section '", sec.name(), "' has ", sec.bytes(),
                  " bytes, expected ", S * 4);
-      at::Tensor whole = at::empty({S}, at::kFloat);
-      r.read(sec, whole.data_ptr());
+      return {&r, &sec};
+    };
+    if (fe.padded_numel() == flats[i]->padded_numel() && hi - lo == S && lo % S == 0) {
+      at::Tensor out_t = at::empty({S}, at::kFloat);
+      auto [r, sec] = section_of(static_cast<int>(lo / S));
+      r->read(*sec, out_t.data_ptr());
+      return out_t;
+    }
+    at::Tensor out_t = at::zeros({hi - lo}, at::kFloat);
+    const int64_t end = std::min(hi, fe.numel());  // beyond numel: padding, zeros
+    at::Tensor whole = at::empty({S}, at::kFloat);
+    for (int64_t e = lo; e < end;) {
+      const int j = static_cast<int>(e / S);
+      const int64_t src_hi = std::min<int64_t>(end, (j + 1) * S);
+      auto [r, sec] = section_of(j);
+      r->read(*sec, whole.data_ptr());
       out_t.narrow(0, e - lo, src_hi - e).copy_(whole.narrow(0, e - j * S, src_hi - e));
       e = src_hi;
     }
