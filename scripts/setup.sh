@@ -15,6 +15,9 @@ packages=(
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev               # async I/O for offload
+  zlib1g-dev                            # gzip-compressed datasets (IDX files)
+  fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
+  dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
 
 missing=()
