@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -31,9 +32,10 @@ ProgressBar::ProgressBar(ProgressOptions options) : options_(std::move(options))
              " must be >= 0");
   if (!options_.clock) options_.clock = steady_seconds;
   if (options_.out == nullptr) options_.enabled = false;
-  tty_ = options_.tty >= 0 ? options_.tty == 1 : (options_.out != nullptr && isatty(fileno(options_.out)) == 1);
+  tty_ = options_.tty >= 0 ? options_.tty == 1 : auto_tty(options_.out);
   start_ = options_.clock();
-  window_.push_back({start_, 0, 0});
+  last_update_ = start_;
+  window_.push_back({0, 0, 0});
 }
 
 ProgressBar::~ProgressBar() { finish(); }
@@ -42,7 +44,7 @@ double ProgressBar::elapsed_s() const { return options_.clock() - start_; }
 
 double ProgressBar::items_per_second() const {
   if (window_.size() < 2) return 0;
-  const double dt = window_.back().time - window_.front().time;
+  const double dt = window_.back().busy - window_.front().busy;
   return dt > 0 ? static_cast<double>(window_.back().items - window_.front().items) / dt : 0;
 }
 
@@ -75,6 +77,10 @@ std::string ProgressBar::format_bytes(int64_t bytes) {
   if (b >= 1024.0 * 1024) return fixed(b / (1024.0 * 1024), 1) + " MiB";
   if (b >= 1024.0) return fixed(b / 1024.0, 1) + " KiB";
   return std::to_string(bytes) + " B";
+}
+
+bool ProgressBar::auto_tty(FILE* out) {
+  return out != nullptr && isatty(fileno(out)) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
 }
 
 int64_t ProgressBar::resident_bytes() {
@@ -111,7 +117,7 @@ std::string ProgressBar::format(const ProgressUpdate& u) const {
   const double rate = items_per_second();
   if (rate > 0) os << " | " << format_count(rate) << " " << options_.items_name << "/s";
   if (total > 0 && window_.size() >= 2) {
-    const double dt = window_.back().time - window_.front().time;
+    const double dt = window_.back().busy - window_.front().busy;
     const int64_t steps = window_.back().step - window_.front().step;
     if (steps > 0 && u.step < total) os << " | ETA " << format_duration(dt / steps * (total - u.step));
   }
@@ -130,7 +136,10 @@ void ProgressBar::write(const std::string& text) {
 
 void ProgressBar::update(const ProgressUpdate& u) {
   total_items_ += u.items;
-  window_.push_back({options_.clock(), total_items_, u.step});
+  const double now = options_.clock();
+  busy_ += u.seconds >= 0 ? u.seconds : now - last_update_;
+  last_update_ = now;
+  window_.push_back({busy_, total_items_, u.step});
   while (static_cast<int>(window_.size()) > options_.window + 1) window_.pop_front();
   last_step_ = u.step;
   if (!options_.enabled) return;

@@ -1,6 +1,9 @@
 // ProgressBar: '\r' redraws on a terminal, plain lines every k steps otherwise; throughput and ETA
 // from a fake clock.
 
+#include <pty.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -110,6 +113,18 @@ TEST(Progress, WindowForgetsTheSlowFirstStep) {
   EXPECT_DOUBLE_EQ(bar.elapsed_s(), 13.0);
 }
 
+TEST(Progress, StepDurationsKeepPausesOutOfTheThroughput) {
+  Capture c;
+  zs::ProgressBar bar(c.options(0, 10));
+  c.now += 30.0;  // e.g. an evaluation before training
+  bar.update({1, 1, -1, 200, -1, /*seconds=*/2.0});
+  c.now += 100.0;  // another pause
+  bar.update({2, 1, -1, 200, -1, /*seconds=*/2.0});
+  EXPECT_DOUBLE_EQ(bar.items_per_second(), 100.0) << "400 items in 4 s of steps";
+  EXPECT_NE(bar.format({2, 1, -1, 0, -1}).find("ETA 16s"), std::string::npos) << "8 steps left at 2 s each";
+  EXPECT_DOUBLE_EQ(bar.elapsed_s(), 130.0) << "elapsed is wall time";
+}
+
 TEST(Progress, DisabledPrintsNothing) {
   Capture c;
   zs::ProgressOptions o = c.options(1, 3);
@@ -120,6 +135,25 @@ TEST(Progress, DisabledPrintsNothing) {
     bar.println("x");
   }
   EXPECT_EQ(c.text(), "");
+}
+
+TEST(Progress, AutoModeDrawsABarOnATerminalButNotUnderMpirun) {
+  int master = -1, slave = -1;
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  FILE* tty = fdopen(slave, "w");
+  ASSERT_NE(tty, nullptr);
+  const char* saved = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_TRUE(zs::ProgressBar::auto_tty(tty));
+  setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+  EXPECT_FALSE(zs::ProgressBar::auto_tty(tty)) << "mpirun's ranks always see a pseudo-terminal";
+  if (saved) setenv("OMPI_COMM_WORLD_SIZE", saved_value.c_str(), 1);
+  else unsetenv("OMPI_COMM_WORLD_SIZE");
+  Capture c;
+  EXPECT_FALSE(zs::ProgressBar::auto_tty(c.f)) << "a memory stream is no terminal";
+  std::fclose(tty);
+  close(master);
 }
 
 TEST(Progress, Formats) {

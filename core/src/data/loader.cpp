@@ -1,7 +1,6 @@
 #include "zeroshard/data/loader.h"
 
 #include <ATen/ops/empty.h>
-#include <ATen/ops/stack.h>
 
 #include <condition_variable>
 #include <exception>
@@ -102,16 +101,25 @@ void assemble(const Dataset& dataset, const DataLoaderOptions& opt, const std::v
     }
     slot.failed_sample = -1;
     const bool pin = opt.pin_memory && opt.device.is_cuda();
-    auto stack = [&](const std::vector<at::Tensor>& parts) {
-      if (!pin) return at::stack(parts);
+    // Example by example into one tensor: small copies run on this thread alone (at::stack would
+    // start an OpenMP team per worker thread, whose spinning threads take cores from training).
+    auto stack = [&](const std::vector<at::Tensor>& parts, const char* what) {
+      const at::Tensor& first = parts.front();
       std::vector<int64_t> shape{static_cast<int64_t>(parts.size())};
-      for (int64_t d : parts.front().sizes()) shape.push_back(d);
-      at::Tensor out = at::empty(shape, parts.front().options().pinned_memory(true));
-      at::stack_out(out, parts);
+      for (int64_t d : first.sizes()) shape.push_back(d);
+      at::Tensor out = at::empty(shape, first.options().pinned_memory(pin));
+      for (size_t j = 0; j < parts.size(); ++j) {
+        ZS_REQUIRE(parts[j].sizes() == first.sizes() && parts[j].scalar_type() == first.scalar_type(), DataError,
+                   "example ", what, " of dataset index ", slot.batch.sample_indices[j], " has shape ",
+                   parts[j].sizes(), " and dtype ", parts[j].scalar_type(), " but dataset index ",
+                   slot.batch.sample_indices[0], " has ", first.sizes(), " and ", first.scalar_type(),
+                   ": a batch needs equal shapes");
+        out.select(0, static_cast<int64_t>(j)).copy_(parts[j]);
+      }
       return out;
     };
-    slot.batch.data = stack(data);
-    slot.batch.target = stack(target);
+    slot.batch.data = stack(data, "data");
+    slot.batch.target = stack(target, "target");
   } catch (...) {
     slot.error = std::current_exception();
   }

@@ -9,12 +9,13 @@
 //   bar.println("val loss 1.92");   // a line above the bar
 //   bar.finish();
 //
-// On a terminal (the output FILE is a TTY) one line is redrawn in place with '\r' after every
+// On a terminal (see auto_tty) one line is redrawn in place with '\r' after every
 // update:
 //   step 120/500 [####>               ]  24% loss 2.3140 lr 3.00e-04 | 12.3k tok/s | ETA 1m05s | elapsed 21s | mem 45.2 MiB rss 512 MiB
 // Otherwise (a log file, CI) the same text without the bar is printed as a plain line at the first
 // step, every `log_every` steps and at the last step, never with '\r'. Throughput and ETA use the last `window` updates, so a slow
-// first step (warm-up) fades out. The rss figure is this process's resident set
+// first step (warm-up) fades out; with ProgressUpdate::seconds they count only the steps' own time.
+// The rss figure is this process's resident set
 // (/proc/self/statm; left out where unavailable).
 // Thread-safety: not thread-safe; one thread updates a bar. Disabled bars print nothing.
 
@@ -32,7 +33,7 @@ struct ProgressOptions {
   std::string items_name = "items"; // throughput unit, e.g. "tok" (tok/s) or "samples"
   bool enabled = true;              // false: print nothing (e.g. ranks other than 0)
   FILE* out = stdout;
-  int tty = -1;                     // -1: isatty(out); 0 or 1 forces the mode
+  int tty = -1;                     // -1: auto_tty(out); 0 or 1 forces the mode
   int bar_width = 20;               // characters of the bar (TTY)
   int window = 20;                  // updates averaged for throughput and ETA, >= 1
   std::function<double()> clock;    // seconds, monotonic; default steady_clock
@@ -44,6 +45,8 @@ struct ProgressUpdate {
   double lr = -1;              // < 0: not shown
   int64_t items = 0;           // items processed by this step, over all ranks
   int64_t memory_bytes = -1;   // e.g. tracked model memory; < 0: not shown
+  double seconds = -1;         // this step's duration as the caller timed it; < 0: the time since
+                               // the previous update (then pauses, e.g. evaluations, count too)
 };
 
 class ProgressBar {
@@ -80,6 +83,10 @@ class ProgressBar {
   static std::string format_bytes(int64_t bytes);
   // The process's resident set size in bytes, or -1 where /proc/self/statm is unavailable.
   static int64_t resident_bytes();
+  // Whether `out` is a terminal a bar can be redrawn on: isatty, and not a rank of Open MPI's
+  // mpirun (OMPI_COMM_WORLD_SIZE set), which gives ranks a pseudo-terminal even when mpirun's own
+  // output goes to a file or pipe.
+  static bool auto_tty(FILE* out);
 
  private:
   void write(const std::string& text);
@@ -87,8 +94,10 @@ class ProgressBar {
   ProgressOptions options_;
   bool tty_;
   double start_;
+  double last_update_ = 0;  // clock() at the previous update
+  double busy_ = 0;         // seconds of steps so far (the sum of their durations)
   struct Point {
-    double time;
+    double busy;    // busy_ after this update
     int64_t items;  // total items so far
     int64_t step;
   };
