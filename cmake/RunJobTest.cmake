@@ -1,5 +1,6 @@
 # Runs CMD (a list) and checks: exit status (non-zero when EXPECT_FAIL), output against the regex
-# EXPECT_OUTPUT, and wall time under MAX_SECONDS. Used by zs_add_job_test.
+# EXPECT_OUTPUT (must match) and REJECT_OUTPUT (must not), and wall time under MAX_SECONDS.
+# Used by zs_add_job_test.
 string(TIMESTAMP t0 "%s")
 execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
   TIMEOUT ${MAX_SECONDS})
@@ -19,5 +20,8 @@ elseif(NOT rc EQUAL 0)
 endif()
 if(EXPECT_OUTPUT AND NOT all MATCHES "${EXPECT_OUTPUT}")
   message(FATAL_ERROR "FAIL: output does not match the expected pattern: ${EXPECT_OUTPUT}")
+endif()
+if(REJECT_OUTPUT AND all MATCHES "${REJECT_OUTPUT}")
+  message(FATAL_ERROR "FAIL: output matches the rejected pattern: ${REJECT_OUTPUT} (at '${CMAKE_MATCH_0}')")
 endif()
 message("PASS: exit ${rc} after ${elapsed}s")

@@ -5,9 +5,11 @@
 #     process (a world of size 1). With NPROC it is registered once per count as NAME.npN and run
 #     under mpirun (oversubscribed: CI has 2 cores). Exit code 77 means every test skipped.
 #
-#   zs_add_job_test(NAME COMMAND cmd... [NPROC n | NO_MPIRUN] [EXPECT_FAIL] [EXPECT_OUTPUT regex] [MAX_SECONDS s])
+#   zs_add_job_test(NAME COMMAND cmd... [NPROC n | NO_MPIRUN] [EXPECT_FAIL] [EXPECT_OUTPUT regex]
+#                   [REJECT_OUTPUT regex] [MAX_SECONDS s])
 #     Runs a whole job under mpirun and checks its exit status, its output and its duration:
 #     for behaviour a user sees end to end (e.g. a hung collective aborts the job with a message).
+#     REJECT_OUTPUT fails the test when the output matches (e.g. an error must come before training).
 
 set(ZS_MPIEXEC ${MPIEXEC_EXECUTABLE})
 if(NOT ZS_MPIEXEC)
@@ -56,7 +58,7 @@ function(zs_add_gtest_run test target)
 endfunction()
 
 function(zs_add_job_test name)
-  cmake_parse_arguments(ARG "EXPECT_FAIL;NO_MPIRUN" "NPROC;EXPECT_OUTPUT;MAX_SECONDS" "COMMAND" ${ARGN})
+  cmake_parse_arguments(ARG "EXPECT_FAIL;NO_MPIRUN" "NPROC;EXPECT_OUTPUT;REJECT_OUTPUT;MAX_SECONDS" "COMMAND" ${ARGN})
   if(NOT ARG_NPROC)
     set(ARG_NPROC 1)
   endif()
@@ -69,9 +71,11 @@ function(zs_add_job_test name)
     zs_mpi_command(cmd ${ARG_NPROC})
   endif()
   string(REPLACE ";" "\\;" regex "${ARG_EXPECT_OUTPUT}")
+  string(REPLACE ";" "\\;" reject "${ARG_REJECT_OUTPUT}")
   add_test(NAME ${name}
     COMMAND ${CMAKE_COMMAND}
-      -DEXPECT_FAIL=${ARG_EXPECT_FAIL} "-DEXPECT_OUTPUT=${regex}" -DMAX_SECONDS=${ARG_MAX_SECONDS}
+      -DEXPECT_FAIL=${ARG_EXPECT_FAIL} "-DEXPECT_OUTPUT=${regex}" "-DREJECT_OUTPUT=${reject}"
+      -DMAX_SECONDS=${ARG_MAX_SECONDS}
       "-DCMD=${cmd};${ARG_COMMAND}"
       -P ${PROJECT_SOURCE_DIR}/cmake/RunJobTest.cmake)
   math(EXPR timeout "${ARG_MAX_SECONDS} + 30")

@@ -17,6 +17,9 @@ packages=(
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
   shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
+  zlib1g-dev                            # gzip-compressed datasets (IDX files)
+  fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
+  dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
 
 missing=()

@@ -241,6 +241,11 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
         detail::concat("checkpoint.interval_steps = ", c.checkpoint().interval_steps(),
                        " needs checkpoint.dir, but it is empty"));
   }
+  if (c.model().n_head() > 0 && c.model().d_model() % c.model().n_head() != 0) {
+    add({"model.d_model", "model.n_head"},
+        detail::concat("model.d_model = ", c.model().d_model(), " must be a multiple of model.n_head = ",
+                       c.model().n_head(), " (each head gets d_model / n_head features)"));
+  }
   if (c.optimizer().nesterov() && c.optimizer().momentum() <= 0) {
     add({"optimizer.nesterov", "optimizer.momentum"},
         "optimizer.nesterov = true needs optimizer.momentum > 0");

@@ -353,6 +353,9 @@ TEST(Config, CrossFieldRules) {
   EXPECT_EQ(problem_paths({"optimizer.nesterov=true"}),
             (V{"optimizer.nesterov", "optimizer.momentum"}));
   EXPECT_TRUE(problem_paths({"optimizer.nesterov=true", "optimizer.momentum=0.9"}).empty());
+  EXPECT_EQ(problem_paths({"model.d_model=100", "model.n_head=3"}), (V{"model.d_model", "model.n_head"}));
+  EXPECT_TRUE(problem_paths({"model.d_model=96", "model.n_head=3"}).empty());
+  EXPECT_EQ(problem_paths({"model.n_head=0"}), (V{"model.n_head"})) << "out of range, not a division by zero";
   EXPECT_EQ(problem_paths({"logging.level=loud"}), (V{"logging.level"}));
   EXPECT_EQ(problem_paths({"logging.ranks=0,x"}), (V{"logging.ranks"}));
   EXPECT_TRUE(problem_paths({"logging.level=DEBUG", "logging.ranks=0,3"}).empty());

@@ -1,0 +1,65 @@
+#pragma once
+// TrainingReport: everything the examples show and record about a run, in one place: the progress
+// bar (rank 0, zeroshard/core/progress.h), plain result lines, and the --metrics-out JSON lines.
+// Every metrics call site of the examples is in report.cpp, so switching from the local stand-in
+// (metrics_lines.h) to zeroshard's MetricsWriter touches that file only.
+//
+// Collective: no (it reads only this rank's engine counters); values passed in are expected to be
+// the same on every rank already (all-reduced losses, accuracies). Rank 0 prints and writes.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "zeroshard/core/progress.h"
+#include "zeroshard/core/session.h"
+#include "zeroshard/sharding/engine.h"
+
+namespace zs_examples {
+
+class MetricsLines;
+
+struct ReportOptions {
+  int64_t total_steps = 0;
+  std::string items_name = "samples";  // "tok" -> tokens_per_s, "samples" -> samples_per_s
+  int log_interval = 10;
+  std::string metrics_path;            // --metrics-out; empty: none
+  c10::ScalarType reduce_dtype = c10::kFloat;  // of gradient reductions, to count comm bytes
+};
+
+class TrainingReport {
+ public:
+  TrainingReport(zeroshard::Session& session, const zeroshard::ShardingEngine& engine, ReportOptions options);
+  ~TrainingReport();
+
+  // After optimizer step `step` (1-based count) that took `seconds`: progress bar and one metrics
+  // line (throughput over the recent steps' own time, so evaluations do not count).
+  void step(int64_t step, double loss, double lr, int64_t items, double seconds);
+  // A line of text for the person watching (rank 0), above the progress bar.
+  void note(const std::string& line);
+  // An evaluation result: `text` is printed; recorded as {"eval":name,"step":step,"value":value}.
+  void eval(int64_t step, const std::string& name, double value, const std::string& text);
+  // The final summary line of the metrics file; `text` is printed.
+  void summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text);
+  void finish_progress();
+
+  // Items per second over the whole run so far (not the recent window).
+  double average_items_per_second() const;
+  double elapsed_s() const;
+
+ private:
+  zeroshard::Session& session_;
+  const zeroshard::ShardingEngine& engine_;
+  ReportOptions options_;
+  zeroshard::ProgressBar bar_;
+  std::unique_ptr<MetricsLines> metrics_;
+  int64_t last_comm_bytes_ = 0;
+};
+
+// Bytes the engine's collectives moved so far on this rank: gathered elements in the compute dtype,
+// reduced elements in the reduce dtype.
+int64_t comm_bytes(const zeroshard::ShardingEngine& engine, c10::ScalarType reduce_dtype);
+
+}  // namespace zs_examples

@@ -1,0 +1,161 @@
+#include "training.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Optional.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "zeroshard/core/error.h"
+
+namespace zs = zeroshard;
+
+namespace zs_examples {
+
+ExampleArgs parse_example_args(const std::vector<std::string>& args, const std::string& usage, bool accuracy_flag) {
+  ExampleArgs a;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& k = args[i];
+    auto value = [&]() -> std::string {
+      ZS_REQUIRE(i + 1 < args.size(), zs::UsageError, k, " needs a value; ", usage);
+      return args[++i];
+    };
+    if (k == "--metrics-out") {
+      a.metrics_out = value();
+    } else if (k == "--check-loss-decreases") {
+      a.check_loss_decreases = true;
+    } else if (k == "--min-accuracy" && accuracy_flag) {
+      const std::string v = value();
+      char* end = nullptr;
+      a.min_accuracy = std::strtod(v.c_str(), &end);
+      ZS_REQUIRE(end != v.c_str() && *end == '\0' && a.min_accuracy >= 0 && a.min_accuracy <= 1, zs::UsageError,
+                 "--min-accuracy '", v, "' is not a number in [0, 1]");
+    } else if (k == "--help" || k == "-h") {
+      a.help = true;
+    } else {
+      ZS_THROW(zs::UsageError, "unknown argument '", k, "'; ", usage);
+    }
+  }
+  return a;
+}
+
+void set_threads(const zs::Session& s) {
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  at::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, s.local_world_size())));
+}
+
+BatchPlan plan_batches(const zs::Config& cfg, int world_size) {
+  const int64_t global = cfg.train().batch_size();
+  const int micro = cfg.train().micro_batches();
+  ZS_REQUIRE(global % (static_cast<int64_t>(world_size) * micro) == 0, zs::ConfigError, "train.batch_size = ", global,
+             " is the global batch and must be a multiple of ranks (", world_size, ") x train.micro_batches (", micro,
+             ") = ", static_cast<int64_t>(world_size) * micro, "; e.g. train.batch_size=",
+             std::max<int64_t>(1, global / (static_cast<int64_t>(world_size) * micro)) * world_size * micro);
+  return {global / (static_cast<int64_t>(world_size) * micro), micro, global};
+}
+
+zs::DataLoaderOptions loader_options(const zs::Config& cfg, int64_t batch_size, bool drop_last, c10::Device device) {
+  zs::DataLoaderOptions o;
+  o.batch_size = batch_size;
+  o.drop_last = drop_last;
+  o.num_workers = cfg.data().num_workers();
+  o.prefetch_batches = cfg.data().prefetch_batches();
+  o.device = device;
+  o.pin_memory = cfg.data().pin_memory();
+  return o;
+}
+
+BatchStream::BatchStream(std::shared_ptr<const zs::Dataset> dataset, int64_t samples, const zs::Session& s,
+                         const zs::Config& cfg, int64_t batch_size)
+    : sampler_(samples, s.world_size(), s.rank(),
+               zs::SamplerOptions{cfg.data().shuffle(), cfg.runtime().seed(), /*drop_last=*/true}),
+      loader_(std::move(dataset), loader_options(cfg, batch_size, /*drop_last=*/true, s.device())),
+      batches_per_epoch_(sampler_.num_samples() / batch_size) {
+  ZS_REQUIRE(batches_per_epoch_ > 0, zs::ConfigError, "the training set (", samples, " samples over ",
+             s.world_size(), " rank(s), ", sampler_.num_samples(),
+             " per rank) holds no full batch of train.batch_size / (ranks x micro_batches) = ", batch_size,
+             " per rank; lower train.batch_size or raise data.limit_train_samples");
+}
+
+void BatchStream::begin_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  sampler_.set_epoch(epoch);
+  loader_.start(sampler_.indices());
+}
+
+zs::Batch BatchStream::next() {
+  if (epoch_ < 0) begin_epoch(0);
+  auto b = loader_.next();
+  if (!b) {
+    begin_epoch(epoch_ + 1);
+    b = loader_.next();
+  }
+  ZS_CHECK(b.has_value(), "an epoch of ", batches_per_epoch_, " batches delivered none");
+  return std::move(*b);
+}
+
+Trainer::Trainer(zs::Session& s, zs::ShardingEngine& engine, const zs::Config& cfg)
+    : session_(s),
+      engine_(engine),
+      optimizer_(zs::make_optimizer(cfg.optimizer())),
+      scheduler_(cfg.scheduler(), cfg.optimizer().lr()),
+      scaler_(cfg.precision().loss_scale(), zs::GradScaler::uses_fp16(cfg.precision()), s.world()),
+      micro_batches_(cfg.train().micro_batches()),
+      no_sync_(cfg.train().no_sync()),
+      clip_(cfg.optimizer().grad_clip_norm()) {}
+
+Trainer::Result Trainer::step(const std::function<at::Tensor(int)>& micro_loss) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double lr = scheduler_.lr_at(steps_);
+  optimizer_->set_lr(lr);
+  double loss_sum = 0;
+  for (int m = 0; m < micro_batches_; ++m) {
+    c10::optional<zs::ShardingEngine::NoSync> hold;
+    if (no_sync_ && m + 1 < micro_batches_) hold.emplace(engine_);  // reduce once, after the last
+    at::Tensor loss = micro_loss(m);
+    loss_sum += loss.detach().to(at::kDouble).cpu().item<double>();
+    scaler_.scale(loss / micro_batches_).backward();
+  }
+  bool stepped = false;
+  if (scaler_.unscale_and_check(engine_.param_shards())) {
+    if (clip_ > 0) engine_.clip_grad_norm(clip_);
+    engine_.step(*optimizer_);
+    stepped = true;
+  }
+  scaler_.update();
+  engine_.zero_grad();
+  ++steps_;
+  const double loss = all_reduce_sum(session_, {loss_sum / micro_batches_}, "example.loss")[0] /
+                      session_.world_size();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  train_seconds_ += seconds;
+  return {loss, lr, !stepped, seconds};
+}
+
+void seed_model_init(const zs::Config& cfg) { at::manual_seed(cfg.runtime().seed()); }
+
+void seed_training(const zs::Config& cfg, int rank) {
+  at::manual_seed(cfg.runtime().seed() + 1 + static_cast<uint64_t>(rank));
+}
+
+std::vector<double> all_reduce_sum(zs::Session& s, std::vector<double> values, const char* tag) {
+  at::Tensor t = at::tensor(values, at::kDouble);
+  s.world()->all_reduce(t, zs::ReduceOp::kSum, tag)->wait();
+  const double* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+std::string format_params(int64_t n) {
+  char buf[32];
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(n));
+  return buf;
+}
+
+}  // namespace zs_examples

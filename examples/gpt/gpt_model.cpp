@@ -1,0 +1,122 @@
+#include "gpt_model.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/softmax.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <limits>
+
+#include "zeroshard/core/activation_checkpoint.h"
+#include "zeroshard/core/error.h"
+
+namespace zs_examples {
+namespace {
+
+void init_linear(torch::nn::Linear& l, double std) {
+  torch::NoGradGuard no_grad;
+  torch::nn::init::normal_(l->weight, 0.0, std);
+  if (l->bias.defined()) torch::nn::init::zeros_(l->bias);
+}
+
+}  // namespace
+
+GptOptions GptOptions::from_config(const zeroshard::Config& cfg, c10::Device device) {
+  GptOptions o;
+  const auto& m = cfg.model();
+  o.vocab_size = m.vocab_size();
+  o.d_model = m.d_model();
+  o.n_head = m.n_head();
+  o.n_layer = m.n_layer();
+  o.seq_len = m.seq_len();
+  o.mlp_ratio = m.mlp_ratio();
+  o.dropout = m.dropout();
+  o.checkpointing = cfg.activation_checkpointing();
+  o.device = device;
+  return o;
+}
+
+int64_t GptOptions::num_params() const {
+  const int64_t d = d_model, h = mlp_ratio * d_model;
+  const int64_t block = 2 * 2 * d            // two LayerNorms
+                        + d * 3 * d          // qkv (no bias)
+                        + d * d + d          // attention output projection
+                        + d * h + h          // MLP in
+                        + h * d + d;         // MLP out
+  return vocab_size * d + seq_len * d + n_layer * block + 2 * d;
+}
+
+BlockImpl::BlockImpl(const GptOptions& o) : n_head(o.n_head) {
+  const int64_t d = o.d_model;
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  // No qkv bias: the key bias cannot change the attention (softmax is shift-invariant).
+  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(false)));
+  proj = register_module("proj", torch::nn::Linear(d, d));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  fc = register_module("fc", torch::nn::Linear(d, o.mlp_ratio * d));
+  out = register_module("out", torch::nn::Linear(o.mlp_ratio * d, d));
+  attn_drop = register_module("attn_drop", torch::nn::Dropout(o.dropout));
+  resid_drop = register_module("resid_drop", torch::nn::Dropout(o.dropout));
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(o.n_layer));
+  init_linear(qkv, 0.02);
+  init_linear(fc, 0.02);
+  init_linear(proj, residual_std);
+  init_linear(out, residual_std);
+  to(o.device);  // before the ShardedInit shards this unit on its device
+}
+
+torch::Tensor BlockImpl::forward(torch::Tensor x) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / n_head;
+  auto parts = qkv(ln1(x)).chunk(3, -1);
+  auto heads = [&](const torch::Tensor& y) { return y.view({b, t, n_head, hd}).transpose(1, 2); };
+  torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  torch::Tensor att = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  torch::Tensor future = at::ones({t, t}, at::TensorOptions().dtype(at::kBool).device(x.device())).triu(1);
+  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+  // Softmax in fp32 whatever the compute dtype (bf16 sums of many small terms lose too much).
+  att = attn_drop(at::softmax(att, -1, at::kFloat).to(q.scalar_type()));
+  torch::Tensor y = att.matmul(v).transpose(1, 2).contiguous().view({b, t, d});
+  x = x + resid_drop(proj(y));
+  return x + resid_drop(out(torch::nn::functional::gelu(fc(ln2(x)))));
+}
+
+GptImpl::GptImpl(const GptOptions& o) : options(o) {
+  wte = register_module("wte", torch::nn::Embedding(o.vocab_size, o.d_model));
+  wpe = register_module("wpe", torch::nn::Embedding(o.seq_len, o.d_model));
+  {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::normal_(wte->weight, 0.0, 0.02);
+    torch::nn::init::normal_(wpe->weight, 0.0, 0.02);
+  }
+  wte->to(o.device);
+  wpe->to(o.device);
+  drop = register_module("drop", torch::nn::Dropout(o.dropout));
+  for (int64_t i = 0; i < o.n_layer; ++i) {
+    blocks.push_back(register_module("h" + std::to_string(i), zeroshard::Unit<BlockImpl>(o)));
+  }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.d_model})));
+  ln_f->to(o.device);
+  register_parameter("lm_head_weight", wte->weight);  // the output layer: the same tensor
+}
+
+torch::Tensor GptImpl::forward(torch::Tensor idx) {
+  const int64_t t = idx.size(1);
+  ZS_REQUIRE(t <= options.seq_len, zeroshard::UsageError, "a sequence of ", t,
+             " tokens exceeds the context length model.seq_len = ", options.seq_len);
+  torch::Tensor pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(idx.device()));
+  torch::Tensor x = drop(wte(idx) + wpe(pos));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    zeroshard::Unit<BlockImpl> block = blocks[i];  // a holder copy: shares the module
+    if (zeroshard::should_checkpoint(options.checkpointing, static_cast<int>(i))) {
+      x = zeroshard::checkpoint([block](const at::Tensor& h) mutable { return block(h); }, x);
+    } else {
+      x = block(x);
+    }
+  }
+  return torch::nn::functional::linear(ln_f(x), wte->weight);
+}
+
+}  // namespace zs_examples

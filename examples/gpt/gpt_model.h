@@ -1,0 +1,63 @@
+#pragma once
+// A GPT-style decoder for train_gpt: token + position embeddings, pre-norm blocks (causal
+// self-attention and an MLP, each on a residual branch with dropout), a final LayerNorm, and an
+// output layer tied to the token embedding (one tensor, two names). Each block is a
+// zeroshard::Unit (a sharded unit) and may run under activation checkpointing.
+//
+// Initialisation (GPT-2's): weights N(0, 0.02), the residual output projections
+// N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm (1, 0). It happens inside the constructors, so
+// under a zeroshard::ShardedInit each block is initialised, then sharded, before the next is built.
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <vector>
+
+#include "zeroshard/core/config.h"
+#include "zeroshard/sharding/unit.h"
+
+namespace zs_examples {
+
+struct GptOptions {
+  int64_t vocab_size = 256;
+  int64_t d_model = 128;
+  int64_t n_head = 4;
+  int64_t n_layer = 4;
+  int64_t seq_len = 128;
+  int64_t mlp_ratio = 4;
+  double dropout = 0.1;
+  zeroshard::config::ActivationCheckpointingConfig checkpointing;  // which blocks recompute
+  c10::Device device = c10::kCPU;   // where parameters live (moved there as each module is built)
+
+  static GptOptions from_config(const zeroshard::Config& cfg, c10::Device device);
+  // Trainable parameters: embeddings + blocks + final norm (the tied output layer adds none).
+  int64_t num_params() const;
+};
+
+struct BlockImpl : torch::nn::Module {
+  explicit BlockImpl(const GptOptions& o);
+  torch::Tensor forward(torch::Tensor x);
+
+  int64_t n_head;
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
+  torch::nn::Dropout attn_drop{nullptr}, resid_drop{nullptr};
+};
+
+struct GptImpl : torch::nn::Module {
+  explicit GptImpl(const GptOptions& o);
+  // idx: int64 [B, T] with T <= seq_len; returns logits [B, T, vocab_size].
+  torch::Tensor forward(torch::Tensor idx);
+
+  GptOptions options;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  std::vector<zeroshard::Unit<BlockImpl>> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace zs_examples
