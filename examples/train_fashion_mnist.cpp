@@ -41,7 +41,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N train_fashion_mnist [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases] [--min-accuracy X]; config keys: docs/config.md";
+    "[--check-loss-decreases] [--min-accuracy X] [--resume]; config keys: docs/config.md";
 
 // conv(1->32) BN ReLU pool, conv(32->64) BN ReLU pool: [N, 1, 28, 28] -> [N, 64 * 7 * 7].
 struct FeaturesImpl : torch::nn::Module {
@@ -187,10 +187,11 @@ int run(zs::Session& s) {
     report.eval(step, "test_accuracy", r.accuracy, text);
     return r;
   };
-  const EvalResult initial = eval_now(0, "before training");
+  const int64_t start = args.resume ? trainer.resume(stream) : 0;
+  const EvalResult initial = eval_now(start, start > 0 ? "resumed at step " + std::to_string(start) : "before training");
   EvalResult last = initial;
   double last_loss = 0;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start; step < steps; ++step) {
     if (by_epochs && step % steps_per_epoch == 0) stream.begin_epoch(step / steps_per_epoch);
     auto r = trainer.step([&](int) {
       zs::Batch b = stream.next();
@@ -209,6 +210,7 @@ int run(zs::Session& s) {
     } else if ((every > 0 && (step + 1) % every == 0) || step + 1 == steps) {
       last = eval_now(step + 1, "step " + std::to_string(step + 1));
     }
+    trainer.save_if_due(stream, step + 1 == steps);
   }
   report.finish_progress();
   const double samples_per_s =

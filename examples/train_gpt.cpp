@@ -44,7 +44,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N train_gpt [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases]; config keys: docs/config.md";
+    "[--check-loss-decreases] [--resume]; config keys: docs/config.md (checkpoint.dir, offload.*)";
 
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.to(at::kFloat).reshape({-1, logits.size(-1)}),
@@ -189,9 +189,11 @@ int run(zs::Session& s) {
     report.eval(step, "val_loss", loss, text);
     return loss;
   };
-  const double initial_val = eval_now(0);
+  const int64_t start = args.resume ? trainer.resume(stream) : 0;
+  if (start > 0) report.note("resumed at step " + std::to_string(start));
+  const double initial_val = eval_now(start);
   double last_loss = 0;
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = start; step < steps; ++step) {
     auto r = trainer.step([&](int) {
       zs::Batch b = stream.next();
       return engine.forward([&] { return lm_loss(model->forward(b.data), b.target); });
@@ -200,6 +202,7 @@ int run(zs::Session& s) {
     report.step(step + 1, r.loss, r.lr, plan.global_batch * seq_len, r.seconds);
     const int64_t every = cfg.train().eval_interval();
     if (every > 0 && (step + 1) % every == 0 && step + 1 < steps) eval_now(step + 1);
+    trainer.save_if_due(stream, step + 1 == steps);
   }
   report.finish_progress();
   const double final_val = eval_now(steps);

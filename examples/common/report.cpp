@@ -2,7 +2,6 @@
 
 #include <c10/core/ScalarType.h>
 
-#include "metrics_lines.h"  // LOCAL STAND-IN for zeroshard/core/metrics.h (MetricsWriter)
 #include "zeroshard/sharding/memory.h"
 
 namespace zs = zeroshard;
@@ -35,7 +34,9 @@ TrainingReport::TrainingReport(zs::Session& session, const zs::ShardingEngine& e
       engine_(engine),
       options_(std::move(options)),
       bar_(progress_options(session, options_)),
-      metrics_(std::make_unique<MetricsLines>(session.rank() == 0 ? options_.metrics_path : std::string())) {
+      metrics_(session.rank() == 0 && !options_.metrics_path.empty()
+                   ? std::make_unique<zs::MetricsWriter>(options_.metrics_path)
+                   : nullptr) {
   last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);
 }
 
@@ -45,17 +46,18 @@ void TrainingReport::step(int64_t step, double loss, double lr, int64_t items, d
   const zs::MemoryStats& mem = engine_.memory();
   bar_.update({step, loss, lr, items, mem.total_current(), seconds});
   const int64_t comm = comm_bytes(engine_, options_.reduce_dtype);
-  if (metrics_->enabled()) {
-    std::vector<std::pair<std::string, int64_t>> categories;
+  if (metrics_) {
+    zs::StepMetrics m;
+    m.step = step;
+    m.loss = loss;
+    m.lr = lr;
+    (options_.items_name == "tok" ? m.tokens_per_s : m.samples_per_s) = bar_.items_per_second();
     for (int c = 0; c < static_cast<int>(zs::MemCategory::kCount); ++c) {
       const auto cat = static_cast<zs::MemCategory>(c);
-      categories.emplace_back(zs::to_string(cat), mem.current(cat));
+      m.mem.emplace_back(zs::to_string(cat), mem.current(cat));
     }
-    MetricsLines::Line line;
-    line.integer("step", step).num("loss", loss).num("lr", lr);
-    line.num(options_.items_name == "tok" ? "tokens_per_s" : "samples_per_s", bar_.items_per_second());
-    line.object("mem", categories).integer("comm_bytes", comm - last_comm_bytes_);
-    metrics_->write(line);
+    m.comm_bytes = comm - last_comm_bytes_;
+    metrics_->write_step(m);
   }
   last_comm_bytes_ = comm;
 }
@@ -64,21 +66,16 @@ void TrainingReport::note(const std::string& line) { bar_.println(line); }
 
 void TrainingReport::eval(int64_t step, const std::string& name, double value, const std::string& text) {
   bar_.println(text);
-  if (metrics_->enabled()) {
-    MetricsLines::Line line;
-    line.text("eval", name).integer("step", step).num("value", value);
-    metrics_->write(line);
-  }
+  if (metrics_) metrics_->write_line(zs::JsonObject().add("eval", name).add("step", step).add("value", value));
 }
 
 void TrainingReport::summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text) {
   bar_.finish();
   bar_.println(text);
-  if (metrics_->enabled()) {
-    MetricsLines::Line line;
-    line.boolean("summary", true);
-    for (const auto& [k, v] : values) line.num(k, v);
-    metrics_->write(line);
+  if (metrics_) {
+    zs::JsonObject fields;
+    for (const auto& [k, v] : values) fields.add(k, v);
+    metrics_->write_summary(fields);
   }
 }
 

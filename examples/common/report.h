@@ -2,7 +2,7 @@
 // TrainingReport: everything the examples show and record about a run, in one place: the progress
 // bar (rank 0, zeroshard/core/progress.h), plain result lines, and the --metrics-out JSON lines.
 // Every metrics call site of the examples is in report.cpp, so switching from the local stand-in
-// (metrics_lines.h) to zeroshard's MetricsWriter touches that file only.
+// to zeroshard's MetricsWriter touched that file only.
 //
 // Collective: no (it reads only this rank's engine counters); values passed in are expected to be
 // the same on every rank already (all-reduced losses, accuracies). Rank 0 prints and writes.
@@ -13,13 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "zeroshard/core/metrics.h"
 #include "zeroshard/core/progress.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs_examples {
 
-class MetricsLines;
 
 struct ReportOptions {
   int64_t total_steps = 0;
@@ -54,7 +54,7 @@ class TrainingReport {
   const zeroshard::ShardingEngine& engine_;
   ReportOptions options_;
   zeroshard::ProgressBar bar_;
-  std::unique_ptr<MetricsLines> metrics_;
+  std::unique_ptr<zeroshard::MetricsWriter> metrics_;  // rank 0 with --metrics-out, else null
   int64_t last_comm_bytes_ = 0;
 };
 

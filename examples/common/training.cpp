@@ -1,15 +1,21 @@
 #include "training.h"
 
+#include "zeroshard/offload/offload_optimizer.h"
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Optional.h>
+
+#include <google/protobuf/text_format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include "zeroshard/core/error.h"
+#include "zeroshard/core/logging.h"
+#include "zeroshard/offload/offload_optimizer.h"
 
 namespace zs = zeroshard;
 
@@ -25,6 +31,8 @@ ExampleArgs parse_example_args(const std::vector<std::string>& args, const std::
     };
     if (k == "--metrics-out") {
       a.metrics_out = value();
+    } else if (k == "--resume") {
+      a.resume = true;
     } else if (k == "--check-loss-decreases") {
       a.check_loss_decreases = true;
     } else if (k == "--min-accuracy" && accuracy_flag) {
@@ -82,6 +90,7 @@ BatchStream::BatchStream(std::shared_ptr<const zs::Dataset> dataset, int64_t sam
 
 void BatchStream::begin_epoch(int64_t epoch) {
   epoch_ = epoch;
+  consumed_ = 0;
   sampler_.set_epoch(epoch);
   loader_.start(sampler_.indices());
 }
@@ -94,18 +103,64 @@ zs::Batch BatchStream::next() {
     b = loader_.next();
   }
   ZS_CHECK(b.has_value(), "an epoch of ", batches_per_epoch_, " batches delivered none");
+  ++consumed_;
   return std::move(*b);
+}
+
+std::string BatchStream::position() const { return std::to_string(epoch_) + ":" + std::to_string(consumed_); }
+
+void BatchStream::seek(const std::string& position) {
+  long long epoch = -1, consumed = -1;
+  ZS_REQUIRE(std::sscanf(position.c_str(), "%lld:%lld", &epoch, &consumed) == 2 && consumed >= 0, zs::CheckpointError,
+             "bad data position '", position, "' in the checkpoint (expected <epoch>:<batches>)");
+  if (epoch < 0) return;  // saved before the first batch
+  begin_epoch(epoch);
+  for (long long i = 0; i < consumed; ++i) next();
 }
 
 Trainer::Trainer(zs::Session& s, zs::ShardingEngine& engine, const zs::Config& cfg)
     : session_(s),
       engine_(engine),
-      optimizer_(zs::make_optimizer(cfg.optimizer())),
+      optimizer_(zs::make_engine_optimizer(cfg, s.rank(), &engine.memory())),
       scheduler_(cfg.scheduler(), cfg.optimizer().lr()),
       scaler_(cfg.precision().loss_scale(), zs::GradScaler::uses_fp16(cfg.precision()), s.world()),
       micro_batches_(cfg.train().micro_batches()),
       no_sync_(cfg.train().no_sync()),
-      clip_(cfg.optimizer().grad_clip_norm()) {}
+      clip_(cfg.optimizer().grad_clip_norm()),
+      interval_(cfg.checkpoint().interval_steps()) {
+  if (!cfg.checkpoint().dir().empty()) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(cfg, &text);
+    checkpointer_ = std::make_unique<zs::Checkpointer>(engine, zs::CheckpointOptions::from_config(cfg.checkpoint()), text);
+  }
+}
+
+int64_t Trainer::resume(BatchStream& stream) {
+  ZS_REQUIRE(checkpointer_ != nullptr, zs::UsageError,
+             "--resume needs a checkpoint directory: --set checkpoint.dir=DIR");
+  const zs::TrainingState st = checkpointer_->load(*optimizer_);
+  if (st.grad_scaler) scaler_.load_state(*st.grad_scaler);
+  auto it = st.per_rank.find("data");
+  if (it != st.per_rank.end()) {
+    stream.seek(it->second);
+  } else {
+    ZS_LOG(kWarn) << "checkpoint " << st.path << " has no data position for this rank (saved at another world "
+                  << "size): the data stream starts again at epoch 0";
+  }
+  steps_ = st.step;
+  return st.step;
+}
+
+void Trainer::save_if_due(const BatchStream& stream, bool last_step) {
+  if (!checkpointer_) return;
+  if (!last_step && (interval_ <= 0 || steps_ % interval_ != 0)) return;
+  zs::TrainingState st;
+  st.step = steps_;
+  st.grad_scaler = scaler_.state();
+  st.per_rank["data"] = stream.position();
+  checkpointer_->save(*optimizer_, st);
+  if (last_step) checkpointer_->wait();
+}
 
 Trainer::Result Trainer::step(const std::function<at::Tensor(int)>& micro_loss) {
   const auto t0 = std::chrono::steady_clock::now();

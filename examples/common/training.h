@@ -14,6 +14,7 @@
 #include "zeroshard/core/session.h"
 #include "zeroshard/data/loader.h"
 #include "zeroshard/data/sampler.h"
+#include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/grad_scaler.h"
 #include "zeroshard/sharding/lr_scheduler.h"
@@ -27,6 +28,7 @@ struct ExampleArgs {
   bool check_loss_decreases = false;   // --check-loss-decreases: exit 1 unless the held-out loss
                                        // ends below 90% of its value before training
   double min_accuracy = -1;            // --min-accuracy X (classifiers): exit 1 below it
+  bool resume = false;                 // --resume: continue from the latest checkpoint in checkpoint.dir
   bool help = false;
 };
 
@@ -59,6 +61,10 @@ class BatchStream {
   void begin_epoch(int64_t epoch);
   // The next batch; rolls over to the next epoch at the end of one.
   zeroshard::Batch next();
+  // Where the stream is ("<epoch>:<batches consumed in it>"), and a jump back there (the epoch's
+  // shuffle is a function of the seed and the epoch, so the same batches follow).
+  std::string position() const;
+  void seek(const std::string& position);
   int64_t epoch() const { return epoch_; }
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
@@ -66,6 +72,7 @@ class BatchStream {
   zeroshard::DistributedSampler sampler_;
   zeroshard::DataLoader loader_;
   int64_t epoch_ = -1;
+  int64_t consumed_ = 0;
   int64_t batches_per_epoch_;
 };
 
@@ -92,6 +99,14 @@ class Trainer {
   const zeroshard::GradScaler& scaler() const { return scaler_; }
   const zeroshard::LrScheduler& scheduler() const { return scheduler_; }
 
+  // Training checkpoints, when checkpoint.dir is set (docs/checkpoints.md). resume() loads the
+  // latest one (model, optimizer, loss scaler, RNG, and `stream`'s position) and returns the step
+  // to continue from; save_if_due() saves every checkpoint.interval_steps steps and after the
+  // last step, and waits for an async save before returning from the last one.
+  bool checkpointing() const { return checkpointer_ != nullptr; }
+  int64_t resume(BatchStream& stream);
+  void save_if_due(const BatchStream& stream, bool last_step);
+
  private:
   zeroshard::Session& session_;
   zeroshard::ShardingEngine& engine_;
@@ -103,6 +118,8 @@ class Trainer {
   double clip_;
   int64_t steps_ = 0;
   double train_seconds_ = 0;
+  int interval_ = 0;
+  std::unique_ptr<zeroshard::Checkpointer> checkpointer_;
 };
 
 // Seeds LibTorch's default generators (CPU and CUDA), which it otherwise seeds at random: with
