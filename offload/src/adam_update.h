@@ -15,7 +15,4 @@ namespace zeroshard::detail {
 void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p, const float* g,
                  float* m, float* v, uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n);
 
-// Options check shared by FusedCpuAdam and the offloaded optimizer (UsageError naming the field).
-void check_cpu_adam_options(const CpuAdamOptions& o);
-
 }  // namespace zeroshard::detail

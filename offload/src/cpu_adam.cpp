@@ -53,7 +53,6 @@ struct FusedCpuAdam::Slot {
 
 namespace detail {
 
-void check_cpu_adam_options(const CpuAdamOptions& o) { check_options(o); }
 
 void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p, const float* g,
                  float* m, float* v, uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n) {

@@ -150,6 +150,14 @@ std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const config::OptimizerCon
     o.weight_decay = cfg.weight_decay();
     return std::make_unique<FusedCpuSgd>(o);
   }
+  return std::make_unique<FusedCpuAdam>(CpuAdamOptions::from_config(cfg));
+}
+
+CpuAdamOptions CpuAdamOptions::from_config(const config::OptimizerConfig& cfg) {
+  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::ADAM || cfg.type() == config::OptimizerConfig::ADAMW,
+             ConfigError, "optimizer.type = ", config::OptimizerConfig::Type_Name(cfg.type()),
+             " is not Adam; CpuAdamOptions come from ADAM or ADAMW");
+  (void)make_optimizer(cfg);  // the same validation and messages as the device optimizers
   CpuAdamOptions o;
   o.lr = cfg.lr();
   o.beta1 = cfg.beta1();
@@ -157,7 +165,7 @@ std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const config::OptimizerCon
   o.eps = cfg.eps();
   o.weight_decay = cfg.weight_decay();
   o.adamw = cfg.type() == config::OptimizerConfig::ADAMW;
-  return std::make_unique<FusedCpuAdam>(o);
+  return o;
 }
 
 }  // namespace zeroshard

@@ -38,17 +38,7 @@ CpuAdamOptions adam_options(const config::OptimizerConfig& cfg) {
   ZS_REQUIRE(cfg.type() == config::OptimizerConfig::ADAM || cfg.type() == config::OptimizerConfig::ADAMW,
              ConfigError, "optimizer.type = ", config::OptimizerConfig::Type_Name(cfg.type()),
              " cannot run with offload.optimizer = CPU/NVME; the offloaded optimizer implements ADAM and ADAMW");
-  ZS_REQUIRE(cfg.momentum() == 0 && !cfg.nesterov(), ConfigError,
-             "optimizer.momentum / optimizer.nesterov apply only to optimizer.type = SGD");
-  CpuAdamOptions o;
-  o.lr = cfg.lr();
-  o.beta1 = cfg.beta1();
-  o.beta2 = cfg.beta2();
-  o.eps = cfg.eps();
-  o.weight_decay = cfg.weight_decay();
-  o.adamw = cfg.type() == config::OptimizerConfig::ADAMW;
-  detail::check_cpu_adam_options(o);
-  return o;
+  return CpuAdamOptions::from_config(cfg);
 }
 
 bool host_fp32(const at::Tensor& t) {
