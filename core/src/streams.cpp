@@ -71,6 +71,33 @@ std::unique_ptr<StreamMark> DeviceStreams::mark(const c10::Stream& stream) const
   return std::make_unique<EventMark>(stream);
 }
 
+std::unique_ptr<StreamMark> DeviceStreams::copy_async(const at::Tensor& dst, const at::Tensor& src) const {
+  auto describe = [](const at::Tensor& t) {
+    return t.defined() ? detail::concat(c10::toString(t.scalar_type()), t.sizes(), " on ", t.device().str(),
+                                        t.is_contiguous() ? "" : " (non-contiguous)")
+                       : std::string("undefined");
+  };
+  ZS_REQUIRE(dst.defined() && src.defined() && dst.numel() == src.numel() &&
+                 dst.scalar_type() == src.scalar_type() && dst.is_contiguous() && src.is_contiguous(),
+             UsageError, "copy_async: dst and src must be defined, contiguous, of the same size and dtype; got dst ",
+             describe(dst), ", src ", describe(src));
+  if (!enabled_) {
+    dst.copy_(src);
+    return std::make_unique<DoneMark>();
+  }
+  const bool to_device = dst.device() == device_ && src.is_cpu();
+  const bool to_host = src.device() == device_ && dst.is_cpu();
+  ZS_REQUIRE(to_device || to_host, UsageError, "copy_async copies between the host and ", device_.str(),
+             "; got dst on ", dst.device().str(), ", src on ", src.device().str());
+  const at::Tensor& host = to_device ? src : dst;
+  ZS_REQUIRE(host.is_pinned(), UsageError, "copy_async: the host tensor (", to_device ? "src" : "dst",
+             ") is in pageable memory, which makes the copy block the host; allocate it pinned (PinnedPool)");
+  wait(copy_, current());
+  Use on_copy(*this, copy_);
+  dst.copy_(src, /*non_blocking=*/true);
+  return mark(copy_);
+}
+
 DeviceStreams::Use::Use(const DeviceStreams& streams, const c10::Stream& stream)
     : guard_(streams.enabled() ? c10::optional<c10::Stream>(stream) : c10::nullopt) {}
 

@@ -3,12 +3,15 @@
 // marks are done, in order, or until a stream is made to wait for them. The CUDA side of both is
 // exercised by the GPU tests (tests/gpu, label gpu).
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "zeroshard/core/error.h"
 #include "zeroshard/core/streams.h"
 
 namespace zeroshard {
@@ -40,6 +43,19 @@ TEST(DeviceStreams, CpuIsDisabledAndChangesNothing) {
   streams.wait(streams.all_gather(), streams.current());  // nothing to do, must not throw
   { DeviceStreams::Use use(streams, streams.reduce_scatter()); }
   EXPECT_TRUE(streams.mark(streams.current())->done());
+}
+
+TEST(DeviceStreams, CpuCopyAsyncIsAPlainCopyAndChecksItsArguments) {
+  DeviceStreams streams{c10::Device(c10::kCPU)};
+  at::Tensor src = at::arange(6, at::kFloat), dst = at::zeros({6});
+  EXPECT_TRUE(streams.copy_async(dst, src)->done());
+  EXPECT_TRUE(dst.equal(src));
+  try {
+    streams.copy_async(at::zeros({5}), src);
+    ADD_FAILURE() << "a size mismatch was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("same size"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ReleaseQueue, DoneOrMissingMarkDropsAtOnce) {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/cuda_stream.h"
@@ -30,6 +31,8 @@
 #include "gpu/sleep_kernel.h"
 #include "sharding/models.h"
 #include "zeroshard/comm/factory.h"
+#include "zeroshard/core/error.h"
+#include "zeroshard/core/streams.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
@@ -112,6 +115,27 @@ TEST_F(GpuStreams, ReduceScatterAllReduceAndBroadcastReadInputWrittenBehindASlee
   fill_after_sleep(root, static_cast<float>(r + 1));
   comm_->broadcast(root, n - 1, "test.sleep.broadcast")->wait();
   EXPECT_EQ(mismatches(root, [&](int64_t) { return static_cast<double>(n); }), 0) << "broadcast from the last rank";
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeviceStreams::copy_async: the copy stream follows the compute stream; a reader follows the copy.
+
+TEST_F(GpuStreams, CopyStreamRoundTripFollowsTheComputeStream) {
+  zs::DeviceStreams streams(device_);
+  ASSERT_TRUE(streams.enabled());
+  const int64_t n = int64_t{1} << 20;
+  at::Tensor on_device = at::full({n}, -1.0, f32());
+  fill_after_sleep(on_device, 3.0f);
+  at::Tensor pinned = at::empty({n}, c10::TensorOptions().dtype(at::kFloat).pinned_memory(true));
+  auto to_host = streams.copy_async(pinned, on_device);
+  while (!to_host->done()) std::this_thread::yield();
+  EXPECT_EQ(pinned.ne(3.0).sum().item<int64_t>(), 0) << "the copy to the host ran before the compute stream's write";
+  pinned.fill_(5.0);
+  at::Tensor back = at::full({n}, -1.0, f32());
+  auto to_device = streams.copy_async(back, pinned);
+  to_device->block(streams.current());
+  EXPECT_EQ(mismatches(back, [](int64_t) { return 5.0; }), 0) << "the reader ran before the copy to the device";
+  EXPECT_THROW(streams.copy_async(at::empty({n}), on_device), zs::UsageError) << "pageable host memory must be refused";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -69,6 +69,15 @@ class DeviceStreams {
   // A mark at the current end of `stream`'s queue (disabled: one that is done at once).
   std::unique_ptr<StreamMark> mark(const c10::Stream& stream) const;
 
+  // Copies `src` into `dst` (same size and dtype, contiguous; one of them on the host, the other
+  // on this device) on the copy stream, after the work queued on the current stream so far, and
+  // returns a mark after the copy. The host side must be pinned (page-locked: PinnedPool), or the
+  // copy would block the host: UsageError naming the tensor. The caller keeps both tensors alive
+  // until the mark is done (ReleaseQueue), and before reading `dst` on the device makes that
+  // stream wait for the mark (mark->block(stream)); on the host, waits until mark->done().
+  // Disabled: a plain synchronous copy, and a mark that is done.
+  std::unique_ptr<StreamMark> copy_async(const at::Tensor& dst, const at::Tensor& src) const;
+
   // RAII: makes `stream` the calling thread's current stream on the device while it lives
   // (nothing when the DeviceStreams is disabled).
   class Use {
