@@ -1,11 +1,14 @@
-// bench_step: one training step of the same GPT-style model, (a) plain LibTorch and (b) zeroshard,
-// in one run, at the world size mpirun gives (1, 2, 4).
+// bench_step: training steps of the same GPT-style model, (a) plain LibTorch and (b) zeroshard,
+// in one run.
 //
+// CPU (the session's device is the CPU, or --device cpu), at the world size mpirun gives (1, 2, 4):
 //   mpirun -n 2 build/bin/bench_step [--dim 128] [--layers 4] [--seq 32] [--vocab 256] [--batch 8]
 //                                     [--steps 12] [--strategy FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD]
+// CUDA (--device cuda, or auto on a GPU machine): see bench_step_gpu.cpp for the presets
+// (--preset gpt-1.3b | gpt-offload), tokens/s and MFU.
 //
-// Every rank trains on its own local batch in both variants at the same time, so both see the same
-// CPU contention; (a) has no communication at all. Reported:
+// On the CPU every rank trains on its own local batch in both variants at the same time, so both
+// see the same CPU contention; (a) has no communication at all. Reported:
 //   step time (median after 2 warm-up steps; the variants alternate step by step) of both and the
 //   overhead = median over steps of t(zs)/t(plain) - 1; at N > 1
 //   that difference is the communication left exposed by overlap (goal <= 15% at 2 ranks on CPU),
@@ -28,7 +31,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "gpt_bench_args.h"
+#include "bench_step.h"
 #include "sharding/models.h"
 #include "zeroshard/core/error.h"
 #include "zeroshard/core/main.h"
@@ -38,27 +41,85 @@
 namespace zs = zeroshard;
 using Clock = std::chrono::steady_clock;
 
+namespace zs_bench {
+
 namespace {
 
-struct Args : zs_bench::GptBenchArgs {
-  std::string strategy = "FULL_SHARD";
-};
+constexpr const char* kUsage =
+    "usage: bench_step [--device auto|cpu|cuda] [--preset gpt-1.3b|gpt-offload] [--dim N] [--layers N] "
+    "[--heads N] [--seq N] [--vocab N] [--batch N] [--steps N] [--strategy S] [--dtype fp32|bf16] "
+    "[--checkpoint 0|1] [--attention naive|fused] [--peak-tflops X] [--plain 0|1] [--warmup N]";
 
-Args parse(const std::vector<std::string>& a) {
-  Args o;
-  zs_bench::GptBenchArgs defaults;
+bool parse_bool(const std::string& key, const std::string& v) {
+  if (v == "1" || v == "true") return true;
+  if (v == "0" || v == "false") return false;
+  ZS_THROW(zeroshard::UsageError, key, " takes 0 or 1, got '", v, "'");
+}
+
+// A ~1.3B-parameter GPT (GPT-3 XL shape; GPT-2 vocabulary padded to a multiple of 64): 24 blocks
+// of width 2048, 16 heads, 2048 tokens, in bf16 with every block checkpointed.
+void apply_preset(const std::string& name, StepArgs& a) {
+  if (name == "gpt-1.3b" || name == "gpt-offload") {
+    a.model = zs_test::GptConfig{50304, 2048, 16, 24, 2048};
+    a.model.fused_attention = zs_test::kHasFusedAttention;
+    a.batch = name == "gpt-1.3b" ? 8 : 4;
+    a.steps = name == "gpt-1.3b" ? 12 : 6;
+    a.dtype = "bf16";
+    a.checkpoint = true;
+    return;
+  }
+  ZS_THROW(zeroshard::UsageError, "--preset '", name, "' is not one of gpt-1.3b, gpt-offload");
+}
+
+}  // namespace
+
+StepArgs parse_step_args(const std::vector<std::string>& args, bool cuda) {
+  StepArgs o;
+  GptBenchArgs defaults;
   defaults.model = zs_test::GptConfig{256, 128, 4, 4, 32};
   defaults.steps = 12;
-  static_cast<zs_bench::GptBenchArgs&>(o) = zs_bench::parse_gpt_bench_args(
-      a, defaults, 2,
-      "usage: bench_step [--dim N] [--layers N] [--heads N] [--seq N] [--vocab N] [--batch N] [--steps N] [--strategy S]",
-      [&](const std::string& k, const std::string& v) {
-        if (k != "--strategy") return false;
-        o.strategy = v;
+  static_cast<GptBenchArgs&>(o) = defaults;
+  // The preset first, so that explicit flags override it wherever they stand.
+  for (size_t i = 1; i + 1 < args.size(); ++i) {
+    if (args[i] == "--preset") o.preset = args[i + 1];
+  }
+  if (!o.preset.empty()) apply_preset(o.preset, o);
+  bool gpu_only_flag = false;
+  std::string attention;  // applied after the base arguments, which carry the model config
+  static_cast<GptBenchArgs&>(o) = parse_gpt_bench_args(
+      args, o, o.warmup, kUsage, [&](const std::string& k, const std::string& v) {
+        if (k == "--strategy") o.strategy = v;
+        else if (k == "--device") o.device = v;
+        else if (k == "--preset") gpu_only_flag = true;  // applied above
+        else if (k == "--dtype") o.dtype = v, gpu_only_flag = gpu_only_flag || v != "fp32";
+        else if (k == "--checkpoint") o.checkpoint = parse_bool(k, v), gpu_only_flag = gpu_only_flag || o.checkpoint;
+        else if (k == "--attention") {
+          ZS_REQUIRE(v == "naive" || v == "fused", zeroshard::UsageError, "--attention takes naive or fused, got '", v, "'");
+          attention = v;
+          gpu_only_flag = gpu_only_flag || v == "fused";
+        } else if (k == "--peak-tflops") o.peak_tflops = std::stod(v), gpu_only_flag = true;
+        else if (k == "--plain") o.plain = parse_bool(k, v), gpu_only_flag = gpu_only_flag || !o.plain;
+        else if (k == "--warmup") o.warmup = std::stoi(v);
+        else return false;
         return true;
       });
+  if (!attention.empty()) o.model.fused_attention = attention == "fused";
+  ZS_REQUIRE(o.dtype == "fp32" || o.dtype == "bf16", zeroshard::UsageError, "--dtype takes fp32 or bf16, got '", o.dtype, "'");
+  ZS_REQUIRE(o.warmup >= 1 && o.steps > o.warmup, zeroshard::UsageError, "--steps (", o.steps,
+             ") must exceed --warmup (", o.warmup, "), which must be >= 1");
+  ZS_REQUIRE(!o.model.fused_attention || zs_test::kHasFusedAttention, zeroshard::UsageError,
+             "--attention fused needs LibTorch 2.x (scaled_dot_product_attention); this build's is older");
+  ZS_REQUIRE(cuda || !gpu_only_flag, zeroshard::UsageError,
+             "--preset, --dtype bf16, --checkpoint 1, --attention fused, --peak-tflops and --plain 0 apply to the CUDA "
+             "benchmark; this run is on the CPU (--device ", o.device, ")");
   return o;
 }
+
+}  // namespace zs_bench
+
+namespace {
+
+using Args = zs_bench::StepArgs;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -88,7 +149,19 @@ double time_step(zs::Communicator& world, const std::function<void()>& step) {
 
 int main(int argc, char** argv) {
   return zs::run_main(argc, argv, [](zs::Session& s) {
-    Args a = parse(s.args());
+    const std::vector<std::string>& argv_list = s.args();
+    std::string device = "auto";
+    for (size_t i = 1; i + 1 < argv_list.size(); ++i) {
+      if (argv_list[i] == "--device") device = argv_list[i + 1];
+    }
+    ZS_REQUIRE(device == "auto" || device == "cpu" || device == "cuda", zs::UsageError,
+               "--device takes auto, cpu or cuda, got '", device, "'");
+    const bool cuda = device == "cuda" || (device == "auto" && s.device().is_cuda());
+    ZS_REQUIRE(!cuda || s.device().is_cuda(), zs::UsageError, "--device cuda but this session's device is ",
+               s.device().str(), " (runtime.device = ", zs::config::RuntimeConfig::Device_Name(s.config().runtime().device()),
+               "); run on a GPU machine with a CUDA-enabled LibTorch, or pass --set runtime.device=CUDA");
+    Args a = zs_bench::parse_step_args(argv_list, cuda);
+    if (cuda) return zs_bench::run_gpu_step_bench(s, a);
     const int n = s.world_size(), rank = s.rank();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     at::set_num_threads(std::max(1, static_cast<int>(cores) / s.local_world_size()));
@@ -137,7 +210,7 @@ int main(int argc, char** argv) {
     for (int step = 0; step < a.steps; ++step) {
       double p = time_step(world, [&] { plain_step(step); });
       double z = time_step(world, [&] { zs_step(step); });
-      if (step >= 2) tp.push_back(p), tz.push_back(z), ratios.push_back(z / p);
+      if (step >= a.warmup) tp.push_back(p), tz.push_back(z), ratios.push_back(z / p);
     }
     const double t_plain = median(tp), t_zs = median(tz);
     // One more step to read the model state with gradients present.

@@ -6,6 +6,7 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
@@ -82,6 +83,8 @@ ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, Sha
   ZS_REQUIRE(detail::find_managed_unit(model.get()) == nullptr, UsageError,
              "this model is already wrapped by another ShardingEngine; wrap a module once");
   setup_groups();
+  const std::vector<at::Tensor> params = model->parameters();
+  streams = std::make_unique<DeviceStreams>(params.empty() ? c10::Device(c10::kCPU) : params.front().device());
   discover_units();
   check_same_structure();
   check_parameters();  // before any flat parameter is built: a refused wrap changes nothing
@@ -307,18 +310,27 @@ ShardingEngine::~ShardingEngine() {
 
 double ShardingEngine::clip_grad_norm(double max_norm) {
   ZS_REQUIRE(max_norm > 0, UsageError, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
-  double sumsq = 0;
   std::vector<at::Tensor> grads;
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
-      if (f->trainable() && f->grad_shard().defined()) {
-        const double n = f->grad_shard().norm().item<double>();
-        sumsq += n * n;
-        grads.push_back(f->grad_shard());
-      }
+      if (f->trainable() && f->grad_shard().defined()) grads.push_back(f->grad_shard());
     }
   }
-  at::Tensor total = at::full({1}, sumsq, at::kDouble);
+  at::Tensor total;
+  if (!impl_->streams->enabled()) {
+    double sumsq = 0;
+    for (const at::Tensor& g : grads) {
+      const double n = g.norm().item<double>();
+      sumsq += n * n;
+    }
+    total = at::full({1}, sumsq, at::kDouble);
+  } else {
+    // On the device: the shards' norms and their sum of squares stay there, the all-reduce runs
+    // over the device communicator, and the host reads one number (the returned norm).
+    c10::AutoGradMode no_grad(false);
+    total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(impl_->streams->device()));
+    for (const at::Tensor& g : grads) total.add_(g.norm().to(at::kDouble).square());
+  }
   if (impl_->shard_group->size() > 1) impl_->shard_group->all_reduce(total, ReduceOp::kSum, "zs.clip")->wait();
   const double norm = std::sqrt(total.item<double>());
   const double coef = max_norm / (norm + 1e-6);

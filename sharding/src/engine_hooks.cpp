@@ -127,18 +127,36 @@ int ShardingEngine::Impl::inflight_gathers() const {
   return n;
 }
 
+// Gathers run with the all-gather stream current: the full buffers come from its pool, the
+// low-precision cast of the shard runs there, and the collective is ordered after it. That stream
+// first waits for compute (see Impl::streams). The compute stream waits for the result in
+// wait_gather (the collective's Work, plus the side stream for a one-rank cast).
 void ShardingEngine::Impl::issue_gather(UnitState* u) {
   if (!u->gathers.empty()) return;  // already in flight
+  bool needed = false;
+  for (auto& f : u->flats) needed = needed || !f->gathered();
+  if (!needed) return;
+  streams->wait(streams->all_gather(), streams->current());
+  DeviceStreams::Use on_all_gather(*streams, streams->all_gather());
   for (auto& f : u->flats) {
     auto w = f->start_gather(u->name, &counters.all_gather_elements);
     if (w) u->gathers.push_back(std::move(w));
   }
+  u->gathered_on_side_stream = streams->enabled();
 }
 
 void ShardingEngine::Impl::wait_gather(UnitState* u) {
   issue_gather(u);
+  complete_gather(u);
+}
+
+void ShardingEngine::Impl::complete_gather(UnitState* u) {
   for (auto& w : u->gathers) w->wait();
   u->gathers.clear();
+  if (u->gathered_on_side_stream) {
+    streams->wait(streams->current(), streams->all_gather());
+    u->gathered_on_side_stream = false;
+  }
 }
 
 void ShardingEngine::Impl::prefetch(int forward_index) {
@@ -151,8 +169,7 @@ void ShardingEngine::Impl::prefetch(int forward_index) {
 }
 
 void ShardingEngine::Impl::reshard(UnitState* u) {
-  for (auto& w : u->gathers) w->wait();  // never free a buffer a collective still writes
-  u->gathers.clear();
+  complete_gather(u);  // never free a buffer a collective still writes
   for (auto& f : u->flats) f->free_full();
 }
 
@@ -207,18 +224,38 @@ void ShardingEngine::Impl::on_grad_ready(UnitState* u) {
   if (++u->grads_seen == u->grads_expected) post_backward(u);
 }
 
+// Gradient buffers retired to the reduce-scatter stream that may be outstanding before the compute
+// stream waits for the oldest (bounds their memory when the host runs ahead of the GPU).
+constexpr size_t kMaxRetiredGradBuffers = 2;
+
+// Reductions run with the reduce-scatter stream current, after it waited for the gradients on the
+// compute stream: the cast to reduce_dtype, the collective's ordering, the reduction's output and
+// its addition into the fp32 gradient shard all live there, so compute never waits for a
+// reduce-scatter during backward; it waits once, in finalize_backward.
 void ShardingEngine::Impl::post_backward(UnitState* u) {
   if (u->post_backward_done) return;
   u->post_backward_done = true;
   if (no_sync_depth == 0) {
+    const c10::Stream compute = streams->current();
+    streams->wait(streams->reduce_scatter(), compute);
+    DeviceStreams::Use on_reduce_scatter(*streams, streams->reduce_scatter());
     for (auto& f : u->flats) f->start_reduce(u->name, &counters.reduce_elements);
-    for (UnitState* p : reducing) {
-      for (auto& f : p->flats) f->finish_reduce(p->name, &counters.reduce_elements);
-    }
+    for (UnitState* p : reducing) finish_reduce(p, compute);
     reducing.assign(1, u);
   }
   if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u);
   if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_POST) prefetch(u->forward_index - 1);
+}
+
+void ShardingEngine::Impl::finish_reduce(UnitState* u, const c10::Stream& compute) {
+  std::vector<at::Tensor> retired;
+  for (auto& f : u->flats) f->finish_reduce(u->name, &counters.reduce_elements, &retired);
+  if (!retired.empty()) {
+    retired_grads.release_after(std::move(retired), streams->mark(streams->reduce_scatter()));
+  }
+  if (retired_grads.poll() > kMaxRetiredGradBuffers) {
+    retired_grads.release_after_wait(compute, kMaxRetiredGradBuffers);
+  }
 }
 
 void ShardingEngine::Impl::finalize_backward() {
@@ -227,11 +264,17 @@ void ShardingEngine::Impl::finalize_backward() {
   for (auto& u : units) {
     if (u->pre_backward_done && !u->post_backward_done) post_backward(u.get());
   }
+  const c10::Stream compute = streams->current();
   if (no_sync_depth == 0) {
-    for (auto& u : units) {
-      for (auto& f : u->flats) f->finish_reduce(u->name, &counters.reduce_elements);
+    streams->wait(streams->reduce_scatter(), compute);
+    {
+      DeviceStreams::Use on_reduce_scatter(*streams, streams->reduce_scatter());
+      for (auto& u : units) finish_reduce(u.get(), compute);
     }
+    // The optimizer, clipping and the next step read the gradient shards on the compute stream.
+    streams->wait(compute, streams->reduce_scatter());
   }
+  retired_grads.release_after_wait(compute);
   for (auto& u : units) {
     if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u.get());
     u->pre_backward_done = false;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "zeroshard/core/autocast.h"
+#include "zeroshard/core/streams.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
 #include "zeroshard/sharding/sharded_init.h"
@@ -24,6 +25,7 @@ struct UnitState {
   ShardingEngine::Impl* engine = nullptr;
   std::vector<std::unique_ptr<FlatParam>> flats;  // trainable first, then frozen
   std::vector<std::shared_ptr<Work>> gathers;     // in flight
+  bool gathered_on_side_stream = false;  // a gather ran on the all-gather stream; compute has not waited
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // kept alive for their hooks
   int forward_index = -1;  // position in the recorded forward order
   // Per backward pass:
@@ -56,7 +58,12 @@ struct ShardingEngine::Impl {
   void post_backward(detail::UnitState* u);
   void finalize_backward();
   void issue_gather(detail::UnitState* u);
+  // Finishes the unit's reduction on the reduce-scatter stream (which must be current) and hands
+  // its gradient buffers to retired_grads; `compute` is the stream that produced the gradients.
+  void finish_reduce(detail::UnitState* u, const c10::Stream& compute);
   void wait_gather(detail::UnitState* u);
+  // Makes the current (compute) stream wait for the unit's gathers in flight, if any.
+  void complete_gather(detail::UnitState* u);
   void prefetch(int forward_index);
   void reshard(detail::UnitState* u);
   int inflight_gathers() const;
@@ -83,6 +90,13 @@ struct ShardingEngine::Impl {
   int no_sync_depth = 0;
   std::vector<detail::UnitState*> reducing;  // unit whose reduce-scatter is in flight
   CommCounters counters;
+  // CUDA: the all-gather and reduce-scatter side streams (disabled on CPU). Every entry into a side
+  // stream first makes it wait for the compute stream, so memory freed after compute used it is
+  // safe to reuse there, and the shards the optimizer wrote are up to date.
+  std::unique_ptr<DeviceStreams> streams;
+  // Gradient buffers (compute-stream memory) read by the reduce-scatter stream, kept until it is
+  // done with them.
+  ReleaseQueue retired_grads;
   std::unique_ptr<AutocastGuard> autocast;  // alive during the root forward when options.autocast
 };
 

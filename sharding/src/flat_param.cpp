@@ -5,6 +5,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/GradMode.h>
 
+#include <utility>
+
 #include "zeroshard/core/error.h"
 
 namespace zeroshard {
@@ -114,6 +116,13 @@ void FlatParam::alloc_full_storage() {
 std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements) {
   if (gathered()) return nullptr;
   alloc_full_storage();
+  if (shard_group_->size() == 1) {
+    // One rank, low precision: the "gather" is the cast itself, written straight into the full
+    // buffer (bitwise what gathering the cast shard gives, without the copy or the collective).
+    c10::AutoGradMode no_grad(false);
+    full_.copy_(shard_);
+    return nullptr;
+  }
   *elements += padded_;
   // Low-precision compute gathers the shard cast to param_dtype (the Work keeps the cast alive).
   at::Tensor input = param_dtype_ == c10::kFloat ? shard_ : shard_.to(param_dtype_);
@@ -167,7 +176,7 @@ void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
   *elements += padded_;
 }
 
-void FlatParam::finish_reduce(const std::string& tag, int64_t* elements) {
+void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired) {
   if (!grad_buffer_.defined()) return;
   if (!reduce_pending() && !pending_out_.defined()) start_reduce(tag, elements);
   const bool staged = pending_rs_ != nullptr;  // pending_out_ is a separate comm buffer
@@ -194,6 +203,7 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements) {
   if (staged) mem_->sub(MemCategory::kCommBuffers, rd_bytes(shard_numel_));
   pending_out_ = at::Tensor();
   drop_param_grads();
+  if (retired != nullptr) retired->push_back(std::move(grad_buffer_));
   grad_buffer_ = at::Tensor();
   mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
 }

@@ -4,13 +4,25 @@
 // every op is element-wise, so splitting a parameter across shards changes nothing.
 //
 // Layout of this file: shared shard bookkeeping (ShardedOptimizerBase), option checks, the three
-// algorithms, the factories.
+// algorithms, the factories. CUDA shards under LibTorch 2.x take LibTorch's fused Adam/AdamW
+// (Adam::update_all); SGD runs its element-wise ops on whatever device the shards are.
 
 #include "zeroshard/sharding/optimizer.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/zeros_like.h>
+
+// LibTorch 2.x has fused multi-tensor Adam/AdamW kernels (used for CUDA shards); 1.13 has not.
+#if __has_include(<ATen/ops/_fused_adamw.h>)
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/full.h>
+#define ZS_HAVE_FUSED_ADAM 1
+#else
+#define ZS_HAVE_FUSED_ADAM 0
+#endif
 
 #include <cmath>
 #include <memory>
@@ -37,6 +49,7 @@ struct ShardSlot {
   at::ScalarType dtype = at::kFloat;
   int64_t updates = 0;
   std::vector<at::Tensor> state;
+  at::Tensor device_step;  // fused CUDA Adam only: `updates` as a float on the device
 };
 
 // Validates the whole shard list before touching anything (a throwing step() changes nothing),
@@ -47,12 +60,13 @@ class ShardedOptimizerBase : public ShardedOptimizer {
     check_shards(shards);
     apply_pending(shards);
     at::NoGradGuard no_grad;  // params may be autograd leaves; updates are not differentiated
+    std::vector<size_t> with_grad;
     for (size_t i = 0; i < shards.size(); ++i) {
       if (!shards[i].grad.defined()) continue;
-      ShardSlot& slot = slots_[i];
-      ++slot.updates;
-      update(slot, shards[i].param, shards[i].grad);
+      ++slots_[i].updates;
+      with_grad.push_back(i);
     }
+    update_all(with_grad, shards);
     ++steps_;
   }
 
@@ -96,6 +110,12 @@ class ShardedOptimizerBase : public ShardedOptimizer {
 
   // Updates one shard in place. `slot.updates` already counts this update (1 on the first).
   virtual void update(ShardSlot& slot, const at::Tensor& param, const at::Tensor& grad) = 0;
+  // Updates the shards at `indices` (in order; their slots already count this update). The
+  // default calls update() for each; an optimizer with a multi-tensor kernel overrides it.
+  virtual void update_all(const std::vector<size_t>& indices, const std::vector<ParamShard>& shards) {
+    for (size_t i : indices) update(slots_[i], shards[i].param, shards[i].grad);
+  }
+  ShardSlot& slot(size_t index) { return slots_[index]; }
 
  private:
   static void check_shard(const ParamShard& s, size_t index) {
@@ -293,13 +313,16 @@ class Adam final : public ShardedOptimizerBase {
  private:
   enum { kExpAvg = 0, kExpAvgSq = 1, kMaxExpAvgSq = 2 };
 
+  void init_state(ShardSlot& slot, const at::Tensor& p) const {
+    if (!slot.state.empty()) return;
+    for (int i = 0; i < (o_.amsgrad ? 3 : 2); ++i) {
+      slot.state.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+    }
+  }
+
   void update(ShardSlot& slot, const at::Tensor& p, const at::Tensor& g) override {
     if (decoupled_ && o_.weight_decay != 0) p.mul_(1 - lr_ * o_.weight_decay);
-    if (slot.state.empty()) {
-      for (int i = 0; i < (o_.amsgrad ? 3 : 2); ++i) {
-        slot.state.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
-      }
-    }
+    init_state(slot, p);
     at::Tensor& exp_avg = slot.state[kExpAvg];
     at::Tensor& exp_avg_sq = slot.state[kExpAvgSq];
     const double t = static_cast<double>(slot.updates);
@@ -322,6 +345,49 @@ class Adam final : public ShardedOptimizerBase {
     const double step_size = lr_ / bias_correction1;
     p.addcdiv_(exp_avg, denom, -step_size);
   }
+
+#if ZS_HAVE_FUSED_ADAM
+  // Shards on one CUDA device: LibTorch's fused Adam/AdamW, one multi-tensor launch for all of
+  // them instead of about eight kernels per shard, with the step counts kept on the device (no
+  // host sync). Its arithmetic is update()'s in fp32 registers, so results differ from update()
+  // by rounding only; CPU shards keep update(), which matches torch::optim bit for bit.
+  void update_all(const std::vector<size_t>& indices, const std::vector<ParamShard>& shards) override {
+    if (!on_one_cuda_device(indices, shards)) return ShardedOptimizerBase::update_all(indices, shards);
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+    for (size_t i : indices) {
+      ShardSlot& s = slot(i);
+      const at::Tensor& p = shards[i].param;
+      init_state(s, p);
+      if (!s.device_step.defined()) {
+        // The updates before this one (update() may have run them, e.g. on another device).
+        s.device_step = at::full({}, static_cast<double>(s.updates - 1), p.options());
+      }
+      params.push_back(p);
+      grads.push_back(shards[i].grad);
+      exp_avgs.push_back(s.state[kExpAvg]);
+      exp_avg_sqs.push_back(s.state[kExpAvgSq]);
+      if (o_.amsgrad) max_exp_avg_sqs.push_back(s.state[kMaxExpAvgSq]);
+      steps.push_back(s.device_step);
+    }
+    at::_foreach_add_(steps, at::Scalar(1.0));
+    if (decoupled_) {
+      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr_, o_.beta1, o_.beta2,
+                        o_.weight_decay, o_.eps, o_.amsgrad, /*maximize=*/false);
+    } else {
+      at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr_, o_.beta1, o_.beta2,
+                       o_.weight_decay, o_.eps, o_.amsgrad, /*maximize=*/false);
+    }
+  }
+
+  static bool on_one_cuda_device(const std::vector<size_t>& indices, const std::vector<ParamShard>& shards) {
+    if (indices.empty() || !shards[indices.front()].param.is_cuda()) return false;
+    const c10::Device device = shards[indices.front()].param.device();
+    for (size_t i : indices) {
+      if (shards[i].param.device() != device) return false;
+    }
+    return true;
+  }
+#endif
 
   AdamOptions o_;
   bool decoupled_;

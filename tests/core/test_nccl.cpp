@@ -110,6 +110,10 @@ class Nccl : public ::testing::Test {
   void SetUp() override {
     const std::string why = why_no_nccl_runtime();
     if (!why.empty()) GTEST_SKIP() << "no CUDA device: NCCL runtime test skipped (" << why << ")";
+    const int gpus = static_cast<int>(at::getNumGPUs());
+    if (gpus < test::world_size()) {  // NCCL refuses two ranks of one communicator on one GPU
+      GTEST_SKIP() << "needs one GPU per rank: " << test::world_size() << " ranks, " << gpus << " GPU(s)";
+    }
     const c10::Device session_device = test::session().device();
     device_ = session_device.is_cuda() ? session_device.index()
                                        : test::rank() % static_cast<int>(at::getNumGPUs());
@@ -299,6 +303,96 @@ TEST_F(Nccl, SplitWithNegativeColorJoinsNoGroup) {
   at::Tensor t = make(5, c10::ScalarType::Float, [](int64_t) { return 1.0; });
   sub->all_reduce(t, ReduceOp::kSum, "test.split_neg")->wait();
   EXPECT_TRUE(matches(t, [&](int64_t) { return size() - 1.0; }));
+}
+
+// Every collective on communicators of one rank: a split that leaves each rank alone, and a split
+// of that split (nested sub-groups work and are named after their parents).
+TEST_F(Nccl, EveryCollectiveOnSubGroupsOfOneRank) {
+  auto alone = comm_->split(rank(), 0);
+  ASSERT_NE(alone, nullptr);
+  auto nested = alone->split(0, 0);
+  ASSERT_NE(nested, nullptr);
+  EXPECT_EQ(nested->name(), "nccl_world/split(" + std::to_string(rank()) + ")/split(0)");
+  const int64_t n = 4097;
+  const auto own = [&](int64_t i) { return seed_value(rank(), i); };
+  for (Communicator* c : {alone.get(), nested.get()}) {
+    SCOPED_TRACE(c->name());
+    EXPECT_EQ(c->size(), 1);
+    EXPECT_EQ(c->rank(), 0);
+    at::Tensor gathered = at::empty({n}, on_gpu(c10::ScalarType::Float));
+    c->all_gather_into(gathered, seeded(rank(), n, c10::ScalarType::Float), "test.one.all_gather")->wait();
+    EXPECT_TRUE(matches(gathered, own));
+    at::Tensor reduced = at::empty({n}, on_gpu(c10::ScalarType::BFloat16));
+    c->reduce_scatter_into(reduced, seeded(rank(), n, c10::ScalarType::BFloat16), ReduceOp::kSum,
+                           "test.one.reduce_scatter")
+        ->wait();
+    EXPECT_TRUE(matches(reduced, own));
+    at::Tensor averaged = seeded(rank(), n, c10::ScalarType::Float);
+    c->all_reduce(averaged, ReduceOp::kAvg, "test.one.all_reduce")->wait();
+    EXPECT_TRUE(matches(averaged, own));
+    at::Tensor broadcast = seeded(rank(), n, c10::ScalarType::Long);
+    c->broadcast(broadcast, 0, "test.one.broadcast")->wait();
+    EXPECT_TRUE(matches(broadcast, own));
+    auto barrier = c->barrier("test.one.barrier");
+    barrier->wait();
+    EXPECT_EQ(barrier->signature().seq, 5u) << "each communicator counts its own collectives";
+  }
+}
+
+// HYBRID_SHARD's gradient path on raw communicators: reduce-scatter inside a shard group of (up
+// to) 2 ranks, then average each shard across the replica group. At one rank both groups have
+// one member and the result is the rank's own data.
+TEST_F(Nccl, ReduceScatterInShardGroupThenAverageAcrossReplicas) {
+  const int g = size() >= 2 && size() % 2 == 0 ? 2 : 1;
+  auto shard_group = comm_->split(rank() / g, rank());
+  auto replicas = comm_->split(rank() % g, rank());
+  ASSERT_NE(shard_group, nullptr);
+  ASSERT_NE(replicas, nullptr);
+  const int64_t s = 1001;
+  at::Tensor flat = seeded(rank(), g * s, c10::ScalarType::Float);
+  at::Tensor shard = at::empty({s}, on_gpu(c10::ScalarType::Float));
+  // wait() orders the current stream after the reduce-scatter, and the next collective (on another
+  // communicator, with its own stream) after the current stream.
+  shard_group->reduce_scatter_into(shard, flat, ReduceOp::kSum, "test.hybrid.rs")->wait();
+  replicas->all_reduce(shard, ReduceOp::kAvg, "test.hybrid.avg")->wait();
+  // Element i of this rank's shard: sum over the shard group's members of element (r_in_group*s+i),
+  // averaged over the groups, i.e. the sum over all ranks divided by the number of groups.
+  const int groups = size() / g;
+  const int64_t offset = shard_group->rank() * s;
+  EXPECT_TRUE(matches(
+      shard, [&](int64_t i) { return sum_over_ranks(size(), offset + i) / groups; }, 1e-4));
+}
+
+// Collectives on the world and on a sub-group, issued alternately without waiting in between:
+// each communicator keeps its own order, and every result is complete after its own wait.
+TEST_F(Nccl, WorldAndSubGroupInterleaved) {
+  const int color = rank() % 2;
+  auto sub = comm_->split(color, rank());
+  ASSERT_NE(sub, nullptr);
+  std::vector<int> members;
+  for (int r = 0; r < size(); ++r) {
+    if (r % 2 == color) members.push_back(r);
+  }
+  constexpr int kRounds = 6;
+  const int64_t n = 3001;
+  std::vector<at::Tensor> on_world, on_sub;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int k = 0; k < kRounds; ++k) {
+    on_world.push_back(seeded(rank(), n, c10::ScalarType::Float, k));
+    works.push_back(comm_->all_reduce(on_world.back(), ReduceOp::kSum, "test.interleaved.world"));
+    on_sub.push_back(seeded(rank(), n, c10::ScalarType::Float, 100 + k));
+    works.push_back(sub->all_reduce(on_sub.back(), ReduceOp::kSum, "test.interleaved.sub"));
+  }
+  for (auto& w : works) w->wait();
+  for (int k = 0; k < kRounds; ++k) {
+    SCOPED_TRACE("round " + std::to_string(k));
+    EXPECT_TRUE(matches(on_world[k], [&](int64_t i) { return sum_over_ranks(size(), k + i); }));
+    EXPECT_TRUE(matches(on_sub[k], [&](int64_t i) {
+      double sum = 0;
+      for (int r : members) sum += seed_value(r, 100 + k + i);
+      return sum;
+    }));
+  }
 }
 
 // Fills the current stream with ~tens of milliseconds of kernels; returns at once on the host.

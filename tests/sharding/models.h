@@ -9,10 +9,18 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "zeroshard/sharding/unit.h"
+
+#if __has_include(<ATen/ops/scaled_dot_product_attention.h>)
+#include <ATen/ops/scaled_dot_product_attention.h>
+#define ZS_TEST_HAS_SDPA 1
+#else
+#define ZS_TEST_HAS_SDPA 0
+#endif
 
 namespace zs_test {
 
@@ -75,11 +83,20 @@ TORCH_MODULE(BnNet);
 
 struct GptConfig {
   int64_t vocab = 17, dim = 12, heads = 2, layers = 2, seq = 6;
+  // Attention through LibTorch's fused scaled_dot_product_attention (flash/memory-efficient
+  // kernels on CUDA; LibTorch 2.x only) instead of the explicit softmax(QK^T)V below.
+  bool fused_attention = false;
 };
+
+// Whether this LibTorch has scaled_dot_product_attention (2.x).
+constexpr bool kHasFusedAttention = ZS_TEST_HAS_SDPA != 0;
 
 // Pre-norm transformer block with causal self-attention.
 struct BlockImpl : torch::nn::Module {
-  explicit BlockImpl(const GptConfig& c) : heads(c.heads) {
+  explicit BlockImpl(const GptConfig& c) : heads(c.heads), fused_attention(c.fused_attention) {
+    if (fused_attention && !kHasFusedAttention) {
+      throw std::invalid_argument("GptConfig::fused_attention needs LibTorch 2.x (scaled_dot_product_attention)");
+    }
     ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.dim})));
     // No qkv bias: the key bias has an exactly zero gradient (softmax ignores it), and Adam turns
     // that gradient's rounding noise into updates, which no two implementations share.
@@ -94,14 +111,24 @@ struct BlockImpl : torch::nn::Module {
     auto parts = qkv(ln1(x)).chunk(3, -1);
     auto split = [&](const torch::Tensor& y) { return y.view({b, t, heads, hd}).transpose(1, 2); };
     torch::Tensor q = split(parts[0]), k = split(parts[1]), v = split(parts[2]);
-    torch::Tensor att = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    torch::Tensor mask = torch::ones({t, t}, torch::kBool).triu(1);
-    att = torch::softmax(att.masked_fill(mask, -1e9), -1);
-    torch::Tensor y = att.matmul(v).transpose(1, 2).contiguous().view({b, t, d});
+    torch::Tensor y;
+#if ZS_TEST_HAS_SDPA
+    if (fused_attention) {
+      y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+    }
+#endif
+    if (!y.defined()) {
+      torch::Tensor att = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+      torch::Tensor mask = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
+      att = torch::softmax(att.masked_fill(mask, -1e9), -1);
+      y = att.matmul(v);
+    }
+    y = y.transpose(1, 2).contiguous().view({b, t, d});
     x = x + proj(y);
     return x + out(torch::gelu(fc(ln2(x))));
   }
   int64_t heads;
+  bool fused_attention;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
 };
@@ -116,7 +143,7 @@ struct GptImpl : torch::nn::Module {
     register_parameter("lm_head_weight", wte->weight);  // the output projection: the same tensor
   }
   torch::Tensor forward(torch::Tensor idx) {
-    torch::Tensor pos = torch::arange(idx.size(1), torch::kLong);
+    torch::Tensor pos = torch::arange(idx.size(1), idx.options().dtype(torch::kLong));
     torch::Tensor x = wte(idx) + wpe(pos);
     for (auto& b : blocks) x = b(x);
     return torch::nn::functional::linear(ln_f(x), wte->weight);

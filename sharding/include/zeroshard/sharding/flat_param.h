@@ -74,8 +74,10 @@ class FlatParam {
 
   // --- parameters ---
   bool gathered() const;
-  // Allocates the full buffer's storage if freed and starts the all-gather into it; returns null
-  // when there is nothing to do (aliased, or already gathered). Bytes gathered go to `elements`.
+  // Allocates the full buffer's storage if freed (from the current stream's pool) and starts the
+  // all-gather into it; returns null when there is nothing to wait for: aliased, already
+  // gathered, or a shard group of one rank, where the shard is cast into the full buffer on the
+  // current stream. Elements gathered go to `elements`.
   std::shared_ptr<Work> start_gather(const std::string& tag, int64_t* elements);
   // Frees the full buffer's storage (no-op when aliased or already free).
   void free_full();
@@ -91,7 +93,10 @@ class FlatParam {
   bool reduce_pending() const { return pending_rs_ != nullptr || pending_ar_ != nullptr; }
   // Waits for start_reduce's collectives, averages across replicas (HYBRID/NO_SHARD), adds the
   // result into grad_shard(), and drops the gradient buffer and the parameters' .grad views.
-  void finish_reduce(const std::string& tag, int64_t* elements);
+  // With `retired`, the gradient buffer is moved there instead of being freed, for a caller that
+  // ran this on a side stream and must keep the buffer until that stream is done with it (its
+  // bytes leave the kGradBuffers account either way).
+  void finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired = nullptr);
   // Drops the gradient shard (zero_grad with set_to_none).
   void drop_grad_shard();
 

@@ -1,0 +1,30 @@
+#pragma once
+// bench_step's command line, shared by its CPU part (bench_step.cpp) and its CUDA part
+// (bench_step_gpu.cpp).
+
+#include <string>
+#include <vector>
+
+#include "gpt_bench_args.h"
+#include "zeroshard/core/session.h"
+
+namespace zs_bench {
+
+struct StepArgs : GptBenchArgs {
+  std::string strategy = "FULL_SHARD";
+  std::string device = "auto";  // auto: the session's device (runtime.device)
+  std::string preset;           // CUDA: gpt-1.3b, gpt-offload
+  std::string dtype = "fp32";   // CUDA: fp32, or bf16 (zeroshard: param/reduce dtype; plain: autocast)
+  bool checkpoint = false;      // CUDA: activation checkpointing of every block (both variants)
+  double peak_tflops = 0;       // CUDA: 0 = the H100/H200 datasheet peak for the dtype
+  bool plain = true;            // CUDA: also train plain LibTorch (the reference)
+  int warmup = 2;               // steps not timed
+};
+
+// Parses bench_step's arguments (argv[0] first). Throws UsageError naming the bad argument.
+StepArgs parse_step_args(const std::vector<std::string>& args, bool cuda);
+
+// The CUDA benchmark (bench_step_gpu.cpp). Returns the exit code.
+int run_gpu_step_bench(zeroshard::Session& s, const StepArgs& a);
+
+}  // namespace zs_bench
