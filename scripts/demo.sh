@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The main job on its built-in default: builds zeroshard if needed, then runs the communicator
-# self-test across 2 ranks (every collective and dtype checked element by element, then timed).
-# Extra arguments go to the program, e.g. --set comm.check_signatures=true, or --hang-rank 1
-# --set comm.timeout_s=5 to watch the watchdog end a hung job with a message.
+# The main job on its built-in default: builds zeroshard if needed (scripts/setup.sh), then trains
+# the byte-level GPT example across 2 ranks on CPU, FULL_SHARD with every block activation-
+# checkpointed and bf16 compute, on the fortunes corpus for 2-3 minutes on 2 cores
+# (examples/configs/gpt_demo.textproto), and prints text sampled from the trained model.
+# Extra arguments go to train_gpt and win over the demo's settings, e.g. --set train.steps=100 or
+# --metrics-out run.jsonl (the demo's --config is examples/configs/gpt_demo.textproto; for another
+# config file run build/bin/train_gpt under mpirun directly, as the README shows).
+# Environment: ZS_BUILD_DIR (default build), ZS_RANKS (default 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ./scripts/setup.sh >/dev/null
@@ -10,4 +14,9 @@ build_dir=${ZS_BUILD_DIR:-build}
 ranks=${ZS_RANKS:-2}
 mpi_flags=(--oversubscribe)
 [[ $(id -u) -eq 0 ]] && mpi_flags+=(--allow-run-as-root)
-exec mpirun -n "$ranks" "${mpi_flags[@]}" "$build_dir/bin/zeroshard-selftest" "$@"
+# mpirun gives every rank a pseudo-terminal, so the ranks cannot see where this output goes: draw
+# the progress bar only when it is a terminal.
+progress=LINES
+[[ -t 1 ]] && progress=BAR
+exec mpirun -n "$ranks" "${mpi_flags[@]}" "$build_dir/bin/train_gpt" \
+  --config examples/configs/gpt_demo.textproto --set runtime.device=CPU --set logging.progress="$progress" "$@"

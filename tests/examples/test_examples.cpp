@@ -1,0 +1,130 @@
+// The training examples' shared pieces: the shipped configs are valid, the GPT's parameter count
+// formula matches the model it builds (so the 1B config really is 1.21B parameters), the batch
+// arithmetic refuses what does not divide, and the metrics lines are valid JSON values.
+
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/zeros.h>
+
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <unordered_set>
+
+#include "common/metrics_lines.h"
+#include "common/test_util.h"
+#include "common/training.h"
+#include "gpt/gpt_model.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/error.h"
+
+namespace zs = zeroshard;
+namespace ex = zs_examples;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string config_dir() { return std::string(ZS_SOURCE_DIR) + "/examples/configs"; }
+
+TEST(ExampleConfigs, EveryShippedConfigLoadsAndValidates) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(config_dir())) {
+    SCOPED_TRACE(e.path().string());
+    zs::Config cfg;
+    ASSERT_NO_THROW(cfg = zs::load_config_file(e.path().string()));
+    EXPECT_NO_THROW(zs::validate_config(cfg));
+    ++n;
+  }
+  EXPECT_GE(n, 5) << "gpt_tiny, gpt_demo, gpt_1b, fashion_mnist, fashion_mnist_tiny";
+}
+
+TEST(ExampleConfigs, DemoUsesFullShardAndCheckpointing) {
+  zs::Config cfg = zs::load_config_file(config_dir() + "/gpt_demo.textproto");
+  EXPECT_EQ(cfg.sharding().strategy(), zs::config::ShardingConfig::FULL_SHARD);
+  EXPECT_TRUE(cfg.activation_checkpointing().enabled());
+  EXPECT_EQ(cfg.scheduler().total_steps(), cfg.train().steps()) << "the cosine ends with training";
+}
+
+int64_t count_params(torch::nn::Module& m) {
+  std::unordered_set<const void*> seen;  // the tied output layer is the embedding's tensor
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+  }
+  return n;
+}
+
+TEST(GptModel, ParameterCountFormulaMatchesTheModel) {
+  for (const std::string name : {"gpt_tiny", "gpt_demo"}) {
+    SCOPED_TRACE(name);
+    zs::Config cfg = zs::load_config_file(config_dir() + "/" + name + ".textproto");
+    ex::GptOptions o = ex::GptOptions::from_config(cfg, c10::kCPU);
+    ex::Gpt model(o);
+    EXPECT_EQ(count_params(*model), o.num_params());
+    EXPECT_EQ(model->blocks.size(), static_cast<size_t>(cfg.model().n_layer()));
+    // The output layer is tied to the token embedding: one tensor under two names.
+    auto named = model->named_parameters();
+    EXPECT_TRUE(named["lm_head_weight"].is_same(named["wte.weight"]));
+  }
+  zs::Config big = zs::load_config_file(config_dir() + "/gpt_1b.textproto");
+  const int64_t n = ex::GptOptions::from_config(big, c10::kCPU).num_params();
+  EXPECT_EQ(n, 1211076608) << "the 1B config's size as documented in it";
+}
+
+TEST(GptModel, ForwardShapesAndContextLimit) {
+  ex::GptOptions o;
+  o.vocab_size = 320, o.d_model = 32, o.n_head = 4, o.n_layer = 2, o.seq_len = 16;
+  ex::Gpt model(o);
+  at::Tensor idx = at::randint(256, {3, 16}, at::kLong);
+  EXPECT_EQ(model->forward(idx).sizes(), (std::vector<int64_t>{3, 16, 320}));
+  // Causal: the logits at position t do not depend on later tokens.
+  model->eval();
+  at::Tensor changed = idx.clone();
+  changed.index_put_({0, 15}, (idx[0][15].item<int64_t>() + 1) % 256);
+  EXPECT_TRUE(at::allclose(model->forward(idx)[0].narrow(0, 0, 15), model->forward(changed)[0].narrow(0, 0, 15)));
+  EXPECT_THROW(model->forward(at::zeros({1, 17}, at::kLong)), zs::UsageError);
+}
+
+TEST(BatchPlan, GlobalBatchMustDivide) {
+  zs::Config cfg;
+  cfg.mutable_train()->set_batch_size(32);
+  cfg.mutable_train()->set_micro_batches(2);
+  ex::BatchPlan p = ex::plan_batches(cfg, 4);
+  EXPECT_EQ(p.micro_batch_size, 4);
+  EXPECT_EQ(p.micro_batches, 2);
+  try {
+    ex::plan_batches(cfg, 3);
+    FAIL() << "32 is not a multiple of 3 x 2";
+  } catch (const zs::ConfigError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("train.batch_size = 32"), std::string::npos) << w;
+    EXPECT_NE(w.find("multiple of ranks (3) x train.micro_batches (2) = 6"), std::string::npos) << w;
+    EXPECT_NE(w.find("e.g. train.batch_size=30"), std::string::npos) << w;
+  }
+}
+
+TEST(MetricsLines, WritesJsonValues) {
+  EXPECT_EQ(ex::MetricsLines::quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+  EXPECT_EQ(ex::MetricsLines::number(0.1), "0.1");
+  EXPECT_EQ(ex::MetricsLines::number(1e-8), "1e-08");
+  EXPECT_EQ(ex::MetricsLines::number(std::numeric_limits<double>::infinity()), "null");
+  ex::MetricsLines::Line line;
+  line.integer("step", 3).num("loss", 2.5).object("mem", {{"sharded params", 10}, {"comm buffers", 0}});
+  EXPECT_EQ(line.str(), R"({"step":3,"loss":2.5,"mem":{"sharded params":10,"comm buffers":0}})");
+  EXPECT_THROW(ex::MetricsLines("/nonexistent/dir/metrics.jsonl"), zs::IoError);
+}
+
+TEST(ExampleArgs, ParsesFlagsAndRejectsUnknownOnes) {
+  ex::ExampleArgs a = ex::parse_example_args({"prog", "--metrics-out", "m.jsonl", "--check-loss-decreases"}, "usage", false);
+  EXPECT_EQ(a.metrics_out, "m.jsonl");
+  EXPECT_TRUE(a.check_loss_decreases);
+  EXPECT_THROW(ex::parse_example_args({"prog", "--min-accuracy", "0.9"}, "usage", false), zs::UsageError)
+      << "only classifiers take --min-accuracy";
+  EXPECT_DOUBLE_EQ(ex::parse_example_args({"prog", "--min-accuracy", "0.9"}, "usage", true).min_accuracy, 0.9);
+  EXPECT_THROW(ex::parse_example_args({"prog", "--min-accuracy", "2"}, "usage", true), zs::UsageError);
+  EXPECT_THROW(ex::parse_example_args({"prog", "--metrics-out"}, "usage", false), zs::UsageError);
+  EXPECT_THROW(ex::parse_example_args({"prog", "--resume"}, "usage", false), zs::UsageError)
+      << "checkpoint flags are not part of the examples yet (issue 6)";
+}
+
+}  // namespace
