@@ -1,23 +1,37 @@
-// Fused CPU Adam vs torch::optim::Adam on one flat fp32 shard, same thread count, one run; and the
-// machine's memory bandwidth (STREAM triad) turned into a params/s ceiling for the bytes the fused
-// kernel must move per parameter (read g, p, m, v: 16 B; write p, m, v: 12 B; + 2 B with the bf16
-// copy). Prints a table and a final JSON line.
+// The fused CPU optimizers against torch::optim and against the machine's memory bandwidth, on one
+// flat fp32 shard, all with the same OpenMP threads:
+//   FusedCpuAdam (Adam) vs torch::optim::Adam, and FusedCpuSgd (momentum 0.9) vs torch::optim::SGD,
+//   each also with the fused bf16 copy.
+// The ceiling for each kernel is a stream kernel over arrays of the same size that does the same
+// loads and stores (in place, same 64K-element tiles over the same threads) with no math: what the
+// memory system allows for that traffic. "of ceiling" = our params/s / the ceiling's params/s; each
+// kernel's runs alternate with its ceiling's, so both see the same load on a shared machine.
+// GB/s figures count the bytes the kernel must move per param (the Traffic constants); the
+// write-allocate read of the bf16 copy is not counted, but the ceiling kernels pay it too.
+// Also printed, for reference: the STREAM triad (a = b + s * c over doubles) that was this bench's
+// ceiling before, now on the same threads (see docs/performance.md for why it under-measured).
+// Prints a table, the goals, and a final JSON line.
 //
 //   bench_cpu_adam [--params N (default 100000000)] [--steps S (default 5)]
 
 #include <ATen/Parallel.h>
+#include <omp.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zeroshard/offload/cpu_adam.h"
+#include "zeroshard/offload/cpu_sgd.h"
 
 #ifndef ZS_TORCH_VERSION_STR
 #define ZS_TORCH_VERSION_STR "unknown"
@@ -31,52 +45,179 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
+std::string first_line(const char* path, const std::string& key = "") {
+  std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    if (key.empty()) return line;
+    if (line.rfind(key, 0) == 0) return line.substr(line.find(':') + 2);
   }
   return "unknown";
 }
 
-// Best of 5 STREAM triads (after one warm-up) a = b + s * c over arrays of `n` doubles; bytes/s counting 24 B/element
-// (STREAM's convention: 2 reads + 1 write).
-double triad_bandwidth(int64_t n) {
-  std::vector<double> a(n), b(n, 1.0), c(n, 2.0);
-  const double s = 3.0;
-  at::parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {  // first touch by the workers
-    for (int64_t i = lo; i < hi; ++i) a[i] = 0;
-  });
-  double best = 1e30;
-  for (int rep = 0; rep < 6; ++rep) {
-    const double t0 = now_s();
-    at::parallel_for(0, n, 1 << 16, [&](int64_t lo, int64_t hi) {
-      double* __restrict pa = a.data();
-      const double* __restrict pb = b.data();
-      const double* __restrict pc = c.data();
-#pragma GCC ivdep
-      for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + s * pc[i];
-    });
-    if (rep > 0) best = std::min(best, now_s() - t0);
-  }
-  if (a[n / 2] != 7.0) std::fprintf(stderr, "triad check failed\n");
-  return 24.0 * static_cast<double>(n) / best;
+// The last-level cache of CPU 0 as the kernel reports it to this VM/host (sysfs), in bytes.
+int64_t llc_bytes() {
+  const std::string s = first_line("/sys/devices/system/cpu/cpu0/cache/index3/size");
+  if (s == "unknown") return 0;
+  int64_t v = std::atoll(s.c_str());
+  if (s.back() == 'K') v <<= 10;
+  if (s.back() == 'M') v <<= 20;
+  return v;
 }
 
-// Median seconds per call of fn over `steps` calls, after one warm-up call.
+// Bytes each kernel must move per parameter.
+struct Traffic {
+  const char* what;
+  int bytes;
+};
+constexpr Traffic kAdam{"reads g, p, m, v (16 B) + writes p, m, v (12 B)", 28};
+constexpr Traffic kAdamBf16{"+ writes the bf16 copy (2 B)", 30};
+constexpr Traffic kSgd{"reads g, p, buf (12 B) + writes p, buf (8 B)", 20};
+constexpr Traffic kSgdBf16{"+ writes the bf16 copy (2 B)", 22};
+
+// ---- ceiling kernels: the kernels' loads and stores, no math ----
+// Vectors of 16 floats through GCC vector extensions; target_clones picks AVX-512, AVX2 or SSE2
+// at load time, so the ceiling is not held back by the bench's generic -march.
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+constexpr int64_t kTile = 1 << 16;  // as the fused kernels (cpu_common.h)
+
+// Vectors move through memcpy only (no vector-typed parameters or returns: their ABI differs
+// between the clones).
+
+// Adam's traffic: read g, p, m, v; write p, m, v (and lp). n is a multiple of 16.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adam_traffic_tile(
+    float* __restrict p, float* __restrict m, float* __restrict v, const float* __restrict g,
+    uint16_t* __restrict lp, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 16) {
+    v16f gv, pv, mv, vv;
+    std::memcpy(&gv, g + i, sizeof gv);
+    std::memcpy(&pv, p + i, sizeof pv);
+    std::memcpy(&mv, m + i, sizeof mv);
+    std::memcpy(&vv, v + i, sizeof vv);
+    pv += gv;
+    mv += gv;
+    vv += gv;
+    std::memcpy(p + i, &pv, sizeof pv);
+    std::memcpy(m + i, &mv, sizeof mv);
+    std::memcpy(v + i, &vv, sizeof vv);
+    if (lp != nullptr) {  // the top half of each float (truncation: the traffic, not the rounding)
+      v16u bits;
+      std::memcpy(&bits, &pv, sizeof bits);
+      const v16h h = __builtin_convertvector(bits >> 16, v16h);
+      std::memcpy(lp + i, &h, sizeof h);
+    }
+  }
+}
+
+// SGD's traffic: read g, p, buf; write p, buf (and lp).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void sgd_traffic_tile(
+    float* __restrict p, float* __restrict buf, const float* __restrict g, uint16_t* __restrict lp,
+    int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; i += 16) {
+    v16f gv, pv, bv;
+    std::memcpy(&gv, g + i, sizeof gv);
+    std::memcpy(&pv, p + i, sizeof pv);
+    std::memcpy(&bv, buf + i, sizeof bv);
+    bv += gv;
+    pv += bv;
+    std::memcpy(buf + i, &bv, sizeof bv);
+    std::memcpy(p + i, &pv, sizeof pv);
+    if (lp != nullptr) {  // the top half of each float (truncation: the traffic, not the rounding)
+      v16u bits;
+      std::memcpy(&bits, &pv, sizeof bits);
+      const v16h h = __builtin_convertvector(bits >> 16, v16h);
+      std::memcpy(lp + i, &h, sizeof h);
+    }
+  }
+}
+
+// Calls fn(begin, end) over 64K tiles of [0, n) on the OpenMP threads, as the fused kernels do.
 template <class Fn>
-double time_steps(int steps, Fn&& fn) {
+void tiles(int64_t n, Fn&& fn) {
+  const int64_t count = (n + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < count; ++t) fn(t * kTile, std::min(n, (t + 1) * kTile));
+}
+
+// Best seconds per call of fn over `reps` calls, after one warm-up call.
+template <class Fn>
+double best_of(int reps, Fn&& fn) {
   fn();
-  std::vector<double> t;
-  for (int i = 0; i < steps; ++i) {
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
     const double t0 = now_s();
     fn();
-    t.push_back(now_s() - t0);
+    best = std::min(best, now_s() - t0);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return best;
 }
+
+// Best seconds per call of `kernel` and of `ceiling` over `reps` calls each, alternating (after a
+// warm-up of each), so both see the same conditions when the machine's load varies.
+template <class K, class C>
+std::pair<double, double> best_alternating(int reps, K&& kernel, C&& ceiling) {
+  kernel();
+  ceiling();
+  double best_k = 1e30, best_c = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = now_s();
+    kernel();
+    best_k = std::min(best_k, now_s() - t0);
+    t0 = now_s();
+    ceiling();
+    best_c = std::min(best_c, now_s() - t0);
+  }
+  return {best_k, best_c};
+}
+
+// Arrays for the ceiling kernels: n params (n a multiple of 16), first touched in parallel by the
+// same threads, as the optimizer state is.
+struct Scratch {
+  explicit Scratch(int64_t n)
+      : n(n), p(torch::zeros({n})), m(torch::zeros({n})), v(torch::zeros({n})), g(torch::zeros({n})),
+        lp(torch::zeros({n}, torch::kBFloat16)) {}
+  void adam(bool copy) {
+    float *pp = p.data_ptr<float>(), *pm = m.data_ptr<float>(), *pv = v.data_ptr<float>();
+    const float* pg = g.data_ptr<float>();
+    uint16_t* plp = copy ? static_cast<uint16_t*>(lp.data_ptr()) : nullptr;
+    tiles(n, [&](int64_t b, int64_t e) { adam_traffic_tile(pp, pm, pv, pg, plp, b, e); });
+  }
+  void sgd(bool copy) {
+    float *pp = p.data_ptr<float>(), *pb = m.data_ptr<float>();
+    const float* pg = g.data_ptr<float>();
+    uint16_t* plp = copy ? static_cast<uint16_t*>(lp.data_ptr()) : nullptr;
+    tiles(n, [&](int64_t b, int64_t e) { sgd_traffic_tile(pp, pb, pg, plp, b, e); });
+  }
+  int64_t n;
+  torch::Tensor p, m, v, g, lp;
+};
+
+// The previous ceiling, kept for reference: STREAM triad a = b + s * c over 3 x 256 MiB of doubles,
+// same threads; returns {GB/s counted as STREAM does (24 B/element: 2 reads + 1 write), GB/s
+// including the write-allocate read of a (32 B/element)}.
+std::pair<double, double> stream_triad() {
+  const int64_t n = int64_t{1} << 25;
+  torch::Tensor a = torch::zeros({n}, torch::kDouble), b = torch::ones({n}, torch::kDouble),
+                c = torch::full({n}, 2.0, torch::kDouble);
+  double* __restrict pa = a.data_ptr<double>();
+  const double* __restrict pb = b.data_ptr<double>();
+  const double* __restrict pc = c.data_ptr<double>();
+  const double t = best_of(5, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0 * pc[i];
+  });
+  return {24.0 * n / t / 1e9, 32.0 * n / t / 1e9};
+}
+
+struct Row {
+  const char* name;
+  double seconds;
+  double ceiling;  // params/s of the ceiling kernel for this traffic
+  int bytes;       // per param, counted
+};
 
 }  // namespace
 
@@ -93,63 +234,124 @@ int main(int argc, char** argv) try {
       return 2;
     }
   }
-  if (n <= 0 || steps <= 0) {
-    std::fprintf(stderr, "bench_cpu_adam: --params and --steps must be > 0\n");
+  if (n < 16 || steps <= 0) {
+    std::fprintf(stderr, "bench_cpu_adam: --params must be >= 16 and --steps > 0\n");
     return 2;
   }
-  const int threads = zs::cpu_adam_threads();
+  const int threads = zs::cpu_optimizer_threads();
   at::set_num_threads(threads);  // torch's intra-op pool = our OpenMP threads
+  omp_set_num_threads(threads);  // the ceiling kernels' too
   torch::NoGradGuard no_grad;
 
-  // Bandwidth ceiling: arrays of 32M doubles (256 MiB each), far beyond any LLC.
-  const double bw = triad_bandwidth(int64_t{1} << 25);
-  const double ceiling = bw / 28.0, ceiling_bf16 = bw / 30.0;
+  const auto [triad_gbps, triad_rfo_gbps] = stream_triad();
 
-  // torch::optim::Adam.
   torch::manual_seed(0);
-  torch::Tensor p_ref = torch::randn({n});
-  torch::Tensor g = torch::randn({n});
-  torch::Tensor p_ours = p_ref.clone();
-  p_ref.mutable_grad() = g;
-  torch::optim::Adam torch_adam({p_ref}, torch::optim::AdamOptions(1e-3));
-  const double t_torch = time_steps(steps, [&] { torch_adam.step(); });
-  torch_adam.state().clear();  // free torch's moments before ours are allocated
-  p_ref = torch::Tensor();
-
-  // Ours, without and with the fused bf16 copy.
-  zs::CpuAdamOptions o;
-  o.adamw = false;
-  zs::FusedCpuAdam ours(o);
-  std::vector<zs::ParamShard> shards = {{p_ours, g, "bench"}};
-  const double t_ours = time_steps(steps, [&] { ours.step(shards); });
+  const torch::Tensor p0 = torch::randn({n});
+  const torch::Tensor g = torch::randn({n});
   std::vector<torch::Tensor> lp = {torch::empty({n}, torch::kBFloat16)};
-  const double t_ours_bf16 = time_steps(steps, [&] { ours.step_with_copy(shards, lp); });
+  Scratch scratch(n - n % 16);
+  std::vector<Row> rows;
+  // Our kernel and its ceiling, alternating; adds the row.
+  auto measure = [&](const char* name, const Traffic& traffic, const std::function<void()>& kernel,
+                     const std::function<void()>& ceiling) {
+    const auto [t, t_ceiling] = best_alternating(steps, kernel, ceiling);
+    rows.push_back({name, t, scratch.n / t_ceiling, traffic.bytes});
+  };
 
-  const double r_torch = n / t_torch, r_ours = n / t_ours, r_bf16 = n / t_ours_bf16;
-  std::printf("CPU:        %s (%s; kernel %s)\n", cpu_model().c_str(), zs::cpu_simd_flags().c_str(),
-              zs::to_string(ours.path()));
-  std::printf("threads:    %d (OpenMP for ours, at::get_num_threads() = %d for torch)\n", threads,
-              at::get_num_threads());
+  // Adam: torch, then ours (torch's moments freed first).
+  double t_torch_adam;
+  {
+    torch::Tensor p = p0.clone();
+    p.mutable_grad() = g;
+    torch::optim::Adam opt({p}, torch::optim::AdamOptions(1e-3));
+    t_torch_adam = best_of(steps, [&] { opt.step(); });
+  }
+  zs::SimdPath path;
+  {
+    zs::CpuAdamOptions o;
+    o.adamw = false;
+    zs::FusedCpuAdam ours(o);
+    path = ours.path();
+    std::vector<zs::ParamShard> shards = {{p0.clone(), g, "bench"}};
+    measure("FusedCpuAdam", kAdam, [&] { ours.step(shards); }, [&] { scratch.adam(false); });
+    measure("FusedCpuAdam + bf16 copy", kAdamBf16, [&] { ours.step_with_copy(shards, lp); },
+            [&] { scratch.adam(true); });
+  }
+  rows.insert(rows.begin(), {"torch::optim::Adam", t_torch_adam, rows[0].ceiling, kAdam.bytes});
+  // SGD with momentum.
+  double t_torch_sgd;
+  {
+    torch::Tensor p = p0.clone();
+    p.mutable_grad() = g;
+    torch::optim::SGD opt({p}, torch::optim::SGDOptions(1e-2).momentum(0.9));
+    t_torch_sgd = best_of(steps, [&] { opt.step(); });
+  }
+  {
+    zs::SgdOptions o;
+    o.lr = 1e-2;
+    o.momentum = 0.9;
+    zs::FusedCpuSgd ours(o);
+    std::vector<zs::ParamShard> shards = {{p0.clone(), g, "bench"}};
+    measure("FusedCpuSgd", kSgd, [&] { ours.step(shards); }, [&] { scratch.sgd(false); });
+    measure("FusedCpuSgd + bf16 copy", kSgdBf16, [&] { ours.step_with_copy(shards, lp); },
+            [&] { scratch.sgd(true); });
+  }
+  rows.insert(rows.begin() + 3, {"torch::optim::SGD", t_torch_sgd, rows[3].ceiling, kSgd.bytes});
+
+  // rows: 0 torch Adam, 1 FusedCpuAdam, 2 + bf16, 3 torch SGD, 4 FusedCpuSgd, 5 + bf16.
+  const auto rate = [&](size_t row) { return n / rows[row].seconds; };
+  const auto fraction = [&](size_t row) { return rate(row) / rows[row].ceiling; };
+  const int64_t llc = llc_bytes();
+  std::printf("CPU:        %s (%s; kernels: %s)\n", first_line("/proc/cpuinfo", "model name").c_str(),
+              zs::cpu_simd_flags().c_str(), zs::to_string(path));
+  std::printf("threads:    %d OpenMP threads for ours and the ceilings; at::get_num_threads() = %d for torch\n",
+              threads, at::get_num_threads());
   std::printf("LibTorch:   %s\n", ZS_TORCH_VERSION_STR);
-  std::printf("shard:      %lld fp32 params (%.1f MB per tensor), median of %d steps\n",
-              static_cast<long long>(n), n * 4 / 1e6, steps);
-  std::printf("triad:      %.2f GB/s -> ceiling %.3g params/s (28 B/param), %.3g (30 B, + bf16)\n",
-              bw / 1e9, ceiling, ceiling_bf16);
-  std::printf("%-26s %12s %12s %10s %12s\n", "", "ms/step", "params/s", "speedup", "of ceiling");
-  std::printf("%-26s %12.2f %12.3g %10s %11.0f%%\n", "torch::optim::Adam", t_torch * 1e3, r_torch,
-              "1.00x", 100 * r_torch / ceiling);
-  std::printf("%-26s %12.2f %12.3g %9.2fx %11.0f%%\n", "FusedCpuAdam", t_ours * 1e3, r_ours,
-              r_ours / r_torch, 100 * r_ours / ceiling);
-  std::printf("%-26s %12.2f %12.3g %9.2fx %11.0f%%\n", "FusedCpuAdam + bf16 copy", t_ours_bf16 * 1e3,
-              r_bf16, r_bf16 / r_torch, 100 * r_bf16 / ceiling_bf16);
+  std::printf("shard:      %lld fp32 params (%.1f MB per array); Adam touches 4 arrays = %.0f MB, %.1fx the "
+              "LLC (%lld MiB)%s\n",
+              static_cast<long long>(n), n * 4 / 1e6, n * 16 / 1e6, llc ? n * 16.0 / llc : 0.0,
+              static_cast<long long>(llc >> 20),
+              llc && n * 16 < 4 * llc ? "  WARNING: < 4x LLC, the ceilings measure caches, not DRAM" : "");
+  std::printf("timing:     best of %d steps after a warm-up; each fused kernel alternates with its ceiling\n",
+              steps);
+  std::printf("bytes/param counted: Adam %s = %d B; %s = %d B.\n", kAdam.what, kAdam.bytes, kAdamBf16.what,
+              kAdamBf16.bytes);
+  std::printf("                     SGD %s = %d B; %s = %d B.\n", kSgd.what, kSgd.bytes, kSgdBf16.what,
+              kSgdBf16.bytes);
+  std::printf("ceilings:   same loads/stores, no math: Adam %.3g params/s (%.1f GB/s), + bf16 %.3g; SGD %.3g "
+              "(%.1f GB/s), + bf16 %.3g\n",
+              rows[1].ceiling, rows[1].ceiling * kAdam.bytes / 1e9, rows[2].ceiling, rows[4].ceiling,
+              rows[4].ceiling * kSgd.bytes / 1e9, rows[5].ceiling);
+  std::printf("old ceiling (reference): STREAM triad, same threads, %.1f GB/s counted at 24 B/element (%.1f GB/s "
+              "with the write-allocate read)\n\n",
+              triad_gbps, triad_rfo_gbps);
+  std::printf("%-26s %10s %11s %9s %9s %11s\n", "", "ms/step", "params/s", "GB/s", "speedup", "of ceiling");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const double ref = n / (i < 3 ? t_torch_adam : t_torch_sgd);
+    std::printf("%-26s %10.2f %11.3g %9.1f %8.2fx %10.0f%%\n", rows[i].name, rows[i].seconds * 1e3, rate(i),
+                rate(i) * rows[i].bytes / 1e9, rate(i) / ref, 100 * fraction(i));
+  }
+  const double adam_speedup = rate(1) / rate(0), sgd_speedup = rate(4) / rate(3);
+  const double adam_of_triad = rate(1) * kAdam.bytes / 1e9 / triad_rfo_gbps;
+  std::printf("\nraw bandwidth: FusedCpuAdam moves %.1f GB/s = %.0f%% of the STREAM triad's %.1f GB/s counted with "
+              "its write-allocate read (%.0f%% of %.1f GB/s without)\n",
+              rate(1) * kAdam.bytes / 1e9, 100 * adam_of_triad, triad_rfo_gbps,
+              100 * rate(1) * kAdam.bytes / 1e9 / triad_gbps, triad_gbps);
+  std::printf("goals:      FusedCpuAdam >= 6x torch::optim::Adam: %.2fx %s; >= 60%% of its ceiling: %.0f%% %s\n",
+              adam_speedup, adam_speedup >= 6 ? "MET" : "NOT MET", 100 * fraction(1),
+              fraction(1) >= 0.6 ? "MET" : "NOT MET");
   std::printf("{\"bench\": \"cpu_adam\", \"params\": %lld, \"threads\": %d, \"simd\": \"%s\", "
-              "\"torch_version\": \"%s\", \"triad_gbps\": %.3f, \"torch_params_per_s\": %.4g, "
-              "\"fused_params_per_s\": %.4g, \"fused_bf16_params_per_s\": %.4g, \"speedup\": %.3f, "
-              "\"speedup_bf16\": %.3f, \"fraction_of_ceiling\": %.3f, "
-              "\"fraction_of_ceiling_bf16\": %.3f}\n",
-              static_cast<long long>(n), threads, zs::to_string(ours.path()), ZS_TORCH_VERSION_STR,
-              bw / 1e9, r_torch, r_ours, r_bf16, r_ours / r_torch, r_bf16 / r_torch, r_ours / ceiling,
-              r_bf16 / ceiling_bf16);
+              "\"torch_version\": \"%s\", \"ceiling_adam_params_per_s\": %.4g, \"ceiling_adam_gbps\": %.3f, "
+              "\"ceiling_sgd_params_per_s\": %.4g, \"triad_gbps_24B\": %.3f, \"triad_gbps_32B\": %.3f, "
+              "\"torch_adam_params_per_s\": %.4g, \"fused_adam_params_per_s\": %.4g, "
+              "\"fused_adam_bf16_params_per_s\": %.4g, \"adam_speedup\": %.3f, \"adam_fraction_of_ceiling\": %.3f, "
+              "\"adam_bf16_fraction_of_ceiling\": %.3f, \"torch_sgd_params_per_s\": %.4g, "
+              "\"fused_sgd_params_per_s\": %.4g, \"sgd_speedup\": %.3f, \"sgd_fraction_of_ceiling\": %.3f, "
+              "\"adam_fraction_of_triad_32B\": %.3f}\n",
+              static_cast<long long>(n), threads, zs::to_string(path), ZS_TORCH_VERSION_STR, rows[1].ceiling,
+              rows[1].ceiling * kAdam.bytes / 1e9, rows[4].ceiling, triad_gbps, triad_rfo_gbps, rate(0), rate(1),
+              rate(2), adam_speedup, fraction(1), fraction(2), rate(3), rate(4), sgd_speedup, fraction(4),
+              adam_of_triad);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_cpu_adam: error: %s\n", e.what());
