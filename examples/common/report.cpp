@@ -64,6 +64,7 @@ void TrainingReport::note(const std::string& line) { bar_.println(line); }
 
 void TrainingReport::eval(int64_t step, const std::string& name, double value, const std::string& text) {
   bar_.println(text);
+  last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);  // the next step's count excludes evaluation
   if (metrics_->enabled()) {
     MetricsLines::Line line;
     line.text("eval", name).integer("step", step).num("value", value);
