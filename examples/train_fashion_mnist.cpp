@@ -174,7 +174,7 @@ int run(zs::Session& s) {
        << ": " << train_samples << " training images, " << test_samples << " test images\n  batch: "
        << plan.global_batch << " images per step (" << plan.micro_batch_size << " per rank x " << plan.micro_batches
        << " micro-batch(es)); " << steps << " steps"
-       << (by_epochs ? " (" + std::to_string(cfg.train().epochs()) + " epochs)" : std::string()) << "; "
+       << (by_epochs ? " (" + std::to_string(cfg.train().epochs()) + " epoch(s))" : std::string()) << "; "
        << trainer.optimizer().describe() << ", " << trainer.scheduler().describe();
     report.note(os.str());
   }
