@@ -168,13 +168,13 @@ int run(zs::Session& s) {
   {
     std::ostringstream os;
     os << "train_fashion_mnist: " << s.world_size() << " rank(s) on " << s.device().str() << ", "
-       << zs::config::ShardingConfig::Strategy_Name(cfg.sharding().strategy()) << ", compute "
-       << c10::toString(engine.compute_dtype()) << "\n  model: conv32-bn-pool, conv64-bn-pool, fc128, fc10 (dropout "
+       << zs::config::ShardingConfig::Strategy_Name(cfg.sharding().strategy()) << ", "
+       << ex::describe_precision(sharding) << "\n  model: conv32-bn-pool, conv64-bn-pool, fc128, fc10 (dropout "
        << cfg.model().dropout() << "): " << ex::format_params(engine.num_params()) << " parameters\n  data: " << dir
        << ": " << train_samples << " training images, " << test_samples << " test images\n  batch: "
        << plan.global_batch << " images per step (" << plan.micro_batch_size << " per rank x " << plan.micro_batches
        << " micro-batch(es)); " << steps << " steps"
-       << (by_epochs ? " (" + std::to_string(cfg.train().epochs()) + " epochs)" : std::string()) << "; "
+       << (by_epochs ? " (" + std::to_string(cfg.train().epochs()) + " epoch(s))" : std::string()) << "; "
        << trainer.optimizer().describe() << ", " << trainer.scheduler().describe();
     report.note(os.str());
   }

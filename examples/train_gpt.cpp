@@ -163,9 +163,8 @@ int run(zs::Session& s) {
     const auto& m = cfg.model();
     std::ostringstream os;
     os << "train_gpt: " << s.world_size() << " rank(s) on " << s.device().str() << ", "
-       << zs::config::ShardingConfig::Strategy_Name(cfg.sharding().strategy()) << ", compute "
-       << c10::toString(engine.compute_dtype()) << (sharding.autocast ? " (autocast)" : "")
-       << ", activation checkpointing "
+       << zs::config::ShardingConfig::Strategy_Name(cfg.sharding().strategy()) << ", "
+       << ex::describe_precision(sharding) << ", activation checkpointing "
        << (cfg.activation_checkpointing().enabled()
                ? "every " + std::to_string(cfg.activation_checkpointing().every_n_blocks()) + " block(s)"
                : std::string("off"))

@@ -66,6 +66,7 @@ void TrainingReport::note(const std::string& line) { bar_.println(line); }
 
 void TrainingReport::eval(int64_t step, const std::string& name, double value, const std::string& text) {
   bar_.println(text);
+  last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);  // the next step's count excludes evaluation
   if (metrics_) metrics_->write_line(zs::JsonObject().add("eval", name).add("step", step).add("value", value));
 }
 

@@ -203,6 +203,11 @@ std::vector<double> all_reduce_sum(zs::Session& s, std::vector<double> values, c
   return std::vector<double>(p, p + values.size());
 }
 
+std::string describe_precision(const zs::ShardingOptions& o) {
+  if (o.autocast) return std::string("fp32 weights, autocast ") + c10::toString(o.autocast_dtype);
+  return std::string("compute ") + c10::toString(o.param_dtype);
+}
+
 std::string format_params(int64_t n) {
   char buf[32];
   const double v = static_cast<double>(n);

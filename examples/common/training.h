@@ -131,6 +131,9 @@ void seed_training(const zeroshard::Config& cfg, int rank);
 // Sum of `values` over all ranks (CPU doubles, one all-reduce).
 std::vector<double> all_reduce_sum(zeroshard::Session& s, std::vector<double> values, const char* tag);
 
+// "compute BFloat16", or "fp32 weights, autocast BFloat16" under precision.autocast.
+std::string describe_precision(const zeroshard::ShardingOptions& o);
+
 // Human-readable parameter count: "1.23M", "6.7B".
 std::string format_params(int64_t n);
 

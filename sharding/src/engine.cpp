@@ -376,6 +376,13 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   }
   c10::AutoGradMode no_grad(false);
   optimizer.step(param_shards());
+  // Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard,
+  // unless they alias it: drop it so the next forward casts the updated values again.
+  for (auto& u : impl_->units) {
+    for (auto& f : u->flats) {
+      if (f->gathered() && !f->aliased()) f->free_full();
+    }
+  }
   const ShardedOptimizer::Placement where = optimizer.placement();
   impl_->mem->set(MemCategory::kOptimizerState, where.device);
   impl_->mem->set(MemCategory::kOffloadHost, where.host);
