@@ -42,6 +42,7 @@ extra=(${ZS_GPU_EXTRA_DEBS:-})
 die() { echo "fetch-gpu-debs: error: $*" >&2; exit 1; }
 
 # --- the machine must be what the packages are for ---
+# shellcheck source=/dev/null
 . /etc/os-release
 [[ "${ID:-}" == debian && "${VERSION_CODENAME:-}" == bookworm ]] ||
   die "run this on Debian 12 (bookworm); this is ${PRETTY_NAME:-unknown}. The packages must match gpu-check.sh's expectations (Open MPI 4.1.4, protobuf 3.21.12)"
@@ -105,6 +106,7 @@ mapfile -t fetch < <(sort -u "$work/fetch.txt")
 mkdir -p "$dest"
 rm -f "$dest"/*.deb "$dest/MANIFEST.txt"
 echo "fetch-gpu-debs: downloading ${#fetch[@]} packages into $dest"
+# shellcheck disable=SC2015  # grep finding nothing to print is not a failure
 (cd "$dest" && apt-get download -qq "${fetch[@]}" 2>&1 | grep -v "unsandboxed as root" || true)
 shopt -s nullglob
 debs=("$dest"/*.deb)

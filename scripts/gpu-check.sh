@@ -69,14 +69,15 @@ nvcc=${ZS_NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')  phase: $phase"
   echo "host: $(uname -srm), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) memory"
+  # shellcheck source=/dev/null
   echo "os: $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version 2>&1 | head -1)"
   echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4 | tr '\n' ';')"
   echo "nvcc: $nvcc: $("$nvcc" --version 2>&1 | grep -o 'release [0-9.]*' || echo missing)"
   echo "cmake: $(cmake --version 2>&1 | head -1); ninja: $(ninja --version 2>&1); c++: $(c++ --version 2>&1 | head -1)"
   echo "python3: $(command -v "$py"); torch: $("$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1 | tail -1)"
   echo "torch cmake prefix: ${torch_prefix:-<not found>}"
-  echo "nccl root: ${nccl_root:-<not found>} ($(cd "$nccl_root" 2>/dev/null && ls include/nccl.h lib*/libnccl.so* 2>/dev/null | tr '\n' ' '))"
-  echo "debs: $debs ($(ls "$debs"/*.deb 2>/dev/null | wc -l) files, $(du -sh "$debs" 2>/dev/null | cut -f1))"
+  echo "nccl root: ${nccl_root:-<not found>} ($(cd "$nccl_root" 2>/dev/null && find include/nccl.h lib*/libnccl.so* -maxdepth 0 2>/dev/null | tr '\n' ' '))"
+  echo "debs: $debs ($(find "$debs" -maxdepth 1 -name '*.deb' 2>/dev/null | wc -l) files, $(du -sh "$debs" 2>/dev/null | cut -f1))"
 } >"$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 [[ -n "$torch_prefix" && -d "$torch_prefix" ]] || die "no LibTorch: '$py -c \"import torch\"' failed (set ZS_TORCH_PREFIX to torch.utils.cmake_prefix_path)"
@@ -89,7 +90,7 @@ unpack_debs() {
   local files=("$debs"/*.deb)
   ((${#files[@]})) || die "no .deb files in $debs: run scripts/fetch-gpu-debs.sh on a networked Debian 12 machine and carry .gpu-debs to this one"
   local stamp
-  stamp=$(ls -l "${files[@]}" | md5sum | cut -d' ' -f1)
+  stamp=$(stat -c '%n %s %Y' "${files[@]}" | md5sum | cut -d' ' -f1)
   if [[ "$(cat "$prefix/.zeroshard-debs" 2>/dev/null)" != "$stamp" ]]; then
     rm -rf "$prefix"
     mkdir -p "$prefix"

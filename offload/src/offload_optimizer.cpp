@@ -134,7 +134,7 @@ struct OffloadedOptimizer::Impl {
   void apply_pending(const std::vector<ParamShard>& shards);
   void ensure_buffers();
   std::unique_ptr<std::vector<ShardOptimizerState>> pending;
-  void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f, int64_t chunks) noexcept(false);
+  void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f);
   void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
   void verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const;
   double lr = 0;
@@ -310,7 +310,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
 }
 
 // Puts the master values of generation `current` (the last completed step) back into the shard.
-void OffloadedOptimizer::Impl::restore_shard(const ParamShard& s, detail::NvmeShardFiles& f, int64_t) {
+void OffloadedOptimizer::Impl::restore_shard(const ParamShard& s, detail::NvmeShardFiles& f) {
   float* buf = buffers[0].data_ptr<float>();
   for (int64_t k = 0; k < f.chunks; ++k) {
     const int64_t c = f.chunk_numel(k);
@@ -386,7 +386,7 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards) 
                            "or save a checkpoint";
     try {
       for (size_t i = 0; i <= done && i < shards.size(); ++i) {
-        if (shards[i].grad.defined() && files[i]->initialized) restore_shard(shards[i], *files[i], 0);
+        if (shards[i].grad.defined() && files[i]->initialized) restore_shard(shards[i], *files[i]);
       }
     } catch (const Error& e2) {
       rollback = std::string("rolling back failed too (") + e2.message() +

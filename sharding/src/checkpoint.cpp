@@ -286,6 +286,8 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
                  ec ? ec.message() : "it already exists");
     } catch (const Error& e) {
       my_error = e.message();
+    } catch (const std::exception& e) {
+      my_error = e.what();
     }
   }
   auto failures = exchange_failures(c, !my_error.empty(), tag + ".prepare");
@@ -310,6 +312,8 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
     ckpt::write_file_atomic(tmp, "rank-" + std::to_string(s.rank) + ".meta", rf.SerializeAsString());
   } catch (const Error& e) {
     my_error = e.message();
+  } catch (const std::exception& e) {
+    my_error = e.what();
   }
   failures = exchange_failures(c, !my_error.empty(), tag + ".files");
   if (any(failures)) {
@@ -337,13 +341,14 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
                                std::chrono::system_clock::now().time_since_epoch()).count());
       ckpt::write_file_atomic(tmp, ckpt::kManifestName, m.SerializeAsString());
       std::error_code ec;
-      if (fs::exists(final_dir)) {  // the same step saved again: replace it
+      if (fs::exists(final_dir, ec)) {  // the same step saved again: replace it
         const std::string old = root + "/.old-" + ckpt::step_dir_name(s.step);
         fs::remove_all(old, ec);
         fs::rename(final_dir, old, ec);
         ZS_REQUIRE(!ec, CheckpointError, "cannot move the earlier '", final_dir, "' aside: ", ec.message());
         fs::rename(tmp, final_dir, ec);
-        fs::remove_all(old);
+        std::error_code ignored;
+        fs::remove_all(old, ignored);
       } else {
         fs::rename(tmp, final_dir, ec);
       }
@@ -361,6 +366,8 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
       }
     } catch (const Error& e) {
       my_error = e.message();
+    } catch (const std::exception& e) {
+      my_error = e.what();
     }
   }
   failures = exchange_failures(c, !my_error.empty(), tag + ".commit");
@@ -458,6 +465,8 @@ TrainingState Checkpointer::load(ShardedOptimizer& optimizer, const std::string&
     im.apply(optimizer, m, out.path, out);
   } catch (const Error& e) {
     my_error = e.message();
+  } catch (const std::exception& e) {
+    my_error = e.what();
   }
   const auto failures = exchange_failures(*im.comm, !my_error.empty(), "zs.ckpt.load");
   if (any(failures)) {

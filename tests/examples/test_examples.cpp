@@ -11,7 +11,6 @@
 #include <string>
 #include <unordered_set>
 
-#include "common/metrics_lines.h"
 #include "common/test_util.h"
 #include "common/training.h"
 #include "gpt/gpt_model.h"
@@ -103,17 +102,6 @@ TEST(BatchPlan, GlobalBatchMustDivide) {
   }
 }
 
-TEST(MetricsLines, WritesJsonValues) {
-  EXPECT_EQ(ex::MetricsLines::quote("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
-  EXPECT_EQ(ex::MetricsLines::number(0.1), "0.1");
-  EXPECT_EQ(ex::MetricsLines::number(1e-8), "1e-08");
-  EXPECT_EQ(ex::MetricsLines::number(std::numeric_limits<double>::infinity()), "null");
-  ex::MetricsLines::Line line;
-  line.integer("step", 3).num("loss", 2.5).object("mem", {{"sharded params", 10}, {"comm buffers", 0}});
-  EXPECT_EQ(line.str(), R"({"step":3,"loss":2.5,"mem":{"sharded params":10,"comm buffers":0}})");
-  EXPECT_THROW(ex::MetricsLines("/nonexistent/dir/metrics.jsonl"), zs::IoError);
-}
-
 TEST(ExampleArgs, ParsesFlagsAndRejectsUnknownOnes) {
   ex::ExampleArgs a = ex::parse_example_args({"prog", "--metrics-out", "m.jsonl", "--check-loss-decreases"}, "usage", false);
   EXPECT_EQ(a.metrics_out, "m.jsonl");
@@ -123,8 +111,8 @@ TEST(ExampleArgs, ParsesFlagsAndRejectsUnknownOnes) {
   EXPECT_DOUBLE_EQ(ex::parse_example_args({"prog", "--min-accuracy", "0.9"}, "usage", true).min_accuracy, 0.9);
   EXPECT_THROW(ex::parse_example_args({"prog", "--min-accuracy", "2"}, "usage", true), zs::UsageError);
   EXPECT_THROW(ex::parse_example_args({"prog", "--metrics-out"}, "usage", false), zs::UsageError);
-  EXPECT_THROW(ex::parse_example_args({"prog", "--resume"}, "usage", false), zs::UsageError)
-      << "checkpoint flags are not part of the examples yet (issue 6)";
+  EXPECT_TRUE(ex::parse_example_args({"prog", "--resume"}, "usage", false).resume);
+  EXPECT_FALSE(ex::parse_example_args({"prog"}, "usage", false).resume);
 }
 
 }  // namespace
