@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "zeroshard/offload/aio.h"
 
@@ -56,6 +58,24 @@ class PrivateMount {
 
 // Whether the kernel accepts O_DIRECT for a new file at `path` (the file is removed again).
 bool kernel_accepts_direct(const std::string& path);
+
+
+// Fails unless fn throws an `Err` whose message contains every one of `parts`.
+template <class Err>
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts.front() << "'";
+  } catch (const Err& e) {
+    const std::string what = e.what();
+    for (const std::string& p : parts) {
+      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
+    }
+  }
+}
+
+// Open flags of a file the tests write and read back.
+constexpr int kRw = AioFile::kReadWrite | AioFile::kCreate;
 
 }  // namespace zeroshard::test
 

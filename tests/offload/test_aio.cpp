@@ -27,24 +27,12 @@ using zs::AioFile;
 using zs::IoBackend;
 using zs::IoOptions;
 using zs::test::Buffer;
+using zs::test::expect_error;
+using zs::test::kRw;
 
 namespace {
 
-constexpr int kRw = AioFile::kReadWrite | AioFile::kCreate;
 
-// Fails unless fn throws an `Err` whose message contains every one of `parts`.
-template <class Err>
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts.front() << "'";
-  } catch (const Err& e) {
-    const std::string what = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
-    }
-  }
-}
 
 // The file's bytes, read with plain iostreams (independent of the engine).
 std::string file_bytes(const std::string& path) {

@@ -27,23 +27,12 @@ using zs::FaultInjectingIo;
 using zs::IoBackend;
 using zs::IoOptions;
 using zs::test::Buffer;
+using zs::test::expect_error;
+using zs::test::kRw;
 
 namespace {
 
-constexpr int kRw = AioFile::kReadWrite | AioFile::kCreate;
 
-template <class Err>
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown; expected one mentioning '" << parts.front() << "'";
-  } catch (const Err& e) {
-    const std::string what = e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(what.find(p), std::string::npos) << "'" << p << "' not in: " << what;
-    }
-  }
-}
 
 IoOptions opts(IoBackend backend) {
   IoOptions o;

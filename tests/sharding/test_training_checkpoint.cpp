@@ -70,6 +70,14 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
+// Trains step `step` (steps [step - 1, step)) and saves it; returns the step directory.
+std::string train_and_save(GptTrainer& t, zs::ShardedOptimizer& opt, zs::Checkpointer& ckpt, int step) {
+  t.train(opt, step - 1, step);
+  zs::TrainingState st;
+  st.step = step;
+  return ckpt.save(opt, st);
+}
+
 // Trains 0..3, saves, trains 3..6 (run A); a fresh engine with other initial weights loads and
 // trains 3..6 (run B). Returns max |A - B| over the parameters.
 double resume_difference(zs::ShardingOptions o, const std::function<std::unique_ptr<zs::ShardedOptimizer>()>& make_opt,
@@ -144,10 +152,7 @@ TEST(TrainingCheckpoint, LayoutLatestAndRetention) {
   co.keep_last = 2;
   zs::Checkpointer ckpt(*t.engine, co);
   for (int step = 1; step <= 4; ++step) {
-    t.train(*opt, step - 1, step);
-    zs::TrainingState st;
-    st.step = step;
-    EXPECT_EQ(ckpt.save(*opt, st), root + "/" + zs::ckpt::step_dir_name(step));
+    EXPECT_EQ(train_and_save(t, *opt, ckpt, step), root + "/" + zs::ckpt::step_dir_name(step));
   }
   barrier();
   const auto all = zs::ckpt::list_checkpoints(root);
@@ -228,10 +233,7 @@ TEST(TrainingCheckpoint, DamagedCheckpointsAreNamedErrors) {
   GptTrainer t;
   auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
   zs::Checkpointer ckpt(*t.engine, co);
-  t.train(*opt, 0, 1);
-  zs::TrainingState st;
-  st.step = 1;
-  const std::string dir = ckpt.save(*opt, st);
+  const std::string dir = train_and_save(t, *opt, ckpt, 1);
   const std::string victim = dir + "/" + zs::ckpt::rank_file_name(0);
   const std::string good = slurp(victim);
   auto restore = [&] {
@@ -295,10 +297,7 @@ TEST(TrainingCheckpoint, AnotherModelIsRefusedNamingTheParameter) {
     GptTrainer t;
     auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
     zs::Checkpointer ckpt(*t.engine, co);
-    t.train(*opt, 0, 1);
-    zs::TrainingState st;
-    st.step = 1;
-    ckpt.save(*opt, st);
+    train_and_save(t, *opt, ckpt, 1);
   }
   zs_test::GptConfig wider = zs_test::trainer_gpt_config();
   wider.dim = 32;
@@ -318,10 +317,7 @@ TEST(TrainingCheckpoint, FailedSaveKeepsThePreviousCheckpoint) {
   GptTrainer t;
   auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
   zs::Checkpointer ckpt(*t.engine, co);
-  t.train(*opt, 0, 1);
-  zs::TrainingState st;
-  st.step = 1;
-  ckpt.save(*opt, st);
+  train_and_save(t, *opt, ckpt, 1);
   t.train(*opt, 1, 2);
   const int victim = zs::test::world_size() - 1;
   struct rlimit old {};
@@ -332,6 +328,7 @@ TEST(TrainingCheckpoint, FailedSaveKeepsThePreviousCheckpoint) {
     small.rlim_cur = 2048;
     ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   }
+  zs::TrainingState st;
   st.step = 2;
   const std::string err = error_of([&] { ckpt.save(*opt, st); });
   if (zs::test::rank() == victim) ::setrlimit(RLIMIT_FSIZE, &old);
@@ -354,10 +351,7 @@ TEST(TrainingCheckpoint, InterruptedSaveIsNeverLoaded) {
   GptTrainer t;
   auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
   zs::Checkpointer ckpt(*t.engine, co);
-  t.train(*opt, 0, 1);
-  zs::TrainingState st;
-  st.step = 1;
-  ckpt.save(*opt, st);
+  train_and_save(t, *opt, ckpt, 1);
   const std::string debris = root + "/.tmp-" + zs::ckpt::step_dir_name(7);
   if (zs::test::rank() == 0) {
     fs::create_directories(debris);
@@ -366,9 +360,7 @@ TEST(TrainingCheckpoint, InterruptedSaveIsNeverLoaded) {
   barrier();
   EXPECT_EQ(ckpt.load(*opt).step, 1);
   EXPECT_TRUE(contains(error_of([&] { ckpt.load(*opt, debris); }), "has no manifest.pb"));
-  st.step = 2;
-  t.train(*opt, 1, 2);
-  ckpt.save(*opt, st);
+  train_and_save(t, *opt, ckpt, 2);
   barrier();
   EXPECT_FALSE(fs::exists(debris));
 }
