@@ -1,4 +1,5 @@
-# Runs CMD (a list) and checks: exit status (non-zero when EXPECT_FAIL), output against the regex
+# Runs CMD (a list) and checks: exit status (EXPECT_EXIT_CODE when given, else non-zero when
+# EXPECT_FAIL), output against the regex
 # EXPECT_OUTPUT (must match) and REJECT_OUTPUT (must not), and wall time under MAX_SECONDS.
 # Used by zs_add_job_test.
 string(TIMESTAMP t0 "%s")
@@ -11,7 +12,11 @@ message("---- job output (exit ${rc}, ${elapsed}s) ----\n${all}\n---- end of job
 if(rc MATCHES "timeout|Process terminated due to timeout")
   message(FATAL_ERROR "FAIL: the job did not finish within ${MAX_SECONDS}s (it hung)")
 endif()
-if(EXPECT_FAIL)
+if(NOT "${EXPECT_EXIT_CODE}" STREQUAL "")
+  if(NOT rc EQUAL EXPECT_EXIT_CODE)
+    message(FATAL_ERROR "FAIL: the job exited with ${rc}, expected ${EXPECT_EXIT_CODE}")
+  endif()
+elseif(EXPECT_FAIL)
   if(rc EQUAL 0)
     message(FATAL_ERROR "FAIL: the job exited 0 but was expected to fail")
   endif()

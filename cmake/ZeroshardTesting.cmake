@@ -5,8 +5,8 @@
 #     process (a world of size 1). With NPROC it is registered once per count as NAME.npN and run
 #     under mpirun (oversubscribed: CI has 2 cores). Exit code 77 means every test skipped.
 #
-#   zs_add_job_test(NAME COMMAND cmd... [NPROC n | NO_MPIRUN] [EXPECT_FAIL] [EXPECT_OUTPUT regex]
-#                   [REJECT_OUTPUT regex] [MAX_SECONDS s])
+#   zs_add_job_test(NAME COMMAND cmd... [NPROC n | NO_MPIRUN] [EXPECT_FAIL | EXPECT_EXIT_CODE c]
+#                   [EXPECT_OUTPUT regex] [REJECT_OUTPUT regex] [MAX_SECONDS s])
 #     Runs a whole job under mpirun and checks its exit status, its output and its duration:
 #     for behaviour a user sees end to end (e.g. a hung collective aborts the job with a message).
 #     REJECT_OUTPUT fails the test when the output matches (e.g. an error must come before training).
@@ -58,7 +58,7 @@ function(zs_add_gtest_run test target)
 endfunction()
 
 function(zs_add_job_test name)
-  cmake_parse_arguments(ARG "EXPECT_FAIL;NO_MPIRUN" "NPROC;EXPECT_OUTPUT;REJECT_OUTPUT;MAX_SECONDS" "COMMAND" ${ARGN})
+  cmake_parse_arguments(ARG "EXPECT_FAIL;NO_MPIRUN" "NPROC;EXPECT_OUTPUT;REJECT_OUTPUT;MAX_SECONDS;EXPECT_EXIT_CODE" "COMMAND" ${ARGN})
   if(NOT ARG_NPROC)
     set(ARG_NPROC 1)
   endif()
@@ -74,7 +74,8 @@ function(zs_add_job_test name)
   string(REPLACE ";" "\\;" reject "${ARG_REJECT_OUTPUT}")
   add_test(NAME ${name}
     COMMAND ${CMAKE_COMMAND}
-      -DEXPECT_FAIL=${ARG_EXPECT_FAIL} "-DEXPECT_OUTPUT=${regex}" "-DREJECT_OUTPUT=${reject}"
+      -DEXPECT_FAIL=${ARG_EXPECT_FAIL} "-DEXPECT_EXIT_CODE=${ARG_EXPECT_EXIT_CODE}"
+      "-DEXPECT_OUTPUT=${regex}" "-DREJECT_OUTPUT=${reject}"
       -DMAX_SECONDS=${ARG_MAX_SECONDS}
       "-DCMD=${cmd};${ARG_COMMAND}"
       -P ${PROJECT_SOURCE_DIR}/cmake/RunJobTest.cmake)

@@ -41,7 +41,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N train_fashion_mnist [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases] [--min-accuracy X] [--resume]; config keys: docs/config.md";
+    "[--check-loss-decreases] [--min-accuracy X] [--resume] [--memory-trial]; config keys: docs/config.md";
 
 // conv(1->32) BN ReLU pool, conv(32->64) BN ReLU pool: [N, 1, 28, 28] -> [N, 64 * 7 * 7].
 struct FeaturesImpl : torch::nn::Module {
@@ -132,6 +132,7 @@ int run(zs::Session& s) {
   const zs::Config& cfg = s.config();
   ex::set_threads(s);
   const ex::BatchPlan plan = ex::plan_batches(cfg, s.world_size());
+  if (args.memory_trial) ex::announce_memory_trial(s, plan);
 
   // Data first: missing files fail before any model memory.
   const std::string dir = cfg.data().path().empty() ? zs::kFashionMnistDir : cfg.data().path();
@@ -157,6 +158,13 @@ int run(zs::Session& s) {
   zs::ShardingEngine engine(init, model.ptr());
   ex::seed_training(cfg, s.rank());
   ex::Trainer trainer(s, engine, cfg);
+  if (args.memory_trial) {
+    return ex::run_memory_trial(s, trainer, plan, [&](int) {
+      zs::Batch b = stream.next();
+      return engine.forward(
+          [&] { return F::cross_entropy(model->forward(b.data.to(engine.compute_dtype())), b.target); });
+    });
+  }
 
   ex::ReportOptions ro;
   ro.total_steps = steps;

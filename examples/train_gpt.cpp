@@ -44,7 +44,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N train_gpt [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases] [--resume]; config keys: docs/config.md (checkpoint.dir, offload.*)";
+    "[--check-loss-decreases] [--resume] [--memory-trial]; config keys: docs/config.md (checkpoint.dir, offload.*)";
 
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.to(at::kFloat).reshape({-1, logits.size(-1)}),
@@ -127,6 +127,7 @@ int run(zs::Session& s) {
   ex::set_threads(s);
   const ex::BatchPlan plan = ex::plan_batches(cfg, s.world_size());
   const int64_t seq_len = cfg.model().seq_len();
+  if (args.memory_trial) ex::announce_memory_trial(s, plan);
 
   // 1. Data, before any model memory: a missing corpus fails here.
   const std::string path = cfg.data().path().empty() ? zs::kFortunesDir : cfg.data().path();
@@ -151,6 +152,12 @@ int run(zs::Session& s) {
   zs::ShardingEngine engine(init, model.ptr());
   ex::seed_training(cfg, s.rank());
   ex::Trainer trainer(s, engine, cfg);
+  if (args.memory_trial) {
+    return ex::run_memory_trial(s, trainer, plan, [&](int) {
+      zs::Batch b = stream.next();
+      return engine.forward([&] { return lm_loss(model->forward(b.data), b.target); });
+    });
+  }
 
   ex::ReportOptions ro;
   ro.total_steps = steps;

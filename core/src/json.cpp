@@ -57,6 +57,12 @@ JsonObject& JsonObject::add(const std::string& key, const std::string& v) { retu
 JsonObject& JsonObject::add(const std::string& key, const char* v) { return add_raw(key, json_string(v)); }
 JsonObject& JsonObject::add(const std::string& key, const JsonObject& v) { return add_raw(key, v.str()); }
 
+JsonObject& JsonObject::add(const std::string& key, const std::vector<JsonObject>& items) {
+  std::string s = "[";
+  for (size_t i = 0; i < items.size(); ++i) s += (i ? "," : "") + items[i].str();
+  return add_raw(key, s + "]");
+}
+
 JsonObject& JsonObject::merge(const JsonObject& other) {
   for (size_t i = 0; i < other.keys_.size(); ++i) add_raw(other.keys_[i], other.values_[i]);
   return *this;
@@ -85,6 +91,7 @@ const char* JsonValue::type_name(Type t) {
     case Type::kNumber: return "number";
     case Type::kString: return "string";
     case Type::kObject: return "object";
+    case Type::kArray: return "array";
   }
   return "?";
 }
@@ -129,7 +136,7 @@ class Parser {
       v.type = JsonValue::Type::kString;
       v.string = string();
     } else if (c == '[') {
-      fail("arrays are not supported here; expected a number, string, object, true, false or null");
+      return array(depth);
     } else if (consume("true")) {
       v.type = JsonValue::Type::kBool;
       v.boolean = true;
@@ -141,7 +148,7 @@ class Parser {
       v.type = JsonValue::Type::kNumber;
       v.number = number();
     } else {
-      fail("expected a value (number, string, object, true, false or null), found '", c, "'");
+      fail("expected a value (number, string, object, array, true, false or null), found '", c, "'");
     }
     return v;
   }
@@ -267,6 +274,31 @@ class Parser {
         return v;
       }
       fail("expected ',' or '}' in an object");
+    }
+  }
+
+  JsonValue array(int depth) {
+    if (depth >= 16) fail("arrays nested deeper than 16 levels");
+    ++pos_;  // '['
+    JsonValue v;
+    v.type = JsonValue::Type::kArray;
+    skip_ws();
+    if (pos_ < s_.size() && s_[pos_] == ']') {
+      ++pos_;
+      return v;
+    }
+    while (true) {
+      v.items.push_back(value(depth + 1));
+      skip_ws();
+      if (pos_ < s_.size() && s_[pos_] == ',') {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < s_.size() && s_[pos_] == ']') {
+        ++pos_;
+        return v;
+      }
+      fail("expected ',' or ']' in an array");
     }
   }
 

@@ -10,7 +10,10 @@
 #include <exception>
 #include <memory>
 
+#include <c10/util/Exception.h>
+
 #include "zeroshard/core/error.h"
+#include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
 
 namespace zeroshard {
@@ -43,12 +46,17 @@ int run_main(int argc, char** argv, const std::function<int(Session&)>& body) {
     int rc = body(*session);
     session.reset();
     return rc;
-  } catch (const Error& e) {
-    abort_job(e.what(), 1);
   } catch (const std::exception& e) {
+    // Out of memory: the summary, the largest allocations and a snapshot file, then a distinct
+    // exit status (memory_report.h).
+    if (is_out_of_memory(e)) abort_job(out_of_memory_report(e), kOutOfMemoryExitCode);
+    if (dynamic_cast<const Error*>(&e) != nullptr) abort_job(e.what(), 1);
+    // LibTorch's errors carry a C++ backtrace in what(); the message alone says what went wrong.
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     int rank = detail::process_rank();
     abort_job(detail::concat("zeroshard: unhandled exception on rank ", rank, " (", detail::process_host(),
-                             "): ", e.what()), 1);
+                             "): ", c10_error != nullptr ? c10_error->what_without_backtrace() : e.what()),
+              1);
   } catch (...) {
     abort_job(detail::concat("zeroshard: unknown exception on rank ", detail::process_rank()), 1);
   }

@@ -14,6 +14,7 @@
 #include "zeroshard/comm/factory.h"
 #include "zeroshard/core/logging.h"
 #include "zeroshard/core/main.h"
+#include "zeroshard/core/memory_report.h"
 
 namespace zeroshard {
 namespace {
@@ -84,6 +85,8 @@ void Session::start(int argc, char** argv) {
   comm::Watchdog::instance().set_abort_handler([](const std::string& msg) { abort_job(msg, 1); });
   comm::Watchdog::instance().set_peer_channel(comm::make_mpi_peer_channel());
   pick_device();
+  // Before the program allocates anything: the tracking allocator counts only what comes after.
+  apply_memory_config(config_.memory(), device_, rank_, world_size_);
   g_current = this;
 
   ZS_LOG(kInfo) << "zeroshard " << ZS_VERSION << ": " << world_size_ << " rank(s), " << local_world_size_

@@ -15,6 +15,8 @@
 
 #include "zeroshard/core/error.h"
 #include "zeroshard/core/logging.h"
+#include "zeroshard/core/host_memory.h"
+#include "zeroshard/core/memory_report.h"
 #include "zeroshard/offload/offload_optimizer.h"
 
 namespace zs = zeroshard;
@@ -33,6 +35,8 @@ ExampleArgs parse_example_args(const std::vector<std::string>& args, const std::
       a.metrics_out = value();
     } else if (k == "--resume") {
       a.resume = true;
+    } else if (k == "--memory-trial") {
+      a.memory_trial = true;
     } else if (k == "--check-loss-decreases") {
       a.check_loss_decreases = true;
     } else if (k == "--min-accuracy" && accuracy_flag) {
@@ -163,6 +167,8 @@ void Trainer::save_if_due(const BatchStream& stream, bool last_step) {
 }
 
 Trainer::Result Trainer::step(const std::function<at::Tensor(int)>& micro_loss) {
+  static const int kPhase = zs::memory_phase_id("training step, outside the engine");
+  zs::MemoryPhase phase(kPhase);
   const auto t0 = std::chrono::steady_clock::now();
   const double lr = scheduler_.lr_at(steps_);
   optimizer_->set_lr(lr);
@@ -188,6 +194,31 @@ Trainer::Result Trainer::step(const std::function<at::Tensor(int)>& micro_loss) 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   train_seconds_ += seconds;
   return {loss, lr, !stepped, seconds};
+}
+
+void announce_memory_trial(const zs::Session& s, const BatchPlan& plan) {
+  if (s.rank() != 0) return;
+  std::printf("zeroshard-memory-trial: plan world_size=%d per_rank_batch=%lld micro_batches=%d micro_batch_size=%lld\n",
+              s.world_size(), static_cast<long long>(plan.micro_batch_size * plan.micro_batches), plan.micro_batches,
+              static_cast<long long>(plan.micro_batch_size));
+  std::fflush(stdout);
+}
+
+int run_memory_trial(zs::Session& s, Trainer& trainer, const BatchPlan& plan,
+                     const std::function<at::Tensor(int)>& micro_loss) {
+  for (int i = 0; i < kMemoryTrialSteps; ++i) trainer.step(micro_loss);
+  const zs::DeviceMemoryUse use = zs::device_memory_use();
+  ZS_REQUIRE(use.known, zs::ConfigError, "--memory-trial cannot measure memory on ", s.device().str(),
+             ": set memory.track_allocations=true");
+  at::Tensor peak = at::tensor(std::vector<int64_t>{use.peak}, at::kLong);
+  s.world()->all_reduce(peak, zs::ReduceOp::kMax, "example.memory_trial")->wait();
+  if (s.rank() == 0) {
+    std::printf("zeroshard-memory-trial: fits micro_batch_size=%lld peak_bytes=%lld limit_bytes=%lld\n",
+                static_cast<long long>(plan.micro_batch_size), static_cast<long long>(peak.item<int64_t>()),
+                static_cast<long long>(use.limit));
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 void seed_model_init(const zs::Config& cfg) { at::manual_seed(cfg.runtime().seed()); }

@@ -29,6 +29,8 @@ struct ExampleArgs {
                                        // ends below 90% of its value before training
   double min_accuracy = -1;            // --min-accuracy X (classifiers): exit 1 below it
   bool resume = false;                 // --resume: continue from the latest checkpoint in checkpoint.dir
+  bool memory_trial = false;           // --memory-trial: two training steps, then report the memory
+                                       // peak (zeroshard-launch --find-batch-size runs these)
   bool help = false;
 };
 
@@ -121,6 +123,19 @@ class Trainer {
   int interval_ = 0;
   std::unique_ptr<zeroshard::Checkpointer> checkpointer_;
 };
+
+// --memory-trial, the protocol zeroshard-launch --find-batch-size / --auto-micro-batches reads
+// (docs/memory.md). announce_memory_trial prints, on rank 0 and before the model is built,
+//   zeroshard-memory-trial: plan world_size=W per_rank_batch=P micro_batches=M micro_batch_size=S
+// run_memory_trial then runs kMemoryTrialSteps optimizer steps (the second one has the optimizer
+// state allocated, so it is the step with the highest peak) and prints
+//   zeroshard-memory-trial: fits micro_batch_size=S peak_bytes=B limit_bytes=L
+// with B the highest peak over the ranks. Running out of memory instead ends the job with
+// kOutOfMemoryExitCode (3). Collective.
+constexpr int kMemoryTrialSteps = 2;
+void announce_memory_trial(const zeroshard::Session& s, const BatchPlan& plan);
+int run_memory_trial(zeroshard::Session& s, Trainer& trainer, const BatchPlan& plan,
+                     const std::function<at::Tensor(int)>& micro_loss);
 
 // Seeds LibTorch's default generators (CPU and CUDA), which it otherwise seeds at random: with
 // `seed` before building the model (the same initial weights on every rank and run), then with

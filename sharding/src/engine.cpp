@@ -19,6 +19,8 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "zeroshard/core/error.h"
+#include "zeroshard/core/host_memory.h"
+#include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/logging.h"
 
 namespace zeroshard {
@@ -129,6 +131,10 @@ void ShardingEngine::Impl::discover_units() {
     u->module = module;
     u->is_root = is_root;
     u->engine = this;
+    const std::string what = is_root ? std::string("outside units (root module)") : "unit '" + u->name + "'";
+    u->phase_forward = memory_phase_id("forward: " + what);
+    u->phase_backward = memory_phase_id("backward: " + what);
+    u->phase_recompute = memory_phase_id("backward: recompute of " + what);
     units.push_back(std::move(u));
     return units.back().get();
   };
@@ -299,12 +305,32 @@ ShardingEngine::ShardingEngine(ShardedInit& init, std::shared_ptr<torch::nn::Mod
     : ShardingEngine(std::make_unique<Impl>(init.impl().session, std::move(model), init.impl().options, &init.impl())) {}
 
 ShardingEngine::ShardingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  // The memory summary and out-of-memory reports (zeroshard/core/memory_report.h) show these
+  // categories; the callback only reads atomics.
+  std::weak_ptr<MemoryStats> weak = impl_->mem;
+  memory_source_ = add_memory_source("Engine model state", [weak] {
+    std::vector<MemoryRow> rows;
+    auto mem = weak.lock();
+    if (!mem) return rows;
+    for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) {
+      const auto c = static_cast<MemCategory>(i);
+      MemoryRow r;
+      r.name = to_string(c);
+      r.current = mem->current(c);
+      r.peak = mem->peak(c);
+      r.in_device_allocator = c != MemCategory::kOffloadHost && c != MemCategory::kPinnedHost && c != MemCategory::kNvme;
+      r.on_disk = c == MemCategory::kNvme;
+      rows.push_back(std::move(r));
+    }
+    return rows;
+  });
   ZS_LOG(kInfo) << "sharding " << impl_->units.size() << " unit(s), " << num_params() << " parameters ("
                 << num_trainable_params() << " trainable) over a shard group of " << shard_group_size()
                 << " rank(s)";
 }
 
 ShardingEngine::~ShardingEngine() {
+  remove_memory_source(memory_source_);
   for (auto& u : impl_->units) detail::unregister_managed_unit(u->module);
 }
 
@@ -375,6 +401,8 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
     }
   }
   c10::AutoGradMode no_grad(false);
+  static const int kStepPhase = memory_phase_id("optimizer step");
+  MemoryPhase phase(kStepPhase);
   optimizer.step(param_shards());
   // Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard,
   // unless they alias it: drop it so the next forward casts the updated values again.

@@ -14,6 +14,7 @@
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
 #include "zeroshard/core/error.h"
+#include "zeroshard/core/host_memory.h"
 
 namespace zeroshard {
 namespace detail {
@@ -178,6 +179,7 @@ void ShardingEngine::Impl::pre_forward(UnitState* u) {
   // checkpoint (the reentrant checkpoint re-runs it inside backward).
   ZS_REQUIRE(root_active || u->is_root || in_backward(), UsageError, "unit '", u->name,
              "' was called outside the engine's forward: run the model inside engine.forward([&] { ... })");
+  set_memory_phase(in_backward() ? u->phase_recompute : u->phase_forward);
   if (recording_order && u->forward_index < 0) {
     u->forward_index = static_cast<int>(forward_order.size());
     forward_order.push_back(u);
@@ -192,6 +194,7 @@ void ShardingEngine::Impl::post_forward(UnitState* u, const std::vector<at::Tens
   // A recomputation is followed at once by the unit's own backward: stay gathered until then.
   const bool recomputing = in_backward() && c10::GradMode::is_enabled();
   if (reshard_after_forward() && !u->is_root && !recomputing) reshard(u);
+  if (!u->is_root) set_memory_phase(in_backward() ? root->phase_backward : root->phase_forward);
   if (!c10::GradMode::is_enabled()) return;
   bool hooked = false;
   for (const at::Tensor& t : outputs) {
@@ -207,9 +210,11 @@ void ShardingEngine::Impl::pre_backward(UnitState* u) {
   if (u->pre_backward_done) return;
   u->pre_backward_done = true;
   if (!callback_queued) {
+    outer_backward_phase = current_memory_phase();
     callback_queued = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
   }
+  set_memory_phase(u->phase_backward);
   issue_gather(u);
   if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_PRE) prefetch(u->forward_index - 1);
   wait_gather(u);
@@ -245,6 +250,7 @@ void ShardingEngine::Impl::post_backward(UnitState* u) {
   }
   if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u);
   if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_POST) prefetch(u->forward_index - 1);
+  set_memory_phase(root->phase_backward);
 }
 
 void ShardingEngine::Impl::finish_reduce(UnitState* u, const c10::Stream& compute) {
@@ -284,6 +290,7 @@ void ShardingEngine::Impl::finalize_backward() {
   reducing.clear();
   callback_queued = false;
   recording_order = false;
+  set_memory_phase(outer_backward_phase);
 }
 
 }  // namespace zeroshard
@@ -293,6 +300,7 @@ namespace zeroshard {
 void ShardingEngine::begin_root() {
   ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
   impl_->root_active = true;
+  impl_->outer_forward_phase = current_memory_phase();
   if (impl_->options.autocast) {
     impl_->autocast = std::make_unique<AutocastGuard>(impl_->comm->backend() == std::string("nccl")
                                                           ? c10::DeviceType::CUDA
@@ -303,6 +311,7 @@ void ShardingEngine::begin_root() {
 }
 
 void ShardingEngine::abort_root() noexcept {
+  // The memory phase stays where the forward failed, for an out-of-memory report.
   impl_->root_active = false;
   impl_->autocast.reset();
   try {
@@ -315,6 +324,7 @@ void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
   impl_->root_active = false;
   impl_->autocast.reset();
   impl_->post_forward(impl_->root, outputs);
+  set_memory_phase(impl_->outer_forward_phase);
 }
 
 }  // namespace zeroshard

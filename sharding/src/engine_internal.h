@@ -28,6 +28,8 @@ struct UnitState {
   bool gathered_on_side_stream = false;  // a gather ran on the all-gather stream; compute has not waited
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // kept alive for their hooks
   int forward_index = -1;  // position in the recorded forward order
+  // Memory phases (zeroshard/core/host_memory.h) its allocations are recorded under.
+  int phase_forward = 0, phase_backward = 0, phase_recompute = 0;
   // Per backward pass:
   bool pre_backward_done = false;
   bool post_backward_done = false;
@@ -87,6 +89,9 @@ struct ShardingEngine::Impl {
   bool recording_order = true;  // until the first backward completes
   bool root_active = false;
   bool callback_queued = false;
+  // The callers' memory phases, restored when engine.forward / the backward pass ends.
+  int outer_forward_phase = 0;
+  int outer_backward_phase = 0;
   int no_sync_depth = 0;
   std::vector<detail::UnitState*> reducing;  // unit whose reduce-scatter is in flight
   CommCounters counters;

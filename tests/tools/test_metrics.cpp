@@ -82,14 +82,28 @@ TEST(Json, ObjectBuilder) {
   EXPECT_EQ(v.find("missing"), nullptr);
 }
 
+TEST(Json, ArraysOfObjectsRoundTrip) {
+  std::vector<zs::JsonObject> items(2);
+  items[0].add("bytes", 1024);
+  items[1].add("bytes", 8).add("phase", "forward: unit 'blocks.0'");
+  zs::JsonObject o;
+  o.add("largest", items).add("empty", std::vector<zs::JsonObject>{});
+  EXPECT_EQ(o.str(), "{\"largest\":[{\"bytes\":1024},{\"bytes\":8,\"phase\":\"forward: unit 'blocks.0'\"}],\"empty\":[]}");
+  const zs::JsonValue v = zs::parse_json(o.str(), "x");
+  ASSERT_TRUE(v.find("largest")->is_array());
+  ASSERT_EQ(v.find("largest")->items.size(), 2u);
+  EXPECT_EQ(v.find("largest")->items[1].find("phase")->string, "forward: unit 'blocks.0'");
+  EXPECT_TRUE(v.find("empty")->items.empty());
+  EXPECT_EQ(zs::parse_json("[1, [2, 3]]", "x").items[1].items[1].number, 3.0);
+}
+
 TEST(Json, ParseErrorsNameThePlace) {
   EXPECT_EQ(parse_error("{\"a\" 1}"), "t.jsonl:3: column 6: expected ':' after key \"a\"");
-  EXPECT_EQ(parse_error("{\"a\": [1]}"),
-            "t.jsonl:3: column 7: arrays are not supported here; expected a number, string, object, true, false or null");
+  EXPECT_EQ(parse_error("{\"a\": [1 2]}"), "t.jsonl:3: column 10: expected ',' or ']' in an array");
   EXPECT_EQ(parse_error("{\"a\": 1, \"a\": 2}"), "t.jsonl:3: column 13: key \"a\" appears twice in one object");
   EXPECT_EQ(parse_error("{\"a\": 1} x"), "t.jsonl:3: column 10: unexpected 'x' after the value");
   EXPECT_EQ(parse_error("{\"a\": tru}"),
-            "t.jsonl:3: column 7: expected a value (number, string, object, true, false or null), found 't'");
+            "t.jsonl:3: column 7: expected a value (number, string, object, array, true, false or null), found 't'");
   EXPECT_EQ(parse_error("{\"a\": \"x"), "t.jsonl:3: column 9: unterminated string");
   EXPECT_EQ(parse_error("{\"a\": 1."), "t.jsonl:3: column 9: expected digits after the decimal point");
   EXPECT_EQ(parse_error(""), "t.jsonl:3: column 1: expected a value, found the end of the line");

@@ -151,7 +151,7 @@ TEST(Plot, ChartsFromAMetricsFile) {
 TEST(Plot, BadLinesNameFileAndLine) {
   const std::string ok = "{\"step\":1,\"loss\":2}\n";
   EXPECT_EQ(metrics_error(ok + "not json\n"),
-            "run.jsonl:2: column 1: expected a value (number, string, object, true, false or null), found 'n'");
+            "run.jsonl:2: column 1: expected a value (number, string, object, array, true, false or null), found 'n'");
   EXPECT_EQ(metrics_error(ok + "\n3\n"), "run.jsonl:3: a metrics line is a JSON object, this is a number");
   EXPECT_EQ(metrics_error(ok + "{\"loss\":2}\n"),
             "run.jsonl:2: no \"step\" key; a step line has \"step\" and \"loss\" (the last line may be "

@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "zeroshard/core/host_memory.h"
+
 namespace zeroshard {
 
 // One epoch's state, shared by the training thread and the workers.
@@ -126,6 +128,8 @@ void assemble(const Dataset& dataset, const DataLoaderOptions& opt, const std::v
 }
 
 void worker_loop(const Dataset& dataset, const DataLoaderOptions& opt, DataLoader::Epoch& e) {
+  static const int kPhase = memory_phase_id("data loader: batch assembly");
+  set_memory_phase(kPhase);
   for (;;) {
     int64_t k;
     {

@@ -1,17 +1,30 @@
 #pragma once
-// Host (CPU) memory measurement: a tracking allocator installed in front of LibTorch's CPU
-// allocator that counts the bytes of every CPU tensor storage allocated after installation,
-// current and peak. Used by the benchmarks to measure activation memory on CPU, where LibTorch
-// keeps no allocator statistics. Thread-safe (atomics). Storages allocated before install() are
-// not counted (their frees are not either).
+// Host (CPU) memory accounting: a tracking allocator installed in front of LibTorch's CPU
+// allocator. It counts the bytes of every CPU tensor storage allocated after installation (current,
+// peak, totals), keeps a record of each live allocation (size, the phase that made it, a sequence
+// number) so an out-of-memory report can list the largest, and can refuse allocations beyond a
+// limit with c10::OutOfMemoryError, as the CUDA caching allocator does under a memory fraction.
+// LibTorch keeps no statistics of its own for CPU memory.
+//
+// Storages allocated before install() are not counted (nor their frees). The Session installs the
+// allocator when memory.track_allocations or memory.limit_mib asks for it (docs/memory.md).
+// Thread-safe: counters are atomics, the live-allocation table is behind a mutex.
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace zeroshard {
 
 struct HostMemoryStats {
-  int64_t current = 0;  // bytes of live tracked CPU storages
-  int64_t peak = 0;     // highest `current` since install() or the last reset_peak()
+  int64_t current = 0;          // bytes of live tracked CPU storages
+  int64_t peak = 0;             // highest `current` since install() or the last reset_peak()
+  int64_t allocated_total = 0;  // bytes allocated since install()
+  int64_t freed_total = 0;      // bytes freed since install()
+  int64_t allocations = 0;      // live storages
+  int64_t allocations_total = 0;
+  int64_t limit = 0;            // set_host_memory_limit(); 0 = none
+  int64_t refused = 0;          // allocations refused (limit or the system allocator failing)
 };
 
 // Installs the tracking allocator (idempotent). Call before creating the tensors to measure.
@@ -20,5 +33,70 @@ bool host_memory_tracking_installed();
 HostMemoryStats host_memory_stats();
 // Sets the peak to the current value.
 void reset_host_memory_peak();
+
+// Allocations that would take the tracked bytes above `bytes` throw c10::OutOfMemoryError naming
+// the request, the bytes in use and the limit (memory.limit_mib). 0 removes the limit. Needs the
+// allocator installed (UsageError otherwise). `source` names where the limit came from, for the
+// error message (e.g. "memory.limit_mib = 64").
+void set_host_memory_limit(int64_t bytes, const std::string& source);
+// The `source` of the limit in force ("" when none).
+std::string host_memory_limit_source();
+
+// ---- Phase labels ----------------------------------------------------------------------------
+// A phase names what the calling thread is doing ("forward: unit 'blocks.2'", "optimizer step"),
+// so every allocation is recorded with the phase that made it. Labels are interned once
+// (memory_phase_id) and then set by id, which costs one thread-local store.
+int memory_phase_id(const std::string& label);
+void set_memory_phase(int id);  // 0 = no phase
+int current_memory_phase();
+const std::string& memory_phase_label(int id);
+// The phase most recently set by any thread (what the job was doing, for an out-of-memory report
+// taken on another thread, e.g. after a CUDA allocation failed on an autograd device thread).
+int last_memory_phase();
+
+// Sets a phase for a scope and restores the previous one.
+class MemoryPhase {
+ public:
+  explicit MemoryPhase(int id) : previous_(current_memory_phase()) { set_memory_phase(id); }
+  explicit MemoryPhase(const std::string& label) : MemoryPhase(memory_phase_id(label)) {}
+  ~MemoryPhase() { set_memory_phase(previous_); }
+  MemoryPhase(const MemoryPhase&) = delete;
+  MemoryPhase& operator=(const MemoryPhase&) = delete;
+
+ private:
+  int previous_;
+};
+
+// ---- Live allocations ------------------------------------------------------------------------
+struct HostAllocation {
+  int64_t bytes = 0;
+  int phase = 0;        // memory_phase_id of the phase that allocated it
+  uint64_t sequence = 0;  // 1 for the first allocation after install(), counting up
+};
+// The `n` largest live allocations, largest first (ties: oldest first).
+std::vector<HostAllocation> largest_host_allocations(size_t n);
+struct HostPhaseTotal {
+  int phase = 0;
+  int64_t bytes = 0;
+  int64_t count = 0;
+};
+// Live bytes and allocations by phase, largest first.
+std::vector<HostPhaseTotal> host_allocations_by_phase();
+
+// The last refused allocation since install(): what was asked, what was in use, in which phase.
+struct HostRefusal {
+  bool happened = false;
+  int64_t requested = 0;
+  int64_t in_use = 0;
+  int64_t limit = 0;
+  int phase = 0;
+  std::string reason;  // the limit, or the system allocator's message
+};
+HostRefusal last_host_refusal();
+
+// Called on the refusing thread just before the tracking allocator throws, while every live
+// allocation still exists (the out-of-memory report is taken there, memory_report.h). It must
+// not allocate LibTorch tensors. One observer; nullptr removes it.
+void set_host_refusal_observer(void (*observer)());
 
 }  // namespace zeroshard

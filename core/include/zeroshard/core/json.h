@@ -1,7 +1,7 @@
 #pragma once
 // zeroshard's one place for JSON text (no JSON library is a dependency): a small object builder
 // for writing metrics and benchmark lines, and a small parser for reading them back (objects,
-// strings, numbers, true/false/null; nested objects; no arrays).
+// strings, numbers, true/false/null, arrays, nested to 16 levels).
 //
 // Numbers are written so they read back to the same double (the shortest of %.15g..%.17g that
 // round-trips). JSON has no NaN or infinity: a non-finite double is written as null.
@@ -30,6 +30,8 @@ class JsonObject {
   JsonObject& add(const std::string& key, const std::string& v);
   JsonObject& add(const std::string& key, const char* v);
   JsonObject& add(const std::string& key, const JsonObject& v);
+  // An array of objects.
+  JsonObject& add(const std::string& key, const std::vector<JsonObject>& items);
   template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   JsonObject& add(const std::string& key, T v) {
     return add_raw(key, std::to_string(v));
@@ -49,24 +51,26 @@ class JsonObject {
 
 // A parsed JSON value.
 struct JsonValue {
-  enum class Type { kNull, kBool, kNumber, kString, kObject };
+  enum class Type { kNull, kBool, kNumber, kString, kObject, kArray };
   Type type = Type::kNull;
   bool boolean = false;
   double number = 0;
   std::string string;
   std::vector<std::pair<std::string, JsonValue>> members;  // kObject, in file order
+  std::vector<JsonValue> items;                            // kArray
 
   bool is_null() const { return type == Type::kNull; }
   bool is_number() const { return type == Type::kNumber; }
   bool is_object() const { return type == Type::kObject; }
+  bool is_array() const { return type == Type::kArray; }
   // The member `key` of an object, or nullptr.
   const JsonValue* find(const std::string& key) const;
-  static const char* type_name(Type t);  // "null", "boolean", "number", "string", "object"
+  static const char* type_name(Type t);  // "null", "boolean", "number", "string", "object", "array"
 };
 
 // Parses one JSON value filling all of `text` (surrounding whitespace allowed). Throws
-// zeroshard::Error "WHERE: column C: what was expected" for malformed text, arrays, a duplicate
-// key, or nesting deeper than 16.
+// zeroshard::Error "WHERE: column C: what was expected" for malformed text, a duplicate key, or
+// nesting deeper than 16.
 JsonValue parse_json(const std::string& text, const std::string& where);
 
 }  // namespace zeroshard

@@ -177,6 +177,7 @@ class ShardingEngine {
   void end_root(const std::vector<at::Tensor>& outputs);
   void abort_root() noexcept;
   std::unique_ptr<Impl> impl_;
+  int memory_source_ = 0;  // add_memory_source handle
 };
 
 }  // namespace zeroshard
