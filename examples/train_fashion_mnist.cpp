@@ -29,7 +29,9 @@
 #include "common/report.h"
 #include "common/training.h"
 #include "zeroshard/core/error.h"
+#include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
+#include "zeroshard/core/memory_report.h"
 #include "zeroshard/data/images.h"
 #include "zeroshard/sharding/sharded_init.h"
 
@@ -41,7 +43,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N train_fashion_mnist [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases] [--min-accuracy X] [--resume] [--memory-trial]; config keys: docs/config.md";
+    "[--check-loss-decreases] [--min-accuracy X] [--resume] [--memory-trial] [--memory-summary]; config keys: docs/config.md";
 
 // conv(1->32) BN ReLU pool, conv(32->64) BN ReLU pool: [N, 1, 28, 28] -> [N, 64 * 7 * 7].
 struct FeaturesImpl : torch::nn::Module {
@@ -134,7 +136,9 @@ int run(zs::Session& s) {
   const ex::BatchPlan plan = ex::plan_batches(cfg, s.world_size());
   if (args.memory_trial) ex::announce_memory_trial(s, plan);
 
-  // Data first: missing files fail before any model memory.
+  // Data first: missing files fail before any model memory. (Memory phases label what each
+  // allocation is for in memory summaries and out-of-memory reports, docs/memory.md.)
+  zs::set_memory_phase(zs::memory_phase_id("dataset, loaded into memory"));
   const std::string dir = cfg.data().path().empty() ? zs::kFashionMnistDir : cfg.data().path();
   auto train_set = std::make_shared<zs::ImageClassificationDataset>(zs::load_fashion_mnist(dir, true),
                                                                    zs::kFashionMnistMean, zs::kFashionMnistStd);
@@ -152,11 +156,13 @@ int run(zs::Session& s) {
   const int64_t steps = by_epochs ? cfg.train().epochs() * steps_per_epoch : cfg.train().steps();
 
   const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  zs::set_memory_phase(zs::memory_phase_id("model construction"));
   zs::ShardedInit init(s, sharding);
   ex::seed_model_init(cfg);
   Cnn model(cfg.model().dropout(), s.device());
   zs::ShardingEngine engine(init, model.ptr());
   ex::seed_training(cfg, s.rank());
+  zs::set_memory_phase(0);
   ex::Trainer trainer(s, engine, cfg);
   if (args.memory_trial) {
     return ex::run_memory_trial(s, trainer, plan, [&](int) {
@@ -246,6 +252,7 @@ int run(zs::Session& s) {
     }
     status |= ok ? 0 : 1;
   }
+  if (args.memory_summary && s.rank() == 0) std::printf("%s", zs::memory_summary().c_str());
   if (args.check_loss_decreases) {
     const bool ok = last.loss < 0.9 * initial.loss;
     if (s.rank() == 0) {

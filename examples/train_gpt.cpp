@@ -33,7 +33,9 @@
 #include "common/training.h"
 #include "gpt/gpt_model.h"
 #include "zeroshard/core/error.h"
+#include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
+#include "zeroshard/core/memory_report.h"
 #include "zeroshard/data/text.h"
 #include "zeroshard/sharding/sharded_init.h"
 
@@ -44,7 +46,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: mpirun -n N train_gpt [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases] [--resume] [--memory-trial]; config keys: docs/config.md (checkpoint.dir, offload.*)";
+    "[--check-loss-decreases] [--resume] [--memory-trial] [--memory-summary]; config keys: docs/config.md (checkpoint.dir, offload.*)";
 
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.to(at::kFloat).reshape({-1, logits.size(-1)}),
@@ -129,7 +131,9 @@ int run(zs::Session& s) {
   const int64_t seq_len = cfg.model().seq_len();
   if (args.memory_trial) ex::announce_memory_trial(s, plan);
 
-  // 1. Data, before any model memory: a missing corpus fails here.
+  // 1. Data, before any model memory: a missing corpus fails here. (Memory phases label what each
+  // allocation is for in memory summaries and out-of-memory reports, docs/memory.md.)
+  zs::set_memory_phase(zs::memory_phase_id("dataset, loaded into memory"));
   const std::string path = cfg.data().path().empty() ? zs::kFortunesDir : cfg.data().path();
   const zs::TextCorpus corpus = zs::load_text_corpus(path, cfg.data().val_fraction());
   auto train_set = std::make_shared<zs::TokenWindowDataset>(corpus.train, seq_len);
@@ -145,12 +149,14 @@ int run(zs::Session& s) {
   const int64_t steps = cfg.train().steps() > 0 ? cfg.train().steps() : cfg.train().epochs() * steps_per_epoch;
 
   // 2. The model, sharded block by block as it is built.
+  zs::set_memory_phase(zs::memory_phase_id("model construction"));
   const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
   zs::ShardedInit init(s, sharding);
   ex::seed_model_init(cfg);
   ex::Gpt model(ex::GptOptions::from_config(cfg, s.device()));
   zs::ShardingEngine engine(init, model.ptr());
   ex::seed_training(cfg, s.rank());
+  zs::set_memory_phase(0);
   ex::Trainer trainer(s, engine, cfg);
   if (args.memory_trial) {
     return ex::run_memory_trial(s, trainer, plan, [&](int) {
@@ -238,6 +244,7 @@ int run(zs::Session& s) {
                   {"final_train_loss", last_loss},
                   {"skipped_steps", static_cast<double>(trainer.scaler().skipped_steps())}},
                  summary);
+  if (args.memory_summary && s.rank() == 0) std::printf("%s", zs::memory_summary().c_str());
   if (args.check_loss_decreases) {
     const bool ok = final_val < 0.9 * initial_val;
     if (s.rank() == 0) {

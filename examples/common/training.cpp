@@ -35,6 +35,8 @@ ExampleArgs parse_example_args(const std::vector<std::string>& args, const std::
       a.metrics_out = value();
     } else if (k == "--resume") {
       a.resume = true;
+    } else if (k == "--memory-summary") {
+      a.memory_summary = true;
     } else if (k == "--memory-trial") {
       a.memory_trial = true;
     } else if (k == "--check-loss-decreases") {

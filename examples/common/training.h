@@ -29,6 +29,7 @@ struct ExampleArgs {
                                        // ends below 90% of its value before training
   double min_accuracy = -1;            // --min-accuracy X (classifiers): exit 1 below it
   bool resume = false;                 // --resume: continue from the latest checkpoint in checkpoint.dir
+  bool memory_summary = false;         // --memory-summary: rank 0 prints its memory summary at the end
   bool memory_trial = false;           // --memory-trial: two training steps, then report the memory
                                        // peak (zeroshard-launch --find-batch-size runs these)
   bool help = false;
