@@ -10,6 +10,7 @@
 #   FAKE_MICRO      train.micro_batches before any --set (default 1)
 #   FAKE_MAX_MICRO  the largest micro-batch per rank that fits (needed by --memory-trial)
 #   FAKE_NO_TRIAL=1 act like a program without --memory-trial: ignore it, "train", exit 0
+#   FAKE_RUN_EXIT   the exit status of a run that is not a trial (default 0)
 # Ranks: OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_RANK (1 and 0 when unset); rank 0 prints.
 set -eu
 
@@ -48,7 +49,7 @@ size=$((per_rank / micro))
 
 if [ "$trial" = 0 ] || [ "${FAKE_NO_TRIAL:-0}" = 1 ]; then
   say "fake_trial: training batch_size=$batch micro_batches=$micro (micro-batch $size) args: $all_args"
-  exit 0
+  exit "${FAKE_RUN_EXIT:-0}"
 fi
 
 max=${FAKE_MAX_MICRO:?fake_trial: set FAKE_MAX_MICRO, the largest micro-batch that fits}
