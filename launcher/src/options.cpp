@@ -140,6 +140,10 @@ Adds --allow-run-as-root only when run as root and --oversubscribe only when the
 the slots (hostfile) or this node's cores. Exit status: the job's (--find-batch-size: 0 when a
 size fits, 1 when even 1 does not or a trial fails; trial output is echoed on stderr as
 "  trial| ...").
+
+Examples:
+  zeroshard-launch -n 8 --gpus-per-node 8 --find-batch-size -- build/bin/train_gpt --config examples/configs/gpt_1b.textproto
+  zeroshard-launch -n 8 --gpus-per-node 8 --auto-micro-batches -- build/bin/train_gpt --config examples/configs/gpt_1b.textproto
 )";
 }
 

@@ -1,8 +1,9 @@
 // zeroshard-launch's trial jobs (--find-batch-size, --auto-micro-batches; trial.h), part of the
 // test_launcher binary: the arithmetic of the next size (checked against brute force), parsing
 // the protocol lines (good and malformed), classifying how a trial ended, inserting arguments, the
-// command-line options, and both searches driven by a simulated program. The real processes
-// (mpirun running tests/tools/fake_trial.sh at 1 and 2 ranks) are job tests in CMakeLists.txt.
+// command-line options, both searches driven by a simulated program, and the process runner on
+// `sh -c` commands. The whole launcher (mpirun running tests/tools/fake_trial.sh at 1 and 2
+// ranks) is in the job tests in CMakeLists.txt.
 
 #include <algorithm>
 #include <cmath>
@@ -469,4 +470,30 @@ TEST(AutoMicroBatches, ChoosesTheLargestDivisorThatFitsForEveryCase) {
       for (int64_t s : prog.sizes) ASSERT_EQ(p % s, 0) << "P=" << p << ": tried " << s;
     }
   }
+}
+
+// The process runner on real processes: output echoed line by line with the prefix, protocol
+// lines kept, stdin from /dev/null, exit status and signal reported, a missing program an error.
+TEST(RunTrialProcess, EchoesKeepsProtocolLinesAndReportsHowItEnded) {
+  zl::Plan plan;
+  plan.argv = {"sh", "-c",
+               "echo hello; echo 'zeroshard-memory-trial: plan x' >&2; read -r line || echo \"stdin: eof\"; "
+               "printf 'zeroshard-memory-trial: no newline'; exit 3"};
+  ::testing::internal::CaptureStderr();
+  const zl::TrialProcess p = zl::run_trial_process(plan);
+  const std::string echoed = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(p.exited);
+  EXPECT_EQ(p.status, 3);
+  EXPECT_EQ(p.output, "zeroshard-memory-trial: plan x\nzeroshard-memory-trial: no newline\n");
+  EXPECT_EQ(echoed, "  trial| hello\n  trial| zeroshard-memory-trial: plan x\n  trial| stdin: eof\n"
+                    "  trial| zeroshard-memory-trial: no newline\n");
+
+  plan.argv = {"sh", "-c", "kill -9 $$"};
+  const zl::TrialProcess killed = zl::run_trial_process(plan);
+  EXPECT_FALSE(killed.exited);
+  EXPECT_EQ(killed.signal, 9);
+
+  plan.argv = {"/nonexistent/trial-program", "--memory-trial"};
+  EXPECT_TRUE(contains(error_of<zs::IoError>([&] { zl::run_trial_process(plan); }),
+                       "cannot start the trial '/nonexistent/trial-program --memory-trial': No such file or directory"));
 }

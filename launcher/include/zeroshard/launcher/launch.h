@@ -7,6 +7,7 @@
 //   detect_machine what this node has               (cores, GPUs, root, Slurm, launchers on PATH)
 //   build_plan     options + facts -> the command  (pure: no I/O, so every rule is testable with
 //                                                   made-up MachineFacts)
+//   trial.h        --find-batch-size / --auto-micro-batches: trial jobs before the real one
 //
 // Rules build_plan applies (docs/tools.md explains them for users):
 //   - launcher: srun inside a Slurm allocation (SLURM_JOB_ID set) when no --hostfile is given,
