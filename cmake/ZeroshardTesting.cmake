@@ -58,7 +58,9 @@ function(zs_add_gtest_run test target)
 endfunction()
 
 function(zs_add_job_test name)
-  cmake_parse_arguments(ARG "EXPECT_FAIL;NO_MPIRUN" "NPROC;EXPECT_OUTPUT;REJECT_OUTPUT;MAX_SECONDS;EXPECT_EXIT_CODE" "COMMAND" ${ARGN})
+  # PARSE_ARGV keeps a ";" inside a regex (with ${ARGN} it would split the regex in two and drop the rest).
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "EXPECT_FAIL;NO_MPIRUN"
+    "NPROC;EXPECT_OUTPUT;REJECT_OUTPUT;MAX_SECONDS;EXPECT_EXIT_CODE" "COMMAND")
   if(NOT ARG_NPROC)
     set(ARG_NPROC 1)
   endif()

@@ -165,6 +165,8 @@ Plan mpirun_plan(const LaunchOptions& o, const MachineFacts& f, const std::vecto
   if (g > 0) a.insert(a.end(), {"-x", "CUDA_VISIBLE_DEVICES=" + join(pick_gpus(o, f), ",")});
   for (const EnvVar& v : env) a.insert(a.end(), {"-x", v.value ? v.name + "=" + *v.value : v.name});
   a.insert(a.end(), o.launcher_args.begin(), o.launcher_args.end());
+  plan.program_index = a.size();
+  plan.ranks = n;
   a.insert(a.end(), o.program.begin(), o.program.end());
   return plan;
 }
@@ -211,6 +213,8 @@ Plan srun_plan(const LaunchOptions& o, const MachineFacts& f, const std::vector<
     if (v.value) plan.setenv.emplace_back(v.name, *v.value);
   }
   a.insert(a.end(), o.launcher_args.begin(), o.launcher_args.end());
+  plan.program_index = a.size();
+  plan.ranks = n;
   a.insert(a.end(), o.program.begin(), o.program.end());
   return plan;
 }

@@ -5,6 +5,8 @@
 // Prints the command it runs on stderr (with the reasons for the flags it added), then replaces
 // itself with mpirun/srun, so the job's exit status is this command's. --dry-run prints the
 // command on stdout instead. Errors: one line on stderr, exit 2 for a bad command line, 1 else.
+// --find-batch-size and --auto-micro-batches first run trial jobs (zeroshard/launcher/trial.h):
+// the first prints what it found on stdout and exits 0, the second execs the job as above.
 
 #include <unistd.h>
 
@@ -16,8 +18,28 @@
 
 #include "zeroshard/core/error.h"
 #include "zeroshard/launcher/launch.h"
+#include "zeroshard/launcher/trial.h"
 
 namespace zl = zeroshard::launch;
+
+namespace {
+
+// Runs one trial: the plan with `extra` among the program's arguments, classified.
+zl::TrialResult run_trial(const zl::Plan& plan, const std::vector<std::string>& extra) {
+  const zl::Plan trial = zl::with_program_args(plan, extra);
+  const std::string line = zl::shell_line(trial);
+  std::fprintf(stderr, "zeroshard-launch: trial: %s\n", line.c_str());
+  return zl::classify_trial(zl::run_trial_process(trial), line);
+}
+
+std::vector<std::string> first_trial_args(const zl::LaunchOptions& o, int ranks) {
+  if (o.trial_mode == zl::TrialMode::kFindBatchSize && o.find_batch_start > 0) {
+    return zl::batch_trial_args(o.find_batch_start, ranks);
+  }
+  return zl::configured_trial_args();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   try {
@@ -26,15 +48,34 @@ int main(int argc, char** argv) {
       std::fputs(zl::usage().c_str(), stdout);
       return 0;
     }
-    const zl::Plan plan = zl::build_plan(options, zl::detect_machine());
+    zl::Plan plan = zl::build_plan(options, zl::detect_machine());
     for (const auto& note : plan.notes) std::fprintf(stderr, "zeroshard-launch: %s\n", note.c_str());
-    const std::string line = zl::shell_line(plan);
+    const bool trials = options.trial_mode != zl::TrialMode::kNone;
     if (options.dry_run) {
-      std::printf("%s\n", line.c_str());
+      if (trials) {
+        const bool automatic = options.trial_mode == zl::TrialMode::kAutoMicroBatches;
+        std::fprintf(stderr, "zeroshard-launch: %s: this is the first trial; the next trials%s depend on its result\n",
+                     automatic ? "--auto-micro-batches" : "--find-batch-size", automatic ? " and the job's command" : "");
+        plan = zl::with_program_args(plan, first_trial_args(options, plan.ranks));
+      }
+      std::printf("%s\n", zl::shell_line(plan).c_str());
       return 0;
     }
-    std::fprintf(stderr, "zeroshard-launch: %s\n", line.c_str());
     for (const auto& [name, value] : plan.setenv) ::setenv(name.c_str(), value.c_str(), 1);
+    const zl::RunTrial run = [&plan](const std::vector<std::string>& extra) { return run_trial(plan, extra); };
+    if (options.trial_mode == zl::TrialMode::kFindBatchSize) {
+      const zl::BatchSizeSearch search = zl::find_batch_size(run, plan.ranks, options.find_batch_start);
+      std::fflush(stderr);
+      std::fputs(zl::batch_size_report(search).c_str(), stdout);
+      return 0;
+    }
+    if (options.trial_mode == zl::TrialMode::kAutoMicroBatches) {
+      const zl::MicroBatchChoice choice = zl::choose_micro_batches(run, plan.ranks);
+      std::fprintf(stderr, "zeroshard-launch: %s\n", zl::micro_batch_summary(choice).c_str());
+      plan = zl::with_program_args(plan, zl::micro_batch_run_args(choice));
+    }
+    const std::string line = zl::shell_line(plan);
+    std::fprintf(stderr, "zeroshard-launch: %s\n", line.c_str());
     std::vector<char*> args;
     for (const auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

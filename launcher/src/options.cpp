@@ -16,6 +16,7 @@ struct OptionSpec {
   const char* name;   // as typed, e.g. "--hostfile"
   const char* alias;  // another spelling, or nullptr
   bool takes_value;
+  bool optional_value = false;  // only as --name=VALUE
 };
 
 const OptionSpec kOptions[] = {
@@ -30,6 +31,8 @@ const OptionSpec kOptions[] = {
     {"--launcher", nullptr, true},
     {"--launcher-arg", nullptr, true},
     {"--dry-run", nullptr, false},
+    {"--find-batch-size", nullptr, false, true},
+    {"--auto-micro-batches", nullptr, false},
     {"--help", "-h", false},
 };
 
@@ -120,11 +123,27 @@ Builds and runs the mpirun (Open MPI) or srun (Slurm) command for a zeroshard jo
                            default auto: srun inside a Slurm allocation without --hostfile,
                            mpirun otherwise
   --launcher-arg ARG       extra argument for mpirun/srun, verbatim (repeatable)
-  --dry-run                print the command (shell-quoted) instead of running it
+  --dry-run                print the command (shell-quoted) instead of running it; with
+                           the two options below, the first trial's command
+  --find-batch-size[=START]
+                           run short trials (PROGRAM --memory-trial, 2 steps) to find the
+                           largest micro-batch per rank that fits in memory: the job as
+                           configured first (or START per rank), halving on out of memory.
+                           Prints each trial, the size, and the train.micro_batches to use
+                           for the configured batch; runs no training
+  --auto-micro-batches     trial the job as configured; while it runs out of memory, split
+                           the per-rank batch into more micro-batches (same global batch),
+                           then run the job with --set train.micro_batches=M appended
   -h, --help               this text
 
 Adds --allow-run-as-root only when run as root and --oversubscribe only when the ranks exceed
-the slots (hostfile) or this node's cores. Exit status: the job's.
+the slots (hostfile) or this node's cores. Exit status: the job's (--find-batch-size: 0 when a
+size fits, 1 when even 1 does not or a trial fails; trial output is echoed on stderr as
+"  trial| ...").
+
+Examples:
+  zeroshard-launch -n 8 --gpus-per-node 8 --find-batch-size -- build/bin/train_gpt --config examples/configs/gpt_1b.textproto
+  zeroshard-launch -n 8 --gpus-per-node 8 --auto-micro-batches -- build/bin/train_gpt --config examples/configs/gpt_1b.textproto
 )";
 }
 
@@ -160,8 +179,9 @@ LaunchOptions parse_args(const std::vector<std::string>& args) {
         ZS_REQUIRE(i + 1 < args.size(), UsageError, arg, " needs a value (see zeroshard-launch --help)");
         value = args[++i];
       }
-    } else {
-      ZS_REQUIRE(!has_inline, UsageError, name, " takes no value, got '", arg, "'");
+    } else if (has_inline) {
+      ZS_REQUIRE(spec->optional_value, UsageError, name, " takes no value, got '", arg, "'");
+      value = inline_value;
     }
 
     if (opt == "-n") {
@@ -192,12 +212,24 @@ LaunchOptions parse_args(const std::vector<std::string>& args) {
       o.dry_run = true;
     } else if (opt == "--help") {
       o.help = true;
+    } else if (opt == "--find-batch-size" || opt == "--auto-micro-batches") {
+      const TrialMode mode = opt == "--find-batch-size" ? TrialMode::kFindBatchSize : TrialMode::kAutoMicroBatches;
+      ZS_REQUIRE(o.trial_mode == TrialMode::kNone || o.trial_mode == mode, UsageError,
+                 "--find-batch-size and --auto-micro-batches cannot be combined: --find-batch-size reports the "
+                 "largest micro-batch and exits, --auto-micro-batches chooses train.micro_batches and runs the job");
+      o.trial_mode = mode;
+      if (mode == TrialMode::kFindBatchSize) o.find_batch_start = has_inline ? parse_positive(opt, value) : 0;
     }
   }
   o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (o.help) return o;
   ZS_REQUIRE(!o.program.empty(), UsageError,
              "no program to run; usage: zeroshard-launch -n N [options] -- PROGRAM [ARGS...]");
+  const std::string& first = o.program[0];
+  ZS_REQUIRE(o.trial_mode != TrialMode::kFindBatchSize || o.find_batch_start != 0 || first.empty() ||
+                 !std::all_of(first.begin(), first.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }),
+             UsageError, "'", first, "' after --find-batch-size is taken as the program; a size to start from is "
+             "written --find-batch-size=", first);
   return o;
 }
 

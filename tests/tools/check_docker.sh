@@ -4,7 +4,8 @@
 #   1. Dockerfiles: every file they COPY or name under scripts/ or docker/ exists; FROM pins a tag;
 #      apt-get installs with -y --no-install-recommends and cleans its lists in the same RUN;
 #      ENTRYPOINT/CMD in exec (JSON) form.
-#   2. Shell scripts (entrypoint, sbatch, scripts/*.sh, this file): bash -n and shellcheck.
+#   2. Shell scripts (entrypoint, sbatch, scripts/*.sh, this file, the launcher tests' fake_trial.sh):
+#      bash -n and shellcheck.
 #   3. docker-compose.yml: its Dockerfile exists, its hostnames are the hosts of docker/hostfile,
 #      and zeroshard-launch accepts that hostfile and the compose command line (dry run).
 #   4. entrypoint.sh's key exchange: two containers' worth of it started at once agree on one key
@@ -73,7 +74,7 @@ for df in docker/Dockerfile.cpu docker/Dockerfile.cuda; do
 done
 
 # ---- 2. shell scripts ----
-scripts=(docker/entrypoint.sh docker/slurm/train.sbatch tests/tools/check_docker.sh scripts/*.sh)
+scripts=(docker/entrypoint.sh docker/slurm/train.sbatch tests/tools/check_docker.sh tests/tools/fake_trial.sh scripts/*.sh)
 for s in "${scripts[@]}"; do
   bash -n "$s" || fail "$s: bash -n"
 done

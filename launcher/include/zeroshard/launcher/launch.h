@@ -7,6 +7,7 @@
 //   detect_machine what this node has               (cores, GPUs, root, Slurm, launchers on PATH)
 //   build_plan     options + facts -> the command  (pure: no I/O, so every rule is testable with
 //                                                   made-up MachineFacts)
+//   trial.h        --find-batch-size / --auto-micro-batches: trial jobs before the real one
 //
 // Rules build_plan applies (docs/tools.md explains them for users):
 //   - launcher: srun inside a Slurm allocation (SLURM_JOB_ID set) when no --hostfile is given,
@@ -31,6 +32,8 @@ namespace zeroshard::launch {
 enum class Launcher { kAuto, kMpirun, kSrun };
 enum class Binding { kAuto, kCore, kSocket, kNone };
 enum class Mapping { kAuto, kSlot, kNode, kSocket };
+// Trial jobs before (or instead of) the real run: zeroshard/launcher/trial.h.
+enum class TrialMode { kNone, kFindBatchSize, kAutoMicroBatches };
 
 struct EnvVar {
   std::string name;
@@ -50,6 +53,8 @@ struct LaunchOptions {
   std::vector<std::string> launcher_args;  // --launcher-arg, passed verbatim before the program
   bool dry_run = false;
   bool help = false;
+  TrialMode trial_mode = TrialMode::kNone;  // --find-batch-size[=START] / --auto-micro-batches
+  int find_batch_start = 0;                 // START; 0 = the configured micro-batch
   std::vector<std::string> program;  // the program and its arguments
 };
 
@@ -58,8 +63,8 @@ std::string usage();
 
 // Parses the arguments after argv[0]. Options end at `--` or at the first argument that is not
 // an option (that argument starts the program). Throws UsageError for an unknown option (naming
-// the nearest known one), a missing or malformed value, -n below 1, a bad --env name, or no
-// program (unless --help).
+// the nearest known one), a missing or malformed value, -n below 1, a bad --env name,
+// --find-batch-size with --auto-micro-batches, or no program (unless --help).
 LaunchOptions parse_args(const std::vector<std::string>& args);
 
 struct HostEntry {
@@ -98,6 +103,8 @@ MachineFacts detect_machine();
 
 struct Plan {
   std::vector<std::string> argv;  // the launcher command, program included
+  size_t program_index = 0;       // argv[program_index] is the program; its arguments follow
+  int ranks = 0;                  // the job's ranks (-n, or SLURM_NTASKS under srun)
   // Variables to set in this process before exec (srun passes its environment to the ranks).
   std::vector<std::pair<std::string, std::string>> setenv;
   std::vector<std::string> notes;  // why a flag was added or left out, for the user (stderr)
