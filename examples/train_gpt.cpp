@@ -193,7 +193,9 @@ int run(zs::Session& s) {
   }
 
   // 3. Train, evaluating before, every eval_interval steps, and at the end.
-  const int64_t eval_batch = plan.micro_batch_size * plan.micro_batches;
+  // Evaluation runs micro-batches too: the size training showed fits (zeroshard-launch
+  // --auto-micro-batches picks it), and without gradients it needs less memory than training.
+  const int64_t eval_batch = plan.micro_batch_size;
   auto eval_now = [&](int64_t step) {
     const double loss = evaluate(s, engine, model, val_set, val_samples, eval_batch, cfg);
     char text[96];
