@@ -24,11 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "zeroshard/core/memory_report.h"
 #include "zeroshard/launcher/launch.h"
 
 namespace zeroshard::launch {
 
-inline constexpr int kTrialOutOfMemoryStatus = 3;
+// The out-of-memory exit status every zeroshard program uses (run_main, memory_report.h).
+inline constexpr int kTrialOutOfMemoryStatus = kOutOfMemoryExitCode;
 inline constexpr const char* kTrialFlag = "--memory-trial";
 inline constexpr const char* kTrialPrefix = "zeroshard-memory-trial:";
 
