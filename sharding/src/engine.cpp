@@ -20,8 +20,8 @@
 
 #include "zeroshard/core/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/logging.h"
+#include "zeroshard/core/memory_report.h"
 
 namespace zeroshard {
 
