@@ -77,19 +77,18 @@ struct Variant {
   std::pair<double, double> step(zs::Session& s, const torch::Tensor& x, const torch::Tensor& y) {
     s.world()->barrier("bench.mem")->wait();
     engine->reset_comm_counters();
-    const int64_t before = zs::host_memory_stats().current;
-    zs::reset_host_memory_peak();
+    zs::begin_host_memory_window();
     auto t0 = std::chrono::steady_clock::now();
     torch::Tensor logits = engine->forward([&] { return forward(x); });
     torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1})).backward();
-    const int64_t peak = zs::host_memory_stats().peak;
+    const int64_t peak = zs::host_memory_window_peak();
     engine->step(*opt);
     engine->zero_grad();
     all_gather_bytes = engine->comm_counters().all_gather_elements * static_cast<int64_t>(c10::elementSize(dtype));
     at::Tensor t = torch::full({1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
                                torch::kDouble);
     s.world()->all_reduce(t, zs::ReduceOp::kMax, "bench.mem.time")->wait();  // the slowest rank
-    return {t.item<double>(), static_cast<double>(peak - before)};
+    return {t.item<double>(), static_cast<double>(peak)};
   }
   bool ckpt;
   c10::ScalarType dtype;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -60,6 +61,10 @@ std::unordered_map<void*, Record>& live() {
   return m;
 }
 uint64_t g_sequence = 0;  // under g_live_mutex
+// begin_host_memory_window(): allocations after `g_window_start` count. Under g_live_mutex.
+uint64_t g_window_start = UINT64_MAX;
+int64_t g_window_current = 0;
+int64_t g_window_peak = 0;
 HostRefusal g_refusal;    // under g_live_mutex
 std::string g_limit_source;  // under g_live_mutex
 
@@ -74,6 +79,7 @@ void release(void* ptr) {
     auto it = live().find(ptr);
     if (it != live().end()) {
       bytes = it->second.bytes;
+      if (it->second.sequence > g_window_start) g_window_current -= bytes;
       live().erase(it);
     }
   }
@@ -136,6 +142,10 @@ class TrackingAllocator final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> lock(g_live_mutex);
       live()[data] = Record{bytes, t_phase, ++g_sequence};
+      if (g_sequence > g_window_start) {
+        g_window_current += bytes;
+        g_window_peak = std::max(g_window_peak, g_window_current);
+      }
     }
     g_allocated_total += bytes;
     ++g_allocations_total;
@@ -186,6 +196,18 @@ HostMemoryStats host_memory_stats() {
 }
 
 void reset_host_memory_peak() { g_peak = g_current.load(); }
+
+void begin_host_memory_window() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  g_window_start = g_sequence;
+  g_window_current = 0;
+  g_window_peak = 0;
+}
+
+int64_t host_memory_window_peak() {
+  std::lock_guard<std::mutex> lock(g_live_mutex);
+  return g_window_peak;
+}
 
 void set_host_memory_limit(int64_t bytes, const std::string& source) {
   ZS_REQUIRE(bytes >= 0, UsageError, "host memory limit must be >= 0 bytes, got ", bytes);

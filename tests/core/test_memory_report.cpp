@@ -74,6 +74,21 @@ TEST(HostMemory, CountsAndRecordsAllocationsWithTheirPhase) {
       << "labels are interned once";
 }
 
+// A window counts only what the section allocates: freeing an older storage inside it (as another
+// thread may, at any moment) does not lower its peak.
+TEST(HostMemory, WindowPeakIgnoresFreesOfOlderStorages) {
+  at::Tensor old = at::empty({4 * kMiB}, at::kByte);
+  begin_host_memory_window();
+  old.reset();
+  at::Tensor a = at::empty({1 * kMiB}, at::kByte);
+  at::Tensor b = at::empty({2 * kMiB}, at::kByte);
+  a.reset();
+  at::Tensor c = at::empty({512 * 1024}, at::kByte);
+  EXPECT_EQ(host_memory_window_peak(), 3 * kMiB) << "a and b were live together; old's free is not counted";
+  begin_host_memory_window();
+  EXPECT_EQ(host_memory_window_peak(), 0) << "a new window starts empty";
+}
+
 TEST(HostMemory, LargestAllocationsAreSortedLargestFirst) {
   at::Tensor a = at::empty({5 * kMiB}, at::kByte);
   at::Tensor b = at::empty({7 * kMiB}, at::kByte);

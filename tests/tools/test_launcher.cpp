@@ -10,6 +10,7 @@
 #include <map>
 
 #include "common/test_util.h"
+#include "launcher_test_util.h"
 #include "zeroshard/core/error.h"
 #include "zeroshard/launcher/launch.h"
 
@@ -40,19 +41,8 @@ std::string line_for(const Args& args, const zl::MachineFacts& facts) {
   return zl::shell_line(zl::build_plan(zl::parse_args(args), facts));
 }
 
-template <typename E>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("<wrong exception type: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using zs_launcher_test::contains;
+using zs_launcher_test::error_of;
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "zs_launcher_" + std::to_string(::getpid()) + "_" + name;

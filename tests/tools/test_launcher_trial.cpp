@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common/test_util.h"
+#include "launcher_test_util.h"
 #include "zeroshard/core/error.h"
 #include "zeroshard/launcher/trial.h"
 
@@ -19,19 +20,8 @@ namespace {
 
 using Args = std::vector<std::string>;
 
-template <typename E>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("<wrong exception type: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using zs_launcher_test::contains;
+using zs_launcher_test::error_of;
 
 // A simulated training program: train.batch_size and train.micro_batches as configured, changed
 // by the --set options of a trial (later ones win); a micro-batch above `max_fit` runs out.

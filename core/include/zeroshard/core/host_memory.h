@@ -34,6 +34,13 @@ HostMemoryStats host_memory_stats();
 // Sets the peak to the current value.
 void reset_host_memory_peak();
 
+// The memory one section of code needs: the peak of the bytes allocated since
+// begin_host_memory_window() that are still live, so frees of older storages (which another
+// thread may release at any moment, e.g. a communicator's finished work) do not lower it. One
+// window at a time; beginning another restarts it.
+void begin_host_memory_window();
+int64_t host_memory_window_peak();
+
 // Allocations that would take the tracked bytes above `bytes` throw c10::OutOfMemoryError naming
 // the request, the bytes in use and the limit (memory.limit_mib). 0 removes the limit. Needs the
 // allocator installed (UsageError otherwise). `source` names where the limit came from, for the
