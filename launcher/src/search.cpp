@@ -38,8 +38,10 @@ std::string args_text(const std::vector<std::string>& args) {
 
 [[noreturn]] void throw_does_not_fit(int world_size) {
   ZS_THROW(Error, "even a micro-batch of 1 per rank runs out of memory on ", world_size,
-           " rank(s): the model state alone (parameters, gradients, optimizer state, gathered units) does not "
-           "fit. See what each setup needs per rank with zeroshard-estimate, and shrink it: "
+           " rank(s): what the job holds besides its batch does not fit (the model state: parameters, "
+           "gradients, optimizer state, gathered units; and whatever it keeps in memory, e.g. a dataset). "
+           "The last trial's out-of-memory report above shows the memory by phase. "
+           "See what each setup needs per rank with zeroshard-estimate, and shrink it: "
            "--set sharding.strategy=FULL_SHARD (shards parameters, gradients and optimizer state over the ranks), "
            "--set offload.optimizer=CPU (optimizer state and fp32 master weights in host memory), "
            "--set activation_checkpointing.enabled=true (keeps only each block's input), or more ranks");

@@ -371,7 +371,7 @@ TEST(FindBatchSize, Errors) {
   FakeProgram none;
   none.max_fit = 0;
   std::string e = error_of<zs::Error>([&] { zl::find_batch_size(none.runner(), 1, 0); });
-  EXPECT_TRUE(contains(e, "even a micro-batch of 1 per rank runs out of memory on 1 rank(s): the model state alone")) << e;
+  EXPECT_TRUE(contains(e, "even a micro-batch of 1 per rank runs out of memory on 1 rank(s): what the job holds besides its batch does not fit")) << e;
   for (const char* advice : {"zeroshard-estimate", "sharding.strategy=FULL_SHARD", "offload.optimizer=CPU",
                              "activation_checkpointing.enabled=true"}) {
     EXPECT_TRUE(contains(e, advice)) << advice;

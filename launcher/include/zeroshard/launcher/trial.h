@@ -122,7 +122,7 @@ struct BatchSizeSearch {
 
 // --find-batch-size: the first trial runs the job as configured (start == 0) or at `start`,
 // then halves the per-rank micro-batch (train.batch_size = S x W, 1 micro-batch) until one fits.
-// Throws Error when even 1 runs out of memory (the model state alone does not fit), when a
+// Throws Error when even 1 runs out of memory (what the job holds besides its batch does not fit), when a
 // needed plan line is missing, or when a trial ran another size or world than asked for.
 BatchSizeSearch find_batch_size(const RunTrial& run, int world_size, int64_t start);
 // What --find-batch-size prints on stdout: the size found, each trial, the --set to use.
