@@ -1,5 +1,6 @@
 #include "zeroshard/core/session.h"
 
+#include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <unistd.h>
 
@@ -87,6 +88,9 @@ void Session::start(int argc, char** argv) {
   pick_device();
   // Before the program allocates anything: the tracking allocator counts only what comes after.
   apply_memory_config(config_.memory(), device_, rank_, world_size_);
+  // runtime.seed: the same initial weights on every rank and in every run, unless the program
+  // seeds again (the examples reseed per rank for training, so dropout masks differ).
+  at::manual_seed(config_.runtime().seed());
   g_current = this;
 
   ZS_LOG(kInfo) << "zeroshard " << ZS_VERSION << ": " << world_size_ << " rank(s), " << local_world_size_
