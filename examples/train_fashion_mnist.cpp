@@ -126,15 +126,11 @@ EvalResult evaluate(zs::Session& s, zs::ShardingEngine& engine, Cnn& model, std:
 }
 
 int run(zs::Session& s) {
-  const ex::ExampleArgs args = ex::parse_example_args(s.args(), kUsage, /*accuracy_flag=*/true);
-  if (args.help) {
-    if (s.rank() == 0) std::printf("%s\n", kUsage);
-    return 0;
-  }
+  const std::optional<ex::ExampleStart> started = ex::start_example(s, kUsage, /*accuracy_flag=*/true);
+  if (!started) return 0;  // --help
+  const ex::ExampleArgs& args = started->args;
+  const ex::BatchPlan& plan = started->plan;
   const zs::Config& cfg = s.config();
-  ex::set_threads(s);
-  const ex::BatchPlan plan = ex::plan_batches(cfg, s.world_size());
-  if (args.memory_trial) ex::announce_memory_trial(s, plan);
 
   // Data first: missing files fail before any model memory. (Memory phases label what each
   // allocation is for in memory summaries and out-of-memory reports, docs/memory.md.)
@@ -164,13 +160,13 @@ int run(zs::Session& s) {
   ex::seed_training(cfg, s.rank());
   zs::set_memory_phase(0);
   ex::Trainer trainer(s, engine, cfg);
-  if (args.memory_trial) {
-    return ex::run_memory_trial(s, trainer, plan, [&](int) {
-      zs::Batch b = stream.next();
-      return engine.forward(
-          [&] { return F::cross_entropy(model->forward(b.data.to(engine.compute_dtype())), b.target); });
-    });
-  }
+  // One micro-batch: the next batch of this rank's stream through the sharded model.
+  auto micro_loss = [&](int) {
+    zs::Batch b = stream.next();
+    return engine.forward(
+        [&] { return F::cross_entropy(model->forward(b.data.to(engine.compute_dtype())), b.target); });
+  };
+  if (args.memory_trial) return ex::run_memory_trial(s, trainer, plan, micro_loss);
 
   ex::ReportOptions ro;
   ro.total_steps = steps;
@@ -209,11 +205,7 @@ int run(zs::Session& s) {
   double last_loss = 0;
   for (int64_t step = start; step < steps; ++step) {
     if (by_epochs && step % steps_per_epoch == 0) stream.begin_epoch(step / steps_per_epoch);
-    auto r = trainer.step([&](int) {
-      zs::Batch b = stream.next();
-      return engine.forward(
-          [&] { return F::cross_entropy(model->forward(b.data.to(engine.compute_dtype())), b.target); });
-    });
+    auto r = trainer.step(micro_loss);
     last_loss = r.loss;
     report.step(step + 1, r.loss, r.lr, plan.global_batch, r.seconds);
     const bool epoch_end = by_epochs && (step + 1) % steps_per_epoch == 0;

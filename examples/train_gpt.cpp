@@ -120,16 +120,12 @@ std::string generate(zs::Session& s, zs::ShardingEngine& engine, ex::Gpt& model,
 }
 
 int run(zs::Session& s) {
-  const ex::ExampleArgs args = ex::parse_example_args(s.args(), kUsage, /*accuracy_flag=*/false);
-  if (args.help) {
-    if (s.rank() == 0) std::printf("%s\n", kUsage);
-    return 0;
-  }
+  const std::optional<ex::ExampleStart> started = ex::start_example(s, kUsage, /*accuracy_flag=*/false);
+  if (!started) return 0;  // --help
+  const ex::ExampleArgs& args = started->args;
+  const ex::BatchPlan& plan = started->plan;
   const zs::Config& cfg = s.config();
-  ex::set_threads(s);
-  const ex::BatchPlan plan = ex::plan_batches(cfg, s.world_size());
   const int64_t seq_len = cfg.model().seq_len();
-  if (args.memory_trial) ex::announce_memory_trial(s, plan);
 
   // 1. Data, before any model memory: a missing corpus fails here. (Memory phases label what each
   // allocation is for in memory summaries and out-of-memory reports, docs/memory.md.)
@@ -158,12 +154,12 @@ int run(zs::Session& s) {
   ex::seed_training(cfg, s.rank());
   zs::set_memory_phase(0);
   ex::Trainer trainer(s, engine, cfg);
-  if (args.memory_trial) {
-    return ex::run_memory_trial(s, trainer, plan, [&](int) {
-      zs::Batch b = stream.next();
-      return engine.forward([&] { return lm_loss(model->forward(b.data), b.target); });
-    });
-  }
+  // One micro-batch: the next batch of this rank's stream through the sharded model.
+  auto micro_loss = [&](int) {
+    zs::Batch b = stream.next();
+    return engine.forward([&] { return lm_loss(model->forward(b.data), b.target); });
+  };
+  if (args.memory_trial) return ex::run_memory_trial(s, trainer, plan, micro_loss);
 
   ex::ReportOptions ro;
   ro.total_steps = steps;
@@ -208,10 +204,7 @@ int run(zs::Session& s) {
   const double initial_val = eval_now(start);
   double last_loss = 0;
   for (int64_t step = start; step < steps; ++step) {
-    auto r = trainer.step([&](int) {
-      zs::Batch b = stream.next();
-      return engine.forward([&] { return lm_loss(model->forward(b.data), b.target); });
-    });
+    auto r = trainer.step(micro_loss);
     last_loss = r.loss;
     report.step(step + 1, r.loss, r.lr, plan.global_batch * seq_len, r.seconds);
     const int64_t every = cfg.train().eval_interval();

@@ -198,6 +198,18 @@ Trainer::Result Trainer::step(const std::function<at::Tensor(int)>& micro_loss) 
   return {loss, lr, !stepped, seconds};
 }
 
+std::optional<ExampleStart> start_example(const zs::Session& s, const std::string& usage, bool accuracy_flag) {
+  ExampleStart start{parse_example_args(s.args(), usage, accuracy_flag), {}};
+  if (start.args.help) {
+    if (s.rank() == 0) std::printf("%s\n", usage.c_str());
+    return std::nullopt;
+  }
+  set_threads(s);
+  start.plan = plan_batches(s.config(), s.world_size());
+  if (start.args.memory_trial) announce_memory_trial(s, start.plan);
+  return start;
+}
+
 void announce_memory_trial(const zs::Session& s, const BatchPlan& plan) {
   if (s.rank() != 0) return;
   std::printf("zeroshard-memory-trial: plan world_size=%d per_rank_batch=%lld micro_batches=%d micro_batch_size=%lld\n",

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,15 @@ class Trainer {
   int interval_ = 0;
   std::unique_ptr<zeroshard::Checkpointer> checkpointer_;
 };
+
+// How every example starts: its flags (printing the usage and returning nullopt for --help),
+// intra-op threads, the batch plan, and for --memory-trial the plan line (before any model
+// memory, so a trial that runs out of memory building the model has still said its batch).
+struct ExampleStart {
+  ExampleArgs args;
+  BatchPlan plan;
+};
+std::optional<ExampleStart> start_example(const zeroshard::Session& s, const std::string& usage, bool accuracy_flag);
 
 // --memory-trial, the protocol zeroshard-launch --find-batch-size / --auto-micro-batches reads
 // (docs/memory.md). announce_memory_trial prints, on rank 0 and before the model is built,
