@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "sharding/models.h"
-#include "zeroshard/core/checkpoint_format.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/checkpoint_format.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/sharding/checkpoint.h"

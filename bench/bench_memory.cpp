@@ -23,8 +23,8 @@
 
 #include "gpt_bench_args.h"
 #include "sharding/models.h"
-#include "zeroshard/core/activation_checkpoint.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"

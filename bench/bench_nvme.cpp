@@ -30,8 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "zeroshard/core/error.h"
-#include "zeroshard/offload/aio.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/io/aio.h"
 #include "zeroshard/offload/offload_optimizer.h"
 
 #include <ATen/ops/randn.h>
@@ -293,11 +294,11 @@ void measure_swapper_during_step(const Args& args, const DriveFigures& drive, Js
   auto dev_opt = zs::make_optimizer(oc);
   const double t_device = time_steps(*dev_opt, pd);
   zs::OffloadOptions co;
-  co.target = zs::config::OffloadConfig::CPU;
+  co.target = zs::OffloadTarget::kCpu;
   zs::OffloadedOptimizer cpu_opt(oc, co, 0);
   const double t_cpu = time_steps(cpu_opt, pc);
   zs::OffloadOptions no;
-  no.target = zs::config::OffloadConfig::NVME;
+  no.target = zs::OffloadTarget::kNvme;
   no.nvme_path = args.dir;
   no.block_size = args.block_size;
   no.queue_depth = args.queue_depth;

@@ -32,8 +32,9 @@
 #include <unordered_set>
 
 #include "bench_step.h"
+#include "zeroshard/core/config.h"
 #include "sharding/models.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/sharding/engine.h"
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
     zs::config::ShardingConfig::Strategy strategy;
     ZS_REQUIRE(zs::config::ShardingConfig::Strategy_Parse(a.strategy, &strategy), zs::UsageError, "--strategy '",
                a.strategy, "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
-    o.strategy = strategy;
+    o.strategy = static_cast<zs::ShardingStrategy>(strategy);
     zs::ShardingEngine engine(s, model.ptr(), o);
     zs::AdamOptions ao;
     auto opt = zs::make_adamw(ao);

@@ -43,10 +43,11 @@
 #include <utility>
 
 #include "bench_step.h"
+#include "zeroshard/core/config.h"
 #include "sharding/models.h"
-#include "zeroshard/core/activation_checkpoint.h"
-#include "zeroshard/core/autocast.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/sharding/autocast.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/engine.h"
 
 #if ZS_BENCH_TORCH_CUDA
@@ -258,8 +259,10 @@ Variant run_zeroshard(Session& s, const StepArgs& a, const Model& m, double peak
     zs_test::Gpt model(m.cfg);
     model->to(device);
     ShardingOptions o = ShardingOptions::from_config(s.config().sharding(), s.config().precision());
-    ZS_REQUIRE(config::ShardingConfig::Strategy_Parse(a.strategy, &o.strategy), UsageError, "--strategy '", a.strategy,
+    config::ShardingConfig::Strategy strategy;
+    ZS_REQUIRE(config::ShardingConfig::Strategy_Parse(a.strategy, &strategy), UsageError, "--strategy '", a.strategy,
                "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
+    o.strategy = static_cast<ShardingStrategy>(strategy);
     if (a.dtype == "bf16" && !o.autocast) o.param_dtype = o.reduce_dtype = torch::kBFloat16;
     ShardingEngine engine(s, model.ptr(), o);
     auto opt = make_zs_optimizer(s, engine);

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "sharding/models.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zs_bench {
 

@@ -20,7 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/offload/offload_optimizer.h"

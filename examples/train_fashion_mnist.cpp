@@ -27,12 +27,13 @@
 #include <sstream>
 
 #include "common/report.h"
+#include "zeroshard/core/config.h"
 #include "common/training.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
-#include "zeroshard/data/images.h"
+#include "zeroshard/train/images.h"
 #include "zeroshard/sharding/sharded_init.h"
 
 namespace zs = zeroshard;

@@ -30,13 +30,14 @@
 #include <sstream>
 
 #include "common/report.h"
+#include "zeroshard/core/config.h"
 #include "common/training.h"
 #include "gpt/gpt_model.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
-#include "zeroshard/data/text.h"
+#include "zeroshard/train/text.h"
 #include "zeroshard/sharding/sharded_init.h"
 
 namespace zs = zeroshard;

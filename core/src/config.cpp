@@ -2,6 +2,7 @@
 // reflection over zeroshard.proto: the schema is the only place a key, default or range is written.
 
 #include "zeroshard/core/config.h"
+#include "config_internal.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/struct.pb.h>
@@ -19,8 +20,8 @@
 #include <limits>
 #include <sstream>
 
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/logging.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 
 namespace zeroshard {
 namespace {

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "config_internal.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard {
 namespace {
@@ -46,28 +48,6 @@ std::string join_path(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
 }
 
-// Case-insensitive Levenshtein distance.
-size_t edit_distance(const std::string& a_in, const std::string& b_in) {
-  const std::string a = lower(a_in), b = lower(b_in);
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t subst = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, subst});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// A typo is "close" when at most a third of the longer name (and at least 2 edits) differ.
-bool is_close(const std::string& typed, const std::string& candidate, size_t distance) {
-  size_t budget = std::max<size_t>(2, std::max(typed.size(), candidate.size()) / 3);
-  return distance <= budget;
-}
-
 // Every leaf path of `message` (relative to it), depth-first.
 void collect_leaf_paths(const pb::Descriptor* message, const std::string& prefix,
                         std::vector<std::string>* out) {
@@ -91,8 +71,8 @@ std::string suggest_key(const pb::Descriptor* message, const std::string& prefix
   size_t best_distance = std::numeric_limits<size_t>::max();
   for (int i = 0; i < message->field_count(); ++i) {
     const std::string& candidate = message->field(i)->name();
-    size_t d = edit_distance(name, candidate);
-    if (d < best_distance && is_close(name, candidate, d)) {
+    size_t d = edit_distance(name, candidate, /*ignore_case=*/true);
+    if (d < best_distance && is_close_spelling(name, candidate, d)) {
       best = join_path(prefix, candidate);
       best_distance = d;
     }
@@ -102,8 +82,8 @@ std::string suggest_key(const pb::Descriptor* message, const std::string& prefix
   collect_leaf_paths(Config::descriptor(), "", &leaves);
   for (const std::string& leaf : leaves) {
     std::string last = leaf.substr(leaf.rfind('.') + 1);
-    size_t d = edit_distance(name, last);
-    if (d < best_distance && is_close(name, last, d)) {
+    size_t d = edit_distance(name, last, /*ignore_case=*/true);
+    if (d < best_distance && is_close_spelling(name, last, d)) {
       best = leaf;
       best_distance = d;
     }

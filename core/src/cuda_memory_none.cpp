@@ -1,6 +1,6 @@
 #include "cuda_memory.h"
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard::detail {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "cuda_memory.h"
-#include "zeroshard/core/check_cuda.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/comm/check_cuda.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard::detail {
 

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 namespace {

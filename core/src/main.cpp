@@ -1,7 +1,5 @@
 #include "zeroshard/core/main.h"
 
-#include <mpi.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -12,30 +10,12 @@
 
 #include <c10/util/Exception.h>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/comm/runtime.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
 
 namespace zeroshard {
-
-void abort_job(const std::string& message, int code) {
-  // The first caller reports and ends the job; a second one (another thread failing because of
-  // the same problem) waits for that instead of printing the error again.
-  static std::atomic<bool> aborting{false};
-  if (aborting.exchange(true)) {
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-  std::fprintf(stderr, "%s\n", message.c_str());
-  std::fflush(stderr);
-  std::fflush(stdout);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  int size = 1;
-  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (initialized && !finalized && size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
-}
 
 int run_main(int argc, char** argv, const std::function<int(Session&)>& body) {
   // The Session lives outside the try block: on an error the job is aborted before its destructor

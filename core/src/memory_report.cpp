@@ -14,7 +14,7 @@
 
 #include "cuda_memory.h"
 #include "zeroshard.pb.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 
 namespace zeroshard {

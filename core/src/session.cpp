@@ -1,4 +1,5 @@
 #include "zeroshard/core/session.h"
+#include "zeroshard/core/config.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -8,12 +9,9 @@
 #include <cstdlib>
 #include <thread>
 
-#include "comm/mpi_communicator.h"
-#include "comm/mpi_peer_channel.h"
-#include "comm/mpi_util.h"
-#include "comm/watchdog.h"
 #include "zeroshard/comm/factory.h"
-#include "zeroshard/core/logging.h"
+#include "zeroshard/comm/runtime.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
 
@@ -28,23 +26,14 @@ std::string hostname() {
   return buf;
 }
 
-std::string mpi_library_version() {
-  char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  int len = 0;
-  MPI_Get_library_version(buf, &len);
-  std::string s(buf, len);
-  auto comma = s.find(',');
-  return comma == std::string::npos ? s : s.substr(0, comma);
-}
-
 }  // namespace
 
-Session::Session(int argc, char** argv) {
+Session::Session(int argc, char** argv) : config_(std::make_unique<Config>(default_config())) {
   start(argc, argv);  // reads the config from argv after MPI is up, so errors carry the rank
 }
 
-Session::Session(int argc, char** argv, Config config) : config_(std::move(config)) {
-  validate_config(config_);
+Session::Session(int argc, char** argv, const Config& config) : config_(std::make_unique<Config>(config)) {
+  validate_config(*config_);
   for (int i = 0; i < argc; ++i) args_.emplace_back(argv[i]);
   start(0, nullptr);
 }
@@ -57,45 +46,42 @@ void Session::start(int argc, char** argv) {
   // Read before MPI_Init: a process started without a launcher becomes an MPI singleton, and
   // Open MPI then sets PMIx variables of its own that would hide what the user's launcher said.
   launch_env_ = detect_launch_env();
-  comm::mpi_init(nullptr, nullptr);  // MPI needs nothing from argv (and argv may lack its null end)
-  ZS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-  ZS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  const MpiProcessInfo mpi = start_mpi_runtime();
+  rank_ = mpi.rank;
+  world_size_ = mpi.world_size;
   host_ = hostname();
   detail::set_process_identity(rank_, world_size_, host_);
 
   if (argc > 0) {
     CommandLine cl = parse_command_line(argc, argv);
-    config_ = build_config(cl);
+    *config_ = build_config(cl);
     args_ = cl.rest;
   }
   LogSettings log;
-  log.level = parse_log_level(config_.logging().level(), "config field logging.level");
-  log = parse_log_ranks(config_.logging().ranks(), log, "config field logging.ranks");
+  log.level = parse_log_level(config_->logging().level(), "config field logging.level");
+  log = parse_log_ranks(config_->logging().ranks(), log, "config field logging.ranks");
   set_log_settings(apply_log_env(log));
 
-  MPI_Comm node_comm = MPI_COMM_NULL;
-  ZS_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
-  ZS_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_));
-  ZS_MPI_CHECK(MPI_Comm_size(node_comm, &local_world_size_));
+  MpiCommunicators comms = open_mpi_communicators([this](const std::string& name, int local_world_size) {
+    local_world_size_ = local_world_size;  // comm_options reads it
+    return comm_options(name);
+  });
+  local_rank_ = comms.local_rank;
+  local_world_size_ = comms.local_world_size;
+  world_ = std::move(comms.world);
+  node_ = std::move(comms.node);
   check_launch_env();
-
-  MPI_Comm world_comm = MPI_COMM_NULL;
-  ZS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world_comm));
-  world_ = comm::make_mpi_communicator(world_comm, comm_options("world"));
-  node_ = comm::make_mpi_communicator(node_comm, comm_options("node"));
-  comm::Watchdog::instance().set_abort_handler([](const std::string& msg) { abort_job(msg, 1); });
-  comm::Watchdog::instance().set_peer_channel(comm::make_mpi_peer_channel());
   pick_device();
   // Before the program allocates anything: the tracking allocator counts only what comes after.
-  apply_memory_config(config_.memory(), device_, rank_, world_size_);
+  apply_memory_config(config_->memory(), device_, rank_, world_size_);
   // runtime.seed: the same initial weights on every rank and in every run, unless the program
   // seeds again (the examples reseed per rank for training, so dropout masks differ).
-  at::manual_seed(config_.runtime().seed());
+  at::manual_seed(config_->runtime().seed());
   g_current = this;
 
   ZS_LOG(kInfo) << "zeroshard " << ZS_VERSION << ": " << world_size_ << " rank(s), " << local_world_size_
-                << " on this host; device " << device_.str() << "; " << mpi_library_version() << " ("
-                << comm::thread_level_name(MPI_THREAD_MULTIPLE) << "); launcher " << launch_env_.source
+                << " on this host; device " << device_.str() << "; " << mpi.library << " ("
+                << mpi.thread_level << "); launcher " << launch_env_.source
                 << "; NCCL backend " << (nccl_compiled() ? "built" : "not built");
 }
 
@@ -114,7 +100,7 @@ void Session::check_launch_env() const {
 
 void Session::pick_device() {
   using Dev = config::RuntimeConfig;
-  const auto want = config_.runtime().device();
+  const auto want = config_->runtime().device();
   const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
   if (want == Dev::CPU || (want == Dev::AUTO && gpus == 0)) {
     device_ = c10::Device(c10::kCPU);
@@ -132,9 +118,9 @@ void Session::pick_device() {
 CommOptions Session::comm_options(const std::string& name) const {
   CommOptions o;
   o.name = name;
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_.comm().timeout_s() * 1000.0));
-  o.abort_on_timeout = config_.comm().abort_on_timeout();
-  o.check_signatures = config_.comm().check_signatures();
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_->comm().timeout_s() * 1000.0));
+  o.abort_on_timeout = config_->comm().abort_on_timeout();
+  o.check_signatures = config_->comm().check_signatures();
   // Polling before sleeping only pays when every rank has a core for it.
   const unsigned cores = std::thread::hardware_concurrency();
   const bool oversubscribed = cores > 0 && static_cast<unsigned>(local_world_size_) > cores;
@@ -144,7 +130,7 @@ CommOptions Session::comm_options(const std::string& name) const {
 
 std::shared_ptr<Communicator> Session::device_world() {
   using Backend = config::CommConfig;
-  const auto backend = config_.comm().backend();
+  const auto backend = config_->comm().backend();
   if (device_.is_cpu()) {
     ZS_REQUIRE(backend != Backend::NCCL, ConfigError, "comm.backend = NCCL but the device is CPU "
                "(runtime.device resolved to cpu); NCCL needs CUDA tensors. Use comm.backend=AUTO or MPI");
@@ -160,10 +146,8 @@ Session::~Session() {
   device_world_.reset();
   world_.reset();
   node_.reset();
-  comm::Watchdog::instance().stop();
-  comm::Watchdog::instance().set_abort_handler(nullptr);
   if (g_current == this) g_current = nullptr;
-  comm::mpi_finalize_if_ours();
+  stop_mpi_runtime();
 }
 
 }  // namespace zeroshard

@@ -1,8 +1,9 @@
 #include "report.h"
+#include "zeroshard/core/config.h"
 
 #include <c10/core/ScalarType.h>
 
-#include "zeroshard/sharding/memory.h"
+#include "zeroshard/core/memory_stats.h"
 
 namespace zs = zeroshard;
 

@@ -1,6 +1,6 @@
 #pragma once
 // TrainingReport: everything the examples show and record about a run, in one place: the progress
-// bar (rank 0, zeroshard/core/progress.h), plain result lines, and the --metrics-out JSON lines.
+// bar (rank 0, zeroshard/train/progress.h), plain result lines, and the --metrics-out JSON lines.
 // Every metrics call site of the examples is in report.cpp, so switching from the local stand-in
 // to zeroshard's MetricsWriter touched that file only.
 //
@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "zeroshard/core/metrics.h"
-#include "zeroshard/core/progress.h"
+#include "zeroshard/train/metrics.h"
+#include "zeroshard/train/progress.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/sharding/engine.h"
 

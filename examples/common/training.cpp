@@ -1,4 +1,5 @@
 #include "training.h"
+#include "zeroshard/core/config.h"
 
 #include "zeroshard/offload/offload_optimizer.h"
 
@@ -13,8 +14,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/logging.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/offload/offload_optimizer.h"

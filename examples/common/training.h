@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "zeroshard/core/session.h"
-#include "zeroshard/data/loader.h"
-#include "zeroshard/data/sampler.h"
+#include "zeroshard/train/loader.h"
+#include "zeroshard/train/sampler.h"
 #include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/grad_scaler.h"

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <limits>
 
-#include "zeroshard/core/activation_checkpoint.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/base/error.h"
 
 namespace zs_examples {
 namespace {

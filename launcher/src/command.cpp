@@ -5,7 +5,7 @@
 #include <cctype>
 #include <sstream>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/launch.h"
 
 namespace zeroshard::launch {

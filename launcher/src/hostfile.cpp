@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/launch.h"
 
 namespace zeroshard::launch {

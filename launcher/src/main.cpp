@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/launch.h"
 #include "zeroshard/launcher/trial.h"
 

@@ -3,21 +3,16 @@
 
 #include <cstdio>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/launcher/trial.h"
 
 namespace zeroshard::launch {
 namespace {
 
-std::string mib(int64_t bytes) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
-
 std::string peak_text(const TrialRecord& t) {
-  std::string s = "peak " + mib(t.peak_bytes);
-  if (t.limit_bytes > 0) s += " of limit " + mib(t.limit_bytes);
+  std::string s = "peak " + format_mib(t.peak_bytes);
+  if (t.limit_bytes > 0) s += " of limit " + format_mib(t.limit_bytes);
   return s;
 }
 

@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/trial.h"
 
 namespace zeroshard::launch {

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/trial.h"
 
 extern char** environ;

@@ -9,7 +9,7 @@
 
 #include "adam_update.h"
 #include "cpu_common.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 

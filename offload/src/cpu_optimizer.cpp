@@ -3,13 +3,14 @@
 // and make_cpu_optimizer.
 
 #include "zeroshard/offload/cpu_optimizer.h"
+#include "zeroshard/core/config.h"
 
 #include <ATen/core/grad_mode.h>
 
 #include <cstdlib>
 #include <utility>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
 #include "zeroshard/offload/cpu_sgd.h"
 

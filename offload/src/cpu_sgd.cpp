@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "cpu_common.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 

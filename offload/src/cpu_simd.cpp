@@ -15,7 +15,7 @@
 #endif
 
 #include "cpu_common.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 

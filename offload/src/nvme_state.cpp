@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/logging.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 
 namespace zeroshard::detail {
 namespace {

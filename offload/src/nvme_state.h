@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/offload/aio.h"
+#include "zeroshard/io/aio.h"
 
 namespace zeroshard::detail {
 

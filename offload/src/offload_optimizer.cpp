@@ -2,6 +2,7 @@
 // stores, the chunk pipeline, and rollback of a failed NVMe step. See offload_optimizer.h.
 
 #include "zeroshard/offload/offload_optimizer.h"
+#include "zeroshard/core/config.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -13,13 +14,13 @@
 #include <utility>
 
 #include "adam_update.h"
-#include "zeroshard/core/crc32c.h"
+#include "zeroshard/base/crc32c.h"
 #include "nvme_state.h"
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/logging.h"
-#include "zeroshard/offload/pinned_pool.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
+#include "zeroshard/io/pinned_pool.h"
 #include "cpu_common.h"
-#include "zeroshard/sharding/memory.h"
+#include "zeroshard/core/memory_stats.h"
 
 namespace zeroshard {
 
@@ -53,14 +54,14 @@ OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
              " is not supported yet; parameter shards stay on the device (offload.params = DEVICE). "
              "Offload the optimizer state instead (offload.optimizer = CPU or NVME)");
   OffloadOptions o;
-  o.target = cfg.optimizer();
+  o.target = static_cast<OffloadTarget>(cfg.optimizer());  // the same values (sharding/src/options.cpp)
   o.nvme_path = cfg.nvme_path();
   o.pin_memory = cfg.pin_memory();
   o.block_size = cfg.block_size();
   o.queue_depth = cfg.queue_depth();
   o.buffer_count = cfg.buffer_count();
   o.io_backend = io_backend_from(cfg.io_backend());
-  ZS_REQUIRE(o.target != config::OffloadConfig::NVME || !o.nvme_path.empty(), ConfigError,
+  ZS_REQUIRE(o.target != OffloadTarget::kNvme || !o.nvme_path.empty(), ConfigError,
              "offload.optimizer = NVME needs offload.nvme_path (a directory on the NVMe drive)");
   return o;
 }
@@ -103,9 +104,9 @@ struct OffloadedOptimizer::Impl {
         state_pool(opts.pin_memory, nullptr),
         staging_pool(opts.pin_memory, m),
         io(std::move(engine)) {
-    ZS_REQUIRE(o.target == config::OffloadConfig::CPU || o.target == config::OffloadConfig::NVME,
+    ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme,
                ConfigError, "OffloadedOptimizer needs offload.optimizer = CPU or NVME, got ",
-               config::OffloadConfig::Target_Name(o.target));
+               to_string(o.target));
     ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
                "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
     ZS_REQUIRE(o.buffer_count >= 2, ConfigError, "offload.buffer_count = ", o.buffer_count,
@@ -114,7 +115,7 @@ struct OffloadedOptimizer::Impl {
     ZS_REQUIRE(simd_supported(path), UsageError, "OffloadOptions.simd = ", to_string(path),
                " cannot run on this CPU (flags: ", cpu_simd_flags(), ")");
     chunk_elems = o.block_size / static_cast<int64_t>(sizeof(float));
-    if (o.target == config::OffloadConfig::NVME) {
+    if (o.target == OffloadTarget::kNvme) {
       dir = std::make_unique<detail::NvmeRankDir>(o.nvme_path, rank);
       if (!io) {
         IoOptions io_opts;
@@ -152,7 +153,7 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
                "') must be a contiguous fp32 tensor of ", s.param.numel(), " elements");
   }
   if (!layout_recorded) {
-    if (o.target == config::OffloadConfig::CPU) {
+    if (o.target == OffloadTarget::kCpu) {
       host.resize(shards.size());
       for (size_t i = 0; i < shards.size(); ++i) host[i].numel = shards[i].param.numel();
     } else {
@@ -164,12 +165,12 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
     layout_recorded = true;
     return;
   }
-  const size_t expected = o.target == config::OffloadConfig::CPU ? host.size() : files.size();
+  const size_t expected = o.target == OffloadTarget::kCpu ? host.size() : files.size();
   ZS_REQUIRE(shards.size() == expected, UsageError, "OffloadedOptimizer step ", steps + 1, " got ",
              shards.size(), " shards, the first step had ", expected,
              "; pass the same shard list, in the same order, every step");
   for (size_t i = 0; i < shards.size(); ++i) {
-    const int64_t n = o.target == config::OffloadConfig::CPU ? host[i].numel : files[i]->numel;
+    const int64_t n = o.target == OffloadTarget::kCpu ? host[i].numel : files[i]->numel;
     ZS_REQUIRE(shards[i].param.numel() == n, UsageError, "OffloadedOptimizer step ", steps + 1,
                ": shard ", i, " ('", shards[i].name, "') changed: expected ", n, " elements, got ",
                shards[i].param.numel());
@@ -333,7 +334,7 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     const ShardOptimizerState& st = (*pending)[i];
-    if (o.target == config::OffloadConfig::CPU) {
+    if (o.target == OffloadTarget::kCpu) {
       HostSlot& slot = host[i];
       slot.updates = st.updates;
       slot.m = slot.v = slot.master = at::Tensor();
@@ -424,7 +425,7 @@ void OffloadedOptimizer::step(const std::vector<ParamShard>& shards) {
   at::NoGradGuard no_grad;
   impl_->apply_pending(shards);
   impl_->lr = lr_;
-  if (impl_->o.target == config::OffloadConfig::CPU) {
+  if (impl_->o.target == OffloadTarget::kCpu) {
     impl_->step_cpu(shards);
   } else {
     impl_->step_nvme(shards);
@@ -459,8 +460,8 @@ ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
 std::string OffloadedOptimizer::describe() const {
   const auto& o = impl_->o;
   std::string s = std::string("Offloaded") + (impl_->adam.adamw ? "AdamW" : "Adam") + "(lr=" + cpu_optim::format_double(lr_) +
-                  ", state=" + config::OffloadConfig::Target_Name(o.target) + ", simd=" + to_string(impl_->path);
-  if (o.target == config::OffloadConfig::NVME) {
+                  ", state=" + to_string(o.target) + ", simd=" + to_string(impl_->path);
+  if (o.target == OffloadTarget::kNvme) {
     s += ", dir=" + impl_->dir->path() + ", io=" + to_string(impl_->io->backend()) +
          ", block=" + std::to_string(o.block_size) + ", depth=" + std::to_string(o.queue_depth) +
          ", buffers=" + std::to_string(o.buffer_count);

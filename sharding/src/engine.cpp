@@ -18,9 +18,9 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/logging.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/core/memory_report.h"
 
 namespace zeroshard {
@@ -29,47 +29,6 @@ namespace detail {
 void register_managed_unit(const torch::nn::Module* module, UnitState* unit);
 void unregister_managed_unit(const torch::nn::Module* module);
 }  // namespace detail
-
-ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg) {
-  ShardingOptions o;
-  o.strategy = cfg.strategy();
-  o.hybrid_group_size = cfg.hybrid_group_size();
-  o.forward_prefetch = cfg.forward_prefetch();
-  o.backward_prefetch = cfg.backward_prefetch();
-  o.limit_all_gathers = cfg.limit_all_gathers();
-  o.sync_module_states = cfg.sync_module_states();
-  o.auto_wrap_policy = cfg.auto_wrap_policy();
-  o.auto_wrap_min_params = cfg.auto_wrap_min_params();
-  return o;
-}
-
-namespace {
-c10::ScalarType to_dtype(config::PrecisionConfig::DType d) {
-  switch (d) {
-    case config::PrecisionConfig::BF16: return c10::kBFloat16;
-    case config::PrecisionConfig::FP16: return c10::kHalf;
-    default: return c10::kFloat;
-  }
-}
-}  // namespace
-
-ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& p) {
-  ShardingOptions o = from_config(cfg);
-  o.param_dtype = to_dtype(p.param_dtype());
-  if (p.autocast()) {
-    ZS_REQUIRE(p.param_dtype() != config::PrecisionConfig::FP32, ConfigError,
-               "precision.autocast = true needs precision.param_dtype = BF16 or FP16 (the autocast dtype; "
-               "parameters stay fp32)");
-    o.autocast = true;
-    o.autocast_dtype = o.param_dtype;
-    o.param_dtype = c10::kFloat;
-  }
-  o.reduce_dtype = to_dtype(p.reduce_dtype());
-  o.buffer_dtype = to_dtype(p.buffer_dtype());
-  o.output_dtype = to_dtype(p.output_dtype());
-  o.cast_forward_inputs = p.cast_forward_inputs();
-  return o;
-}
 
 ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
                            ShardedInit::Impl* sharded_init)
@@ -139,15 +98,15 @@ void ShardingEngine::Impl::discover_units() {
     return units.back().get();
   };
   root = make_unit(model.get(), "<root>", true);
-  ZS_REQUIRE(options.auto_wrap_policy != config::AutoWrap::MODULE_TYPE || !options.auto_wrap_module_types.empty(),
+  ZS_REQUIRE(options.auto_wrap_policy != AutoWrapPolicy::kModuleType || !options.auto_wrap_module_types.empty(),
              ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE needs the module types to wrap "
              "(ShardingOptions::auto_wrap_module_types, e.g. {\"torch::nn::Linear\"}); none were given");
   auto wants_unit = [&](torch::nn::Module& parent, torch::nn::Module& child) {
     if (detail::is_declared_unit(&child)) return true;
     switch (options.auto_wrap_policy) {
-      case config::AutoWrap::SIZE_BASED:
+      case AutoWrapPolicy::kSizeBased:
         return is_container(parent) && count_params(child) >= options.auto_wrap_min_params;
-      case config::AutoWrap::MODULE_TYPE:
+      case AutoWrapPolicy::kModuleType:
         for (const auto& t : options.auto_wrap_module_types) {
           if (child.name() == t || child.name() == t + "Impl") return true;
         }
@@ -192,7 +151,7 @@ void ShardingEngine::Impl::discover_units() {
         }
       };
   visit(*model, "", root);
-  if (options.auto_wrap_policy == config::AutoWrap::MODULE_TYPE && units.size() == 1) {
+  if (options.auto_wrap_policy == AutoWrapPolicy::kModuleType && units.size() == 1) {
     std::ostringstream types;
     for (const auto& t : options.auto_wrap_module_types) types << " '" << t << "'";
     ZS_THROW(ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE matched no module of type", types.str(),

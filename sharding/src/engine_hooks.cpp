@@ -13,7 +13,7 @@
 
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 
 namespace zeroshard {
@@ -118,8 +118,7 @@ void ShardingEngine::Impl::install_grad_hooks() {
 }
 
 bool ShardingEngine::Impl::reshard_after_forward() const {
-  using S = config::ShardingConfig;
-  return options.strategy == S::FULL_SHARD || options.strategy == S::HYBRID_SHARD;
+  return options.strategy == ShardingStrategy::kFullShard || options.strategy == ShardingStrategy::kHybridShard;
 }
 
 int ShardingEngine::Impl::inflight_gathers() const {
@@ -216,7 +215,7 @@ void ShardingEngine::Impl::pre_backward(UnitState* u) {
   }
   set_memory_phase(u->phase_backward);
   issue_gather(u);
-  if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_PRE) prefetch(u->forward_index - 1);
+  if (options.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch(u->forward_index - 1);
   wait_gather(u);
   for (auto& f : u->flats) f->prepare_grads();
 }
@@ -248,8 +247,8 @@ void ShardingEngine::Impl::post_backward(UnitState* u) {
     for (UnitState* p : reducing) finish_reduce(p, compute);
     reducing.assign(1, u);
   }
-  if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u);
-  if (options.backward_prefetch == config::BackwardPrefetch::BACKWARD_POST) prefetch(u->forward_index - 1);
+  if (options.strategy != ShardingStrategy::kNoShard) reshard(u);
+  if (options.backward_prefetch == BackwardPrefetch::kBackwardPost) prefetch(u->forward_index - 1);
   set_memory_phase(root->phase_backward);
 }
 
@@ -282,7 +281,7 @@ void ShardingEngine::Impl::finalize_backward() {
   }
   retired_grads.release_after_wait(compute);
   for (auto& u : units) {
-    if (options.strategy != config::ShardingConfig::NO_SHARD) reshard(u.get());
+    if (options.strategy != ShardingStrategy::kNoShard) reshard(u.get());
     u->pre_backward_done = false;
     u->post_backward_done = false;
     u->grads_seen = 0;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/autocast.h"
-#include "zeroshard/core/streams.h"
+#include "zeroshard/sharding/autocast.h"
+#include "zeroshard/comm/streams.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
 #include "zeroshard/sharding/sharded_init.h"

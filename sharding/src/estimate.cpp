@@ -5,13 +5,16 @@
 #include <functional>
 #include <sstream>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/sharding/plan.h"
 
 namespace zeroshard {
 namespace {
 
-using Strategy = config::ShardingConfig;
-using Target = config::OffloadConfig;
+using Strategy = ShardingStrategy;
+using Target = OffloadTarget;
 
 int64_t pad(int64_t numel, int n) { return (numel + n - 1) / n * n; }
 
@@ -37,52 +40,31 @@ int64_t largest_units(const ModelShape& m, int n, size_t k, std::function<int64_
   return b;
 }
 
-int shard_group_size(const EstimateOptions& o) {
+ShardingPlan plan_for(const EstimateOptions& o) {
   ZS_REQUIRE(o.world_size >= 1, ConfigError, "world size ", o.world_size, " is not a rank count; at least 1");
   ZS_REQUIRE(o.ranks_per_node >= 1, ConfigError, "ranks per node ", o.ranks_per_node, " must be at least 1");
-  if (o.world_size == 1) return 1;
-  switch (o.sharding.strategy()) {
-    case Strategy::FULL_SHARD:
-    case Strategy::SHARD_GRAD_OP:
-      return o.world_size;
-    case Strategy::NO_SHARD:
-      return 1;
-    case Strategy::HYBRID_SHARD: {
-      const int g = o.sharding.hybrid_group_size() > 0 ? o.sharding.hybrid_group_size()
-                                                      : std::min(o.ranks_per_node, o.world_size);
-      ZS_REQUIRE(o.world_size % g == 0, ConfigError, "sharding.hybrid_group_size = ", g,
-                 " does not divide the world size ", o.world_size, "; allowed: a divisor of ", o.world_size,
-                 " (0 means the ranks of one node, here ", std::min(o.ranks_per_node, o.world_size), ")");
-      return g;
-    }
-    default:
-      break;
-  }
-  ZS_THROW(ConfigError, "sharding.strategy has an unknown value ", static_cast<int>(o.sharding.strategy()));
+  // One rank: a shard group of one whatever the hybrid group size says (as the engine).
+  if (o.world_size == 1) return plan_sharding(o.sharding.strategy, 1, 1, 1);
+  return plan_sharding(o.sharding.strategy, o.sharding.hybrid_group_size, o.world_size,
+                       std::min(o.ranks_per_node, o.world_size));
 }
 
-int optimizer_bytes_per_param(const config::OptimizerConfig& opt) {
-  switch (opt.type()) {
-    case config::OptimizerConfig::ADAM:
-    case config::OptimizerConfig::ADAMW:
-      return 8;  // exp_avg, exp_avg_sq (fp32)
-    case config::OptimizerConfig::SGD:
-      return opt.momentum() > 0 ? 4 : 0;  // momentum buffer
-    default:
-      break;
-  }
-  return 8;
+int dtype_bytes(c10::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
+
+// The config's names: FP32, BF16, FP16.
+const char* dtype_name(c10::ScalarType t) {
+  return t == c10::kBFloat16 ? "BF16" : t == c10::kHalf ? "FP16" : t == c10::kFloat ? "FP32" : c10::toString(t);
 }
 
 // The highest sum of device categories over one step (after zero_grad), replaying what the engine
 // does unit by unit (sharding/src/engine_hooks.cpp). `base`: sharded params + optimizer state.
-int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, int n, bool aliased, int p, int r,
-                         int64_t base) {
-  const auto strategy = o.sharding.strategy();
-  const bool fwd_prefetch = o.sharding.forward_prefetch() && o.sharding.limit_all_gathers() >= 2;
+int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const ShardingPlan& plan, bool aliased, int p,
+                         int r, int64_t base) {
+  const int n = plan.shard_group_size;
+  const bool fwd_prefetch = o.sharding.forward_prefetch && o.sharding.limit_all_gathers >= 2;
   const bool bwd_prefetch =
-      o.sharding.backward_prefetch() == config::BackwardPrefetch::BACKWARD_PRE && o.sharding.limit_all_gathers() >= 2;
-  const bool reshard_after_forward = strategy == Strategy::FULL_SHARD || strategy == Strategy::HYBRID_SHARD;
+      o.sharding.backward_prefetch == BackwardPrefetch::kBackwardPre && o.sharding.limit_all_gathers >= 2;
+  const bool reshard_after_forward = plan.reshard_after_forward;
   std::vector<int64_t> u;  // padded units in forward order
   for (int64_t x : m.unit_params) {
     if (x > 0) u.push_back(pad(x, n));
@@ -95,7 +77,7 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, int n, b
   // Gathered elements while unit i computes (forward or backward).
   auto gathered = [&](int i, bool backward) -> int64_t {
     if (aliased) return 0;
-    if (strategy == Strategy::NO_SHARD) return all;  // gathered once, never resharded
+    if (plan.keep_gathered) return all;  // NO_SHARD: gathered once, never resharded
     if (!reshard_after_forward) {                    // SHARD_GRAD_OP: units resharded after their backward
       if (!backward) {
         int64_t g = root;
@@ -128,7 +110,7 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, int n, b
   peak = std::max(peak, moment(gathered(-1, true), root + at(0), sh(root) + sh(at(0)), done));
   peak = std::max(peak, moment(gathered(-1, true), root, sh(root), done + sh(root)));
   // After backward every gradient shard exists and the transients are gone.
-  return std::max(peak, base + 4 * (all / n) + (strategy == Strategy::NO_SHARD && !aliased ? all * p : 0));
+  return std::max(peak, base + 4 * (all / n) + (plan.keep_gathered && !aliased ? all * p : 0));
 }
 
 }  // namespace
@@ -171,16 +153,17 @@ ModelShape uniform_model_shape(int64_t params, int64_t unit_params) {
   return m;
 }
 
-int dtype_bytes(config::PrecisionConfig::DType d) { return d == config::PrecisionConfig::FP32 ? 4 : 2; }
-
 EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, int ranks_per_node) {
   EstimateOptions o;
   o.world_size = world_size;
   o.ranks_per_node = ranks_per_node;
-  o.sharding = cfg.sharding();
-  o.precision = cfg.precision();
-  o.optimizer = cfg.optimizer();
-  o.offload = cfg.offload();
+  o.sharding = ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  const auto& opt = cfg.optimizer();
+  o.optimizer = config::OptimizerConfig::Type_Name(opt.type());
+  o.optimizer_state_bytes = opt.type() == config::OptimizerConfig::SGD ? (opt.momentum() > 0 ? 4 : 0) : 8;
+  o.offload_optimizer = static_cast<OffloadTarget>(cfg.offload().optimizer());
+  o.offload_params = static_cast<OffloadTarget>(cfg.offload().params());
+  o.offload_staging_bytes = static_cast<int64_t>(cfg.offload().buffer_count()) * cfg.offload().block_size();
   return o;
 }
 
@@ -188,10 +171,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const std::vector<int64_t> f = flats(model);
   ZS_REQUIRE(!f.empty(), ConfigError, "the model has no parameters to estimate");
   MemoryEstimate e;
-  const int n = shard_group_size(o);
+  const ShardingPlan plan = plan_for(o);
+  const int n = plan.shard_group_size;
   e.shard_group = n;
-  const int p = dtype_bytes(o.precision.param_dtype()), r = dtype_bytes(o.precision.reduce_dtype());
-  const auto strategy = o.sharding.strategy();
+  const int p = dtype_bytes(o.sharding.param_dtype), r = dtype_bytes(o.sharding.reduce_dtype);
   // Views of the shard: nothing to gather (one-rank shard group computing in fp32).
   const bool aliased = n == 1 && p == 4;
 
@@ -201,19 +184,19 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     padded_total += pad(x, n);
   }
   const int64_t root_padded = model.root_params > 0 ? pad(model.root_params, n) : 0;
-  const int opt = optimizer_bytes_per_param(o.optimizer);
+  const int opt = o.optimizer_state_bytes;
 
   e.sharded_params = 4 * shard;
   e.grad_shards = 4 * shard;
   e.optimizer_state = static_cast<int64_t>(opt) * shard;
 
   const bool prefetch =
-      (o.sharding.forward_prefetch() || o.sharding.backward_prefetch() != config::BackwardPrefetch::NONE) &&
-      o.sharding.limit_all_gathers() >= 2;
+      (o.sharding.forward_prefetch || o.sharding.backward_prefetch != BackwardPrefetch::kNone) &&
+      o.sharding.limit_all_gathers >= 2;
   const auto lp = [p](int64_t padded) { return padded * p; };
   if (aliased) {
     e.gathered_params_peak = 0;
-  } else if (strategy == Strategy::SHARD_GRAD_OP || strategy == Strategy::NO_SHARD) {
+  } else if (!plan.reshard_after_forward) {
     e.gathered_params_peak = padded_total * p;  // gathered from forward to backward (NO_SHARD: always)
   } else {
     e.gathered_params_peak = root_padded * p + largest_units(model, n, prefetch ? 2 : 1, lp);
@@ -227,30 +210,30 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   }
 
   const int64_t device_base = e.sharded_params + e.optimizer_state;
-  e.device_peak = replay_step_peak(model, o, n, aliased, p, r, device_base);
+  e.device_peak = replay_step_peak(model, o, plan, aliased, p, r, device_base);
 
   // Offload: formulas only (see the header).
-  const auto opt_target = o.offload.optimizer(), param_target = o.offload.params();
-  const int64_t staging = static_cast<int64_t>(o.offload.buffer_count()) * o.offload.block_size();
+  const auto opt_target = o.offload_optimizer, param_target = o.offload_params;
+  const int64_t staging = o.offload_staging_bytes;
   bool staged = false;
-  if (opt_target != Target::DEVICE) {
+  if (opt_target != Target::kDevice) {
     e.offloaded = true;
     const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
-    (opt_target == Target::CPU ? e.offload_host : e.nvme) += state;
+    (opt_target == Target::kCpu ? e.offload_host : e.nvme) += state;
     e.optimizer_state = 0;
     e.sharded_params = static_cast<int64_t>(p) * shard;  // the device keeps the shard it gathers from
     e.pinned_host += 4 * shard;                           // fp32 gradient shard copied for the CPU optimizer
-    if (opt_target == Target::NVME) {
+    if (opt_target == Target::kNvme) {
       e.pinned_host += staging;
       staged = true;
     }
   }
-  if (param_target != Target::DEVICE) {
+  if (param_target != Target::kDevice) {
     e.offloaded = true;
-    const bool master_is_param = opt_target == Target::CPU && param_target == Target::CPU && p == 4;
+    const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu && p == 4;
     e.sharded_params = 0;
-    if (!master_is_param) (param_target == Target::CPU ? e.offload_host : e.nvme) += static_cast<int64_t>(p) * shard;
-    if (param_target == Target::NVME && !staged) e.pinned_host += staging;
+    if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += static_cast<int64_t>(p) * shard;
+    if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
   }
   // What offload took off the device comes off the peak too (the transients stay).
   e.device_peak -= device_base - (e.sharded_params + e.optimizer_state);
@@ -272,23 +255,9 @@ ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t b, int by
 
 namespace {
 
-std::string human(int64_t bytes) {
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes == 0) return "0";
-  if (b >= 1024.0 * 1024 * 1024) {
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  } else if (b >= 1024.0 * 1024) {
-    std::snprintf(buf, sizeof(buf), "%.2f MiB", b / (1024.0 * 1024));
-  } else if (b >= 1024.0) {
-    std::snprintf(buf, sizeof(buf), "%.2f KiB", b / 1024.0);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
-  }
-  return buf;
-}
+std::string human(int64_t bytes) { return bytes == 0 ? "0" : format_bytes(bytes); }
 
-const char* target_name(Target::Target t) { return t == Target::CPU ? "cpu" : t == Target::NVME ? "nvme" : "device"; }
+const char* target_name(Target t) { return t == Target::kCpu ? "cpu" : t == Target::kNvme ? "nvme" : "device"; }
 
 }  // namespace
 
@@ -297,38 +266,36 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
   char line[256];
   os << "model: " << model.total() << " parameters (" << model.unit_params.size() << " unit(s), largest "
      << model.largest_unit() << "; root " << model.root_params << "), world size " << options.world_size << ", "
-     << options.ranks_per_node << " rank(s) per node, param_dtype "
-     << config::PrecisionConfig::DType_Name(options.precision.param_dtype()) << ", reduce_dtype "
-     << config::PrecisionConfig::DType_Name(options.precision.reduce_dtype()) << ", optimizer "
-     << config::OptimizerConfig::Type_Name(options.optimizer.type()) << "\n";
+     << options.ranks_per_node << " rank(s) per node, param_dtype " << dtype_name(options.sharding.param_dtype)
+     << ", reduce_dtype " << dtype_name(options.sharding.reduce_dtype) << ", optimizer " << options.optimizer << "\n";
   os << "per rank; device peak = the highest sum of the device categories during a step (transients included)\n";
   std::snprintf(line, sizeof(line), "  %-14s %5s %-7s %-7s %14s %14s %14s %14s\n", "strategy", "N", "optim", "params",
                 "device state", "device peak", "host", "nvme");
   os << line;
-  const std::vector<std::pair<Target::Target, Target::Target>> modes = {
-      {Target::DEVICE, Target::DEVICE}, {Target::CPU, Target::DEVICE}, {Target::NVME, Target::DEVICE},
-      {Target::CPU, Target::CPU},       {Target::NVME, Target::NVME}};
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
+  const std::vector<std::pair<Target, Target>> modes = {
+      {Target::kDevice, Target::kDevice}, {Target::kCpu, Target::kDevice}, {Target::kNvme, Target::kDevice},
+      {Target::kCpu, Target::kCpu},       {Target::kNvme, Target::kNvme}};
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
     for (const auto& [opt, params] : modes) {
       EstimateOptions o = options;
-      o.sharding.set_strategy(strategy);
-      o.offload.set_optimizer(opt);
-      o.offload.set_params(params);
+      o.sharding.strategy = strategy;
+      o.offload_optimizer = opt;
+      o.offload_params = params;
       MemoryEstimate e;
       try {
         e = estimate_memory(model, o);
       } catch (const ConfigError& err) {
-        if (opt == Target::DEVICE && params == Target::DEVICE) {
-          std::snprintf(line, sizeof(line), "  %-14s  not possible: %s\n", Strategy::Strategy_Name(strategy).c_str(),
+        if (opt == Target::kDevice && params == Target::kDevice) {
+          std::snprintf(line, sizeof(line), "  %-14s  not possible: %s\n", to_string(strategy),
                         err.message().c_str());
           os << line;
         }
         break;
       }
-      const bool chosen = strategy == options.sharding.strategy() && opt == options.offload.optimizer() &&
-                          params == options.offload.params();
+      const bool chosen = strategy == options.sharding.strategy && opt == options.offload_optimizer &&
+                          params == options.offload_params;
       std::snprintf(line, sizeof(line), "%s %-14s %5d %-7s %-7s %14s %14s %14s %14s%s\n", chosen ? "*" : " ",
-                    Strategy::Strategy_Name(strategy).c_str(), e.shard_group, target_name(opt), target_name(params),
+                    to_string(strategy), e.shard_group, target_name(opt), target_name(params),
                     human(e.device_persistent()).c_str(), human(e.device_peak).c_str(), human(e.host_total()).c_str(),
                     human(e.nvme).c_str(), e.offloaded ? "  (formula)" : "");
       os << line;
@@ -336,8 +303,8 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
   }
   // The configured setup, category by category.
   const MemoryEstimate e = estimate_memory(model, options);
-  os << "\nconfigured (" << Strategy::Strategy_Name(options.sharding.strategy()) << ", optimizer "
-     << target_name(options.offload.optimizer()) << ", params " << target_name(options.offload.params())
+  os << "\nconfigured (" << to_string(options.sharding.strategy) << ", optimizer "
+     << target_name(options.offload_optimizer) << ", params " << target_name(options.offload_params)
      << "), shard group of " << e.shard_group << ":\n";
   auto row = [&](const char* name, int64_t bytes) {
     std::snprintf(line, sizeof(line), "  %-28s %14s %16lld bytes\n", name, human(bytes).c_str(),

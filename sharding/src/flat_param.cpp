@@ -7,7 +7,7 @@
 
 #include <utility>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 

@@ -17,45 +17,45 @@
 #include <sstream>
 #include <utility>
 
-#include "format.h"
+#include "zeroshard/base/format.h"
+#include "zeroshard/core/config.h"
 
 namespace zeroshard {
 namespace {
 
-using LossScale = config::LossScaleConfig;
-using detail::format_double;
+using LossScale = LossScaleOptions;
 
 // The schema's ranges (config validation normally catches these first; a LossScaleConfig built in
 // code is checked here too), and the one rule between fields.
-void check_config(const LossScale& c, LossScale::Mode mode) {
+void check_config(const LossScale& c, LossScaleMode mode) {
   auto bad = [](const char* field, const std::string& value, const char* allowed) {
     ZS_THROW(ConfigError, "precision.loss_scale.", field, " = ", value, " is out of range; allowed: ", allowed);
   };
-  if (!(c.initial_scale() >= 1 && c.initial_scale() <= 1e30)) bad("initial_scale", format_double(c.initial_scale()), "[1, 1e30]");
-  if (!(c.growth_factor() >= 1 && c.growth_factor() <= 1000)) bad("growth_factor", format_double(c.growth_factor()), "[1, 1000]");
-  if (!(c.backoff_factor() > 0 && c.backoff_factor() < 1)) bad("backoff_factor", format_double(c.backoff_factor()), "(0, 1)");
-  if (c.growth_interval() < 1) bad("growth_interval", std::to_string(c.growth_interval()), ">= 1");
-  if (c.hysteresis() < 1 || c.hysteresis() > 1000) bad("hysteresis", std::to_string(c.hysteresis()), "[1, 1000]");
-  if (!(c.min_scale() >= 0 && c.min_scale() <= 1e30)) bad("min_scale", format_double(c.min_scale()), "[0, 1e30]");
-  ZS_REQUIRE(mode != LossScale::DYNAMIC || c.min_scale() <= c.initial_scale(), ConfigError,
-             "precision.loss_scale.min_scale = ", format_double(c.min_scale()),
-             " exceeds precision.loss_scale.initial_scale = ", format_double(c.initial_scale()),
+  if (!(c.initial_scale >= 1 && c.initial_scale <= 1e30)) bad("initial_scale", format_double(c.initial_scale), "[1, 1e30]");
+  if (!(c.growth_factor >= 1 && c.growth_factor <= 1000)) bad("growth_factor", format_double(c.growth_factor), "[1, 1000]");
+  if (!(c.backoff_factor > 0 && c.backoff_factor < 1)) bad("backoff_factor", format_double(c.backoff_factor), "(0, 1)");
+  if (c.growth_interval < 1) bad("growth_interval", std::to_string(c.growth_interval), ">= 1");
+  if (c.hysteresis < 1 || c.hysteresis > 1000) bad("hysteresis", std::to_string(c.hysteresis), "[1, 1000]");
+  if (!(c.min_scale >= 0 && c.min_scale <= 1e30)) bad("min_scale", format_double(c.min_scale), "[0, 1e30]");
+  ZS_REQUIRE(mode != LossScaleMode::kDynamic || c.min_scale <= c.initial_scale, ConfigError,
+             "precision.loss_scale.min_scale = ", format_double(c.min_scale),
+             " exceeds precision.loss_scale.initial_scale = ", format_double(c.initial_scale),
              ": the dynamic scale starts at initial_scale and never backs off below min_scale");
 }
 
-LossScale::Mode resolve(LossScale::Mode mode, bool fp16_in_use) {
-  if (mode != LossScale::AUTO) return mode;
-  return fp16_in_use ? LossScale::DYNAMIC : LossScale::DISABLED;
+LossScaleMode resolve(LossScaleMode mode, bool fp16_in_use) {
+  if (mode != LossScaleMode::kAuto) return mode;
+  return fp16_in_use ? LossScaleMode::kDynamic : LossScaleMode::kDisabled;
 }
 
-double fixed_scale(const LossScale& c, LossScale::Mode mode) {
-  return mode == LossScale::DISABLED ? 1.0 : c.initial_scale();
+double fixed_scale(const LossScale& c, LossScaleMode mode) {
+  return mode == LossScaleMode::kDisabled ? 1.0 : c.initial_scale;
 }
 
 // The lowest scale DYNAMIC backs off to: min_scale, but never below the smallest normal float
 // (the loss is multiplied in float; a zero or subnormal scale would lose the gradients).
 double scale_floor(const LossScale& c) {
-  return std::max(c.min_scale(), static_cast<double>(std::numeric_limits<float>::min()));
+  return std::max(c.min_scale, static_cast<double>(std::numeric_limits<float>::min()));
 }
 
 // The device the communicator's collectives take tensors on.
@@ -65,15 +65,44 @@ at::Device comm_device(const Communicator& comm) {
 
 }  // namespace
 
-GradScaler::GradScaler(const config::LossScaleConfig& cfg, bool fp16_in_use, std::shared_ptr<Communicator> comm)
-    : cfg_(cfg), mode_(resolve(cfg.mode(), fp16_in_use)), comm_(std::move(comm)) {
+const char* to_string(LossScaleMode m) {
+  switch (m) {
+    case LossScaleMode::kAuto: return "AUTO";
+    case LossScaleMode::kDynamic: return "DYNAMIC";
+    case LossScaleMode::kStatic: return "STATIC";
+    case LossScaleMode::kDisabled: return "DISABLED";
+  }
+  return "unknown loss scale mode";
+}
+
+LossScaleOptions LossScaleOptions::from_config(const config::LossScaleConfig& cfg) {
+  static_assert(static_cast<int>(LossScaleMode::kAuto) == config::LossScaleConfig::AUTO &&
+                static_cast<int>(LossScaleMode::kDynamic) == config::LossScaleConfig::DYNAMIC &&
+                static_cast<int>(LossScaleMode::kStatic) == config::LossScaleConfig::STATIC &&
+                static_cast<int>(LossScaleMode::kDisabled) == config::LossScaleConfig::DISABLED);
+  LossScaleOptions o;
+  o.mode = static_cast<LossScaleMode>(cfg.mode());
+  o.initial_scale = cfg.initial_scale();
+  o.growth_factor = cfg.growth_factor();
+  o.backoff_factor = cfg.backoff_factor();
+  o.growth_interval = cfg.growth_interval();
+  o.hysteresis = cfg.hysteresis();
+  o.min_scale = cfg.min_scale();
+  return o;
+}
+
+GradScaler::GradScaler(const LossScaleOptions& options, bool fp16_in_use, std::shared_ptr<Communicator> comm)
+    : cfg_(options), mode_(resolve(options.mode, fp16_in_use)), comm_(std::move(comm)) {
   ZS_REQUIRE(comm_ != nullptr, UsageError,
              "GradScaler needs the communicator of all ranks holding the model's shards "
              "(session.world()), got null");
   check_config(cfg_, mode_);
   state_.scale = fixed_scale(cfg_, mode_);
-  state_.hysteresis_left = cfg_.hysteresis();
+  state_.hysteresis_left = cfg_.hysteresis;
 }
+
+GradScaler::GradScaler(const config::LossScaleConfig& cfg, bool fp16_in_use, std::shared_ptr<Communicator> comm)
+    : GradScaler(LossScaleOptions::from_config(cfg), fp16_in_use, std::move(comm)) {}
 
 bool GradScaler::uses_fp16(const config::PrecisionConfig& precision) {
   return precision.param_dtype() == config::PrecisionConfig::FP16 ||
@@ -82,7 +111,7 @@ bool GradScaler::uses_fp16(const config::PrecisionConfig& precision) {
 
 at::Tensor GradScaler::scale(const at::Tensor& loss) const {
   ZS_REQUIRE(loss.defined(), UsageError, "GradScaler::scale: the loss is undefined");
-  if (mode_ == LossScale::DISABLED) return loss;
+  if (mode_ == LossScaleMode::kDisabled) return loss;
   return loss.mul(state_.scale);
 }
 
@@ -131,16 +160,16 @@ void GradScaler::update() {
   ++state_.steps;
   last_step_skipped_ = found_inf_;
   if (found_inf_) ++state_.skipped;
-  if (mode_ != LossScale::DYNAMIC) return;
+  if (mode_ != LossScaleMode::kDynamic) return;
   if (found_inf_) {
     state_.growth_tracker = 0;
     if (--state_.hysteresis_left <= 0) back_off();
     return;
   }
-  state_.hysteresis_left = cfg_.hysteresis();
-  if (++state_.growth_tracker >= cfg_.growth_interval()) {
+  state_.hysteresis_left = cfg_.hysteresis;
+  if (++state_.growth_tracker >= cfg_.growth_interval) {
     state_.growth_tracker = 0;
-    const double grown = state_.scale * cfg_.growth_factor();
+    const double grown = state_.scale * cfg_.growth_factor;
     if (std::isfinite(static_cast<float>(grown))) state_.scale = grown;
   }
 }
@@ -154,8 +183,8 @@ void GradScaler::back_off() {
              " steps skipped so far): lower the learning rate, use bf16, or check the model for "
              "infinities (precision.loss_scale.min_scale sets the minimum)");
   }
-  state_.scale = std::max(state_.scale * cfg_.backoff_factor(), floor);
-  state_.hysteresis_left = cfg_.hysteresis();
+  state_.scale = std::max(state_.scale * cfg_.backoff_factor, floor);
+  state_.hysteresis_left = cfg_.hysteresis;
 }
 
 void GradScaler::load_state(const GradScalerState& s) {
@@ -171,10 +200,10 @@ void GradScaler::load_state(const GradScalerState& s) {
   ZS_REQUIRE(s.steps >= 0, UsageError, "GradScaler::load_state: steps = ", s.steps, " must be >= 0");
   ZS_REQUIRE(s.skipped >= 0 && s.skipped <= s.steps, UsageError, "GradScaler::load_state: skipped = ", s.skipped,
              " must be in [0, steps = ", s.steps, "]");
-  if (mode_ != LossScale::DYNAMIC) {
+  if (mode_ != LossScaleMode::kDynamic) {
     const double fixed = fixed_scale(cfg_, mode_);
     ZS_REQUIRE(s.scale == fixed, UsageError, "GradScaler::load_state: scale = ", format_double(s.scale),
-               " differs from the ", LossScale::Mode_Name(mode_), " scale ", format_double(fixed),
+               " differs from the ", zeroshard::to_string(mode_), " scale ", format_double(fixed),
                ": the state comes from a scaler with another mode or initial_scale; do not restore "
                "the scaler state when changing precision.loss_scale");
   }
@@ -184,13 +213,13 @@ void GradScaler::load_state(const GradScalerState& s) {
 
 std::string GradScaler::to_string() const {
   std::ostringstream os;
-  os << "GradScaler(mode=" << LossScale::Mode_Name(mode_) << ", scale=" << format_double(state_.scale);
-  if (mode_ == LossScale::DYNAMIC) {
-    os << ", growth_tracker=" << state_.growth_tracker << "/" << cfg_.growth_interval()
-       << ", hysteresis_left=" << state_.hysteresis_left << "/" << cfg_.hysteresis();
+  os << "GradScaler(mode=" << zeroshard::to_string(mode_) << ", scale=" << format_double(state_.scale);
+  if (mode_ == LossScaleMode::kDynamic) {
+    os << ", growth_tracker=" << state_.growth_tracker << "/" << cfg_.growth_interval
+       << ", hysteresis_left=" << state_.hysteresis_left << "/" << cfg_.hysteresis;
   }
   os << ", steps=" << state_.steps << ", skipped=" << state_.skipped;
-  if (mode_ == LossScale::DYNAMIC) os << ", min_scale=" << format_double(cfg_.min_scale());
+  if (mode_ == LossScaleMode::kDynamic) os << ", min_scale=" << format_double(cfg_.min_scale);
   os << ")";
   return os.str();
 }

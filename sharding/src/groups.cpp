@@ -7,42 +7,26 @@
 #include <functional>
 #include <sstream>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/sharding/plan.h"
 
 namespace zeroshard::detail {
 
 ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda) {
   ShardGroups g;
-  auto& comm = g.comm;
-  auto& shard_group = g.shard_group;
-  auto& replicate_group = g.replicate_group;
-  comm = on_cuda ? session.device_world() : session.world();
-  const int n = comm->size(), r = comm->rank();
-  using S = config::ShardingConfig;
+  g.comm = on_cuda ? session.device_world() : session.world();
+  const int n = g.comm->size(), r = g.comm->rank();
   if (n == 1) {
-    shard_group = comm;
+    g.shard_group = g.comm;
     return g;
   }
-  switch (options.strategy) {
-    case S::FULL_SHARD:
-    case S::SHARD_GRAD_OP:
-      shard_group = comm;
-      break;
-    case S::NO_SHARD:
-      shard_group = comm->split(r, 0);
-      replicate_group = comm;
-      break;
-    case S::HYBRID_SHARD: {
-      const int g = options.hybrid_group_size > 0 ? options.hybrid_group_size : session.local_world_size();
-      ZS_REQUIRE(n % g == 0, ConfigError, "sharding.hybrid_group_size = ", g, " does not divide the world size ", n,
-                 "; allowed: a divisor of ", n, " (0 means the ranks of one node, here ", session.local_world_size(),
-                 ")");
-      shard_group = comm->split(r / g, r);
-      replicate_group = comm->split(r % g, r);
-      break;
-    }
-    default:
-      ZS_THROW(ConfigError, "sharding.strategy has an unknown value ", static_cast<int>(options.strategy));
+  const ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, n, session.local_world_size());
+  // Splits are collective over all ranks, and every rank computes the same plan: the same splits.
+  g.shard_group = plan.shard_group_size == n ? g.comm : g.comm->split(plan.shard_group_color(r), r);
+  if (plan.replicas == n) {
+    g.replicate_group = g.comm;
+  } else if (plan.replicas > 1) {
+    g.replicate_group = g.comm->split(plan.replica_group_color(r), r);
   }
   return g;
 }

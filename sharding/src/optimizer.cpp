@@ -8,6 +8,7 @@
 // (Adam::update_all); SGD runs its element-wise ops on whatever device the shards are.
 
 #include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/core/config.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/max.h>
@@ -31,13 +32,12 @@
 #include <sstream>
 #include <utility>
 
-#include "format.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/format.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 namespace {
 
-using detail::format_double;
 
 // ---- shard bookkeeping shared by all optimizers ----
 

@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "sharded_init_internal.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 namespace detail {

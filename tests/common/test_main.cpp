@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard {
 namespace {

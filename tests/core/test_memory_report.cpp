@@ -15,9 +15,9 @@
 #include <sstream>
 #include <string>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/json.h"
+#include "zeroshard/base/json.h"
 #include "zeroshard/core/memory_report.h"
 
 namespace zeroshard {

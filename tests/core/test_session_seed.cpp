@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
+#include "zeroshard/core/config.h"
 
 namespace zeroshard {
 namespace {

@@ -15,7 +15,7 @@
 #include "common/training.h"
 #include "gpt/gpt_model.h"
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
 namespace ex = zs_examples;

@@ -26,17 +26,17 @@
 #include <thread>
 #include <vector>
 
-#include "comm/cuda_stream.h"
+#include "cuda_stream.h"
 #include "common/test_util.h"
 #include "gpu/sleep_kernel.h"
 #include "sharding/models.h"
 #include "zeroshard/comm/factory.h"
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/streams.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/comm/streams.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 
 namespace {
 
@@ -148,7 +148,7 @@ TEST_F(GpuStreams, GatherReadsShardWrittenBehindASleep) {
     zs_test::Mlp model;
     model->to(device_);
     zs::ShardingOptions o;
-    o.strategy = Strategy::SHARD_GRAD_OP;  // stays gathered after forward, so it can be read
+    o.strategy = Strategy::kShardGradOp;  // stays gathered after forward, so it can be read
     o.param_dtype = dtype;
     zs::ShardingEngine engine(zs::test::session(), model.ptr(), o);
     at::Tensor master;
@@ -217,8 +217,8 @@ TEST_F(GpuStreams, ReductionWaitsForGradientsProducedBehindSleeps) {
   }
   // Sharded: FULL_SHARD and HYBRID_SHARD reduce-scatter, NO_SHARD all-reduces (at one rank the
   // reduction is local, and still runs on the reduce-scatter stream).
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
-    SCOPED_TRACE(Strategy::Strategy_Name(strategy));
+  for (auto strategy : {Strategy::kFullShard, Strategy::kNoShard, Strategy::kHybridShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
     torch::manual_seed(13);
     zs_test::Mlp model;
     model->to(device_);
@@ -240,7 +240,7 @@ TEST_F(GpuStreams, ReductionWaitsForGradientsProducedBehindSleeps) {
       worst = std::max(worst, (mine.to(at::kDouble) - item.value().to(at::kDouble)).abs().max().item<double>());
     }
     EXPECT_LE(worst, 1e-5) << "sharded training with delayed gradients differs from plain LibTorch";
-    if (zs::test::rank() == 0) std::printf("  %-13s max|diff| = %.3g\n", Strategy::Strategy_Name(strategy).c_str(), worst);
+    if (zs::test::rank() == 0) std::printf("  %-13s max|diff| = %.3g\n", zs::to_string(strategy), worst);
   }
 }
 

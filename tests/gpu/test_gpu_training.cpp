@@ -29,12 +29,12 @@
 
 #include "common/test_util.h"
 #include "sharding/models.h"
-#include "zeroshard/core/activation_checkpoint.h"
-#include "zeroshard/core/autocast.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/sharding/autocast.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 
 namespace {
 
@@ -138,7 +138,7 @@ std::shared_ptr<torch::nn::Module> train_plain(const Task& task, int world) {
   return model;
 }
 
-std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy::Strategy strategy, bool no_sync) {
+std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy strategy, bool no_sync) {
   auto& s = zs::test::session();
   const int world = s.world_size(), rank = s.rank();
   torch::manual_seed(7);
@@ -174,7 +174,7 @@ std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy::S
 void expect_fp32_equivalent(const Task& task, const std::string& what) {
   const int world = zs::test::world_size();
   auto plain = train_plain(task, world);
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
     for (bool no_sync : {false, true}) {
       auto sharded = train_sharded(task, strategy, no_sync);
       double worst = 0;
@@ -188,10 +188,10 @@ void expect_fp32_equivalent(const Task& task, const std::string& what) {
       }
       if (zs::test::rank() == 0) {
         std::printf("  %-4s %-13s %-8s ranks=%d  max|diff|=%.3g (%s)\n", what.c_str(),
-                    Strategy::Strategy_Name(strategy).c_str(), no_sync ? "no_sync" : "rs/micro", world, worst,
+                    zs::to_string(strategy), no_sync ? "no_sync" : "rs/micro", world, worst,
                     worst_name.c_str());
       }
-      EXPECT_LE(worst, kFp32Tolerance) << what << " " << Strategy::Strategy_Name(strategy)
+      EXPECT_LE(worst, kFp32Tolerance) << what << " " << zs::to_string(strategy)
                                        << (no_sync ? " no_sync" : "") << ": worst parameter " << worst_name;
     }
   }
@@ -246,7 +246,7 @@ std::vector<double> loss_curve(Mode mode, int steps) {
     popt = std::make_unique<torch::optim::AdamW>(trainable_params(*model), torch::optim::AdamWOptions(3e-3).weight_decay(0.01));
   } else {
     zs::ShardingOptions o;
-    o.strategy = Strategy::FULL_SHARD;
+    o.strategy = Strategy::kFullShard;
     if (mode == Mode::kShardedAutocast) {
       o.autocast = true;
       o.autocast_dtype = torch::kBFloat16;

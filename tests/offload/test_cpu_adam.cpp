@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
 
 namespace zs = zeroshard;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
 #include "zeroshard/offload/cpu_optimizer.h"
 #include "zeroshard/offload/cpu_sgd.h"

@@ -18,8 +18,9 @@
 #include <string>
 
 #include "common/test_util.h"
+#include "zeroshard/core/config.h"
 #include "sharding/gpt_trainer.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/sharding/engine.h"
 
@@ -63,7 +64,7 @@ bool same_shards(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>
 
 zs::OffloadOptions nvme_options(const std::string& dir, int64_t block = 4096, int buffers = 3) {
   zs::OffloadOptions o;
-  o.target = OffloadConfig::NVME;
+  o.target = zs::OffloadTarget::kNvme;
   o.nvme_path = dir;
   o.block_size = block;  // 1024 elements per chunk: several chunks and a partial last one per shard
   o.buffer_count = buffers;
@@ -125,7 +126,7 @@ TEST(OffloadedOptimizer, CpuStateEqualsDeviceStateBitwise) {
   const auto ref = reference_after(6);
   Trainer t;
   zs::OffloadOptions o;
-  o.target = OffloadConfig::CPU;
+  o.target = zs::OffloadTarget::kCpu;
   o.block_size = 4096;
   zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank(), &t.engine->memory());
   t.train(opt, 0, 6);

@@ -16,11 +16,11 @@
 
 #include "common/test_util.h"
 #include "sharding/models.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 using zs::MemCategory;
 
 
@@ -92,7 +92,7 @@ int64_t root_plus_largest(const std::map<std::string, UnitSize>& sizes, size_t k
   return b;
 }
 
-zs::ShardingOptions options_for(Strategy::Strategy strategy) {
+zs::ShardingOptions options_for(Strategy strategy) {
   zs::ShardingOptions o;
   o.strategy = strategy;
   return o;

@@ -11,6 +11,7 @@
 
 #include "common/test_util.h"
 #include "sharding/models.h"
+#include "zeroshard/core/config.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs_test {

@@ -15,12 +15,12 @@
 
 #include "common/test_util.h"
 #include "sharding/models.h"
-#include "zeroshard/core/activation_checkpoint.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 
 namespace {
 
@@ -75,7 +75,7 @@ struct Result {
   std::string error;                // what the engine threw, if anything
 };
 
-Result train(bool ckpt, Strategy::Strategy strategy) {
+Result train(bool ckpt, Strategy strategy) {
   auto& s = zs::test::session();
   torch::manual_seed(7);
   zs_test::Gpt model = keep_alive(zs_test::Gpt(gpt_config()));
@@ -118,9 +118,9 @@ Result train(bool ckpt, Strategy::Strategy strategy) {
   return r;
 }
 
-void expect_checkpointing_changes_nothing(Strategy::Strategy strategy) {
+void expect_checkpointing_changes_nothing(Strategy strategy) {
   const int world = zs::test::world_size();
-  const std::string name = Strategy::Strategy_Name(strategy);
+  const std::string name = zs::to_string(strategy);
   Result plain = train(false, strategy);
   ASSERT_EQ(plain.error, "") << "the run without checkpointing failed";
   Result ckpt = train(true, strategy);
@@ -158,7 +158,7 @@ void expect_checkpointing_changes_nothing(Strategy::Strategy strategy) {
   // freed it); the other strategies keep a unit gathered until its backward, so the recomputation
   // needs no gather. Anything beyond is a gather of a unit that nothing needed (e.g. a forward
   // prefetch, issued while recomputing, of a unit whose backward is already done).
-  const int64_t allowed_extra = strategy == Strategy::FULL_SHARD ? kSteps * ckpt.block_elements : 0;
+  const int64_t allowed_extra = strategy == Strategy::kFullShard ? kSteps * ckpt.block_elements : 0;
   EXPECT_LE(ckpt.all_gather_elements, plain.all_gather_elements + allowed_extra)
       << name << " at " << world << " ranks: all-gathered elements over " << kSteps << " steps: checkpointed "
       << ckpt.all_gather_elements << ", plain " << plain.all_gather_elements << ", allowed extra " << allowed_extra
@@ -174,11 +174,11 @@ void expect_checkpointing_changes_nothing(Strategy::Strategy strategy) {
 }  // namespace
 
 TEST(CheckpointSharded, FullShardGptEqualsUncheckpointed) {
-  expect_checkpointing_changes_nothing(Strategy::FULL_SHARD);
+  expect_checkpointing_changes_nothing(Strategy::kFullShard);
 }
 
 TEST(CheckpointSharded, OtherStrategiesGptEqualUncheckpointed) {
-  for (auto strategy : {Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD}) expect_checkpointing_changes_nothing(strategy);
+  for (auto strategy : {Strategy::kShardGradOp, Strategy::kNoShard}) expect_checkpointing_changes_nothing(strategy);
 }
 
 // The checkpointed forward itself, without an engine (Units then call forward directly): the

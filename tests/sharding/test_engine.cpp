@@ -23,8 +23,8 @@
 // frozen / N, category by category; transient categories back at zero; frozen parameters get no
 // gradient memory; FULL_SHARD keeps at most the root and two other units gathered.
 TEST(MemoryAccounting, PersistentStateIsTheZeroFormula) {
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD}) {
-    SCOPED_TRACE(Strategy::Strategy_Name(strategy));
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
     torch::manual_seed(3);
     zs_test::Mlp model = keep_alive(zs_test::Mlp());
     zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
@@ -49,7 +49,7 @@ TEST(MemoryAccounting, PersistentStateIsTheZeroFormula) {
     EXPECT_EQ(mem.persistent(), 16 * pt / n + 4 * pf / n);
     EXPECT_EQ(mem.current(MemCategory::kGradBuffers), 0) << "unsharded gradients must be gone after backward";
     EXPECT_FALSE(model->layers[2]->fc->bias.grad().defined()) << "the frozen bias got a gradient";
-    if (strategy == Strategy::FULL_SHARD && n > 1) {
+    if (strategy == Strategy::kFullShard && n > 1) {
       EXPECT_EQ(mem.current(MemCategory::kGatheredParams), 0) << "FULL_SHARD must reshard every unit after a step";
     }
 
@@ -57,7 +57,7 @@ TEST(MemoryAccounting, PersistentStateIsTheZeroFormula) {
     mlp_forward_backward(engine, model, 1);
     engine.step(*opt);
     EXPECT_EQ(mem.persistent(), 16 * pt / n + 4 * pf / n);
-    if (strategy == Strategy::FULL_SHARD && n > 1) {
+    if (strategy == Strategy::kFullShard && n > 1) {
       EXPECT_EQ(mem.current(MemCategory::kGatheredParams), 0);
       const auto bytes = [](const UnitSize& s) { return s.bytes(); };
       const int64_t upper = root_plus_largest(sizes, 2, bytes);
@@ -68,7 +68,7 @@ TEST(MemoryAccounting, PersistentStateIsTheZeroFormula) {
     }
     if (zs::test::rank() == 0) {
       std::printf("%s  [%s, padded trainable %lld, padded frozen %lld, N=%d]\n", engine.memory_report().c_str(),
-                  Strategy::Strategy_Name(strategy).c_str(), static_cast<long long>(pt), static_cast<long long>(pf),
+                  zs::to_string(strategy), static_cast<long long>(pt), static_cast<long long>(pf),
                   n);
     }
   }
@@ -82,7 +82,7 @@ TEST(MemoryAccounting, UnshardedGradientsAreFreedUnitByUnit) {
   ZS_REQUIRE_RANKS(2);
   torch::manual_seed(3);
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   const auto sizes = expected_unit_sizes(*model, engine.unit_names(), engine.shard_group_size());
   const auto grad_bytes = [](const UnitSize& s) { return 4 * s.padded_trainable; };
   for (int step = 0; step < 2; ++step) {
@@ -103,8 +103,8 @@ TEST(MemoryAccounting, UnshardedGradientsAreFreedUnitByUnit) {
 // 2. Communication counters
 
 TEST(CommCounters, ElementsPerStrategy) {
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD}) {
-    SCOPED_TRACE(Strategy::Strategy_Name(strategy));
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
     torch::manual_seed(3);
     zs_test::Mlp model = keep_alive(zs_test::Mlp());
     zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
@@ -119,11 +119,11 @@ TEST(CommCounters, ElementsPerStrategy) {
     int64_t want_gather = 0, want_reduce = 0;
     if (world > 1) {
       switch (strategy) {
-        case Strategy::FULL_SHARD:
+        case Strategy::kFullShard:
           want_gather = gather_full;
           want_reduce = pt;  // one reduce-scatter of each trainable flat
           break;
-        case Strategy::SHARD_GRAD_OP:
+        case Strategy::kShardGradOp:
           want_gather = gather_once;  // gathered once per step, kept through backward
           want_reduce = pt;
           break;
@@ -148,7 +148,7 @@ TEST(CommCounters, ElementsPerStrategy) {
     }
     if (zs::test::rank() == 0) {
       std::printf("  %-13s ranks=%d: all_gather %lld, reduce %lld elements per step (padded trainable %lld)\n",
-                  Strategy::Strategy_Name(strategy).c_str(), world, static_cast<long long>(want_gather),
+                  zs::to_string(strategy), world, static_cast<long long>(want_gather),
                   static_cast<long long>(want_reduce), static_cast<long long>(pt));
     }
   }
@@ -158,8 +158,8 @@ TEST(CommCounters, ElementsPerStrategy) {
 // 3. Bad input: each a clear UsageError
 
 TEST(ZeroGrad, FreesTheGradientShards) {
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::NO_SHARD}) {
-    SCOPED_TRACE(Strategy::Strategy_Name(strategy));
+  for (auto strategy : {Strategy::kFullShard, Strategy::kNoShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
     zs_test::Mlp model = keep_alive(zs_test::Mlp());
     zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
     auto opt = zs::make_sgd(zs::SgdOptions{});
@@ -186,7 +186,7 @@ TEST(FullStateDict, TiedNamesAndEqualOnAllRanks) {
   zs_test::Gpt model = keep_alive(zs_test::Gpt());
   std::vector<std::string> names;
   for (const auto& p : model->named_parameters()) names.push_back(p.key());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   auto opt = zs::make_adamw(zs::AdamOptions{});
   zs_test::GptConfig c;
   auto g = torch::make_generator<at::CPUGeneratorImpl>(40 + zs::test::rank());
@@ -213,7 +213,7 @@ TEST(FullStateDict, BuffersIncludedAndEqualOnAllRanks) {
   zs_test::BnNet model = keep_alive(zs_test::BnNet());
   std::vector<std::string> buffers;
   for (const auto& b : model->named_buffers()) buffers.push_back(b.key());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   auto opt = zs::make_sgd(zs::SgdOptions{});
   auto g = torch::make_generator<at::CPUGeneratorImpl>(60 + zs::test::rank());  // different data per rank
   torch::Tensor x = torch::randn({8, 7}, g), y = torch::randn({8, 5}, g);

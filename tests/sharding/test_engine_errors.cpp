@@ -7,7 +7,7 @@ TEST(BadInput, RanksBuildDifferentModels) {
   const int rank = zs::test::rank();
   zs_test::Mlp model = keep_alive(rank == 1 ? zs_test::Mlp(7, 14, 5, 3) : zs_test::Mlp(7, 13, 5, 3));
   const std::string msg = usage_error_of(
-      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD)); });
+      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard)); });
   EXPECT_TRUE(contains(msg, "different models")) << msg;
   if (rank == 1) {
     EXPECT_TRUE(contains(msg, "rank 0 has")) << msg;
@@ -26,13 +26,13 @@ TEST(BadInput, RanksBuildDifferentModels) {
 
 TEST(BadInput, WrappingAModelTwice) {
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   const std::string msg = usage_error_of(
-      [&] { zs::ShardingEngine second(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD)); });
+      [&] { zs::ShardingEngine second(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard)); });
   EXPECT_TRUE(contains(msg, "already wrapped")) << msg;
   // A unit of a wrapped model cannot become another engine's model either.
   const std::string sub = usage_error_of([&] {
-    zs::ShardingEngine second(zs::test::session(), model->layers[0].ptr(), options_for(Strategy::FULL_SHARD));
+    zs::ShardingEngine second(zs::test::session(), model->layers[0].ptr(), options_for(Strategy::kFullShard));
   });
   EXPECT_TRUE(contains(sub, "already wrapped")) << sub;
   // The first engine still works.
@@ -69,7 +69,7 @@ TEST(BadInput, ParameterOnAnotherDeviceInAUnit) {
   ASSERT_TRUE(model->block->extra.is_meta());  // same on every rank
   const at::Tensor input_weight = model->input->weight.detach().clone();
   const std::string msg = usage_error_of(
-      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD)); });
+      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard)); });
   EXPECT_TRUE(contains(msg, "blk.extra")) << msg;
   EXPECT_TRUE(contains(msg, "blk.fc.weight")) << msg;
   EXPECT_TRUE(contains(msg, "meta")) << msg;
@@ -80,7 +80,7 @@ TEST(BadInput, RefusedWrapLeavesTheModelUsable) {
   MixedDeviceNet model = keep_alive(MixedDeviceNet());
   const at::Tensor input_weight = model->input->weight.detach().clone();
   const std::string msg = usage_error_of(
-      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD)); });
+      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard)); });
   EXPECT_TRUE(contains(msg, "blk.extra")) << msg;
   // A refused wrap leaves the model as it was (the user fixes the device and wraps again): the
   // root's parameters, checked fine before the bad unit was reached, still hold their values.
@@ -96,7 +96,7 @@ TEST(BadInput, RefusedWrapLeavesTheModelUsable) {
 TEST(BadInput, UnitCalledOutsideEngineForward) {
   torch::manual_seed(3);
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   const std::string msg = usage_error_of([&] { model->layers[0](torch::randn({4, 13})); });
   EXPECT_TRUE(contains(msg, "engine.forward")) << msg;
   EXPECT_TRUE(contains(msg, "'b0'")) << msg;
@@ -111,7 +111,7 @@ TEST(BadInput, UnitCalledOutsideEngineForward) {
 TEST(BadInput, ModelCalledOutsideEngineForward) {
   torch::manual_seed(3);
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   if (engine.shard_group_size() == 1) {
     // The first Unit reached reports the misuse.
     const std::string msg = usage_error_of([&] { model->forward(torch::randn({4, 7})); });
@@ -128,7 +128,7 @@ TEST(BadInput, ModelCalledOutsideEngineForward) {
 
 TEST(BadInput, StepInsideNoSync) {
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   auto opt = zs::make_sgd(zs::SgdOptions{});
   std::string msg;
   {
@@ -148,7 +148,7 @@ TEST(BadInput, NonFp32Parameters) {
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
   model->to(torch::kDouble);
   const std::string msg = usage_error_of(
-      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD)); });
+      [&] { zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard)); });
   EXPECT_TRUE(contains(msg, "Double")) << msg;
   EXPECT_TRUE(contains(msg, "input.weight") || contains(msg, "output.weight")) << "should name a parameter: " << msg;
 }
@@ -158,7 +158,7 @@ TEST(BadInput, NonFp32Parameters) {
 TEST(BadInput, EngineUsableAfterForwardThrows) {
   torch::manual_seed(3);
   zs_test::Mlp model = keep_alive(zs_test::Mlp());
-  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
   auto opt = zs::make_sgd(zs::SgdOptions{});
   // Wrong input width: the first Linear throws (c10::Error) on every rank alike.
   std::string first = "<no exception>";
@@ -207,7 +207,7 @@ TEST(Units, DeclarationEndsWithTheModule) {
   {
     torch::manual_seed(3);
     PlainParent model(plain);
-    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::FULL_SHARD));
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
     EXPECT_EQ(engine.unit_names(), (std::vector<std::string>{kRoot}))
         << "a plain module at the address of a destroyed Unit was taken for a unit";
     const std::string msg = usage_error_of([&] {
@@ -327,10 +327,10 @@ TEST(AutoWrap, ModuleTypeWrapsEveryLinearAndTrainsLikePlainLibTorch) {
     EXPECT_GT(max_param_diff(reference, initial, &name), 1e-3);
   }
   for (const std::string type : {"torch::nn::Linear", "torch::nn::LinearImpl"})
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP}) {
-    SCOPED_TRACE(Strategy::Strategy_Name(strategy) + " " + type);
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp}) {
+    SCOPED_TRACE(std::string(zs::to_string(strategy)) + " " + type);
     zs::ShardingOptions o = options_for(strategy);
-    o.auto_wrap_policy = zs::config::AutoWrap::MODULE_TYPE;
+    o.auto_wrap_policy = zs::AutoWrapPolicy::kModuleType;
     o.auto_wrap_module_types = {type};
     std::vector<std::string> units;
     const auto got = seqnet_sharded(o, &units);
@@ -340,7 +340,7 @@ TEST(AutoWrap, ModuleTypeWrapsEveryLinearAndTrainsLikePlainLibTorch) {
     EXPECT_LE(worst, 1e-6) << "worst parameter " << worst_name;
     if (zs::test::rank() == 0) {
       std::printf("  MODULE_TYPE %-22s %-13s ranks=%d units=%zu max|diff|=%.3g (%s)\n", type.c_str(),
-                  Strategy::Strategy_Name(strategy).c_str(), zs::test::world_size(), units.size(), worst,
+                  zs::to_string(strategy), zs::test::world_size(), units.size(), worst,
                   worst_name.c_str());
     }
   }
@@ -348,8 +348,8 @@ TEST(AutoWrap, ModuleTypeWrapsEveryLinearAndTrainsLikePlainLibTorch) {
 
 TEST(AutoWrap, SizeBasedPicksOnlyTheBigChildren) {
   const auto reference = seqnet_reference(zs::test::world_size());
-  zs::ShardingOptions o = options_for(Strategy::FULL_SHARD);
-  o.auto_wrap_policy = zs::config::AutoWrap::SIZE_BASED;
+  zs::ShardingOptions o = options_for(Strategy::kFullShard);
+  o.auto_wrap_policy = zs::AutoWrapPolicy::kSizeBased;
   o.auto_wrap_min_params = 200;  // seq.0: 256, seq.1: 1056; seq.2: 99, seq.3: 12
   std::vector<std::string> units;
   const auto got = seqnet_sharded(o, &units);

@@ -17,7 +17,7 @@
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 
 namespace {
 
@@ -81,7 +81,7 @@ std::shared_ptr<torch::nn::Module> train_reference(const Task& task, int world) 
   return model;
 }
 
-std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy::Strategy strategy, bool no_sync,
+std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy strategy, bool no_sync,
                                                    double* last_loss) {
   auto& s = zs::test::session();
   const int world = s.world_size(), rank = s.rank();
@@ -118,7 +118,7 @@ std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy::S
 void expect_equivalent(const Task& task, const std::string& what) {
   const int world = zs::test::world_size();
   auto reference = train_reference(task, world);
-  for (auto strategy : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
     for (bool no_sync : {false, true}) {
       double loss = 0;
       auto sharded = train_sharded(task, strategy, no_sync, &loss);
@@ -132,10 +132,10 @@ void expect_equivalent(const Task& task, const std::string& what) {
       }
       if (zs::test::rank() == 0) {
         std::printf("  %-14s %-13s %-8s ranks=%d  max|diff|=%.3g (%s)\n", what.c_str(),
-                    Strategy::Strategy_Name(strategy).c_str(), no_sync ? "no_sync" : "rs/micro", world, worst,
+                    zs::to_string(strategy), no_sync ? "no_sync" : "rs/micro", world, worst,
                     worst_name.c_str());
       }
-      EXPECT_LE(worst, kTolerance) << what << " " << Strategy::Strategy_Name(strategy) << (no_sync ? " no_sync" : "")
+      EXPECT_LE(worst, kTolerance) << what << " " << zs::to_string(strategy) << (no_sync ? " no_sync" : "")
                                    << " at " << world << " ranks: worst parameter " << worst_name << " differs by "
                                    << worst;
       EXPECT_TRUE(std::isfinite(loss));

@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "common/test_util.h"
+#include "zeroshard/core/config.h"
 #include "sharding/models.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/grad_scaler.h"
 #include "zeroshard/sharding/optimizer.h"
@@ -311,14 +312,14 @@ TEST(GradScaler, BadStateIsRejectedNamingTheField) {
 
 TEST(GradScaler, AutoResolvesFromFp16) {
   auto on = make_scaler(make_cfg(LossScale::AUTO, 1024), /*fp16=*/true);
-  EXPECT_EQ(on.mode(), LossScale::DYNAMIC);
+  EXPECT_EQ(on.mode(), zs::LossScaleMode::kDynamic);
   EXPECT_EQ(on.scale(), 1024.0);
   auto off = make_scaler(make_cfg(LossScale::AUTO, 1024), /*fp16=*/false);
-  EXPECT_EQ(off.mode(), LossScale::DISABLED);
+  EXPECT_EQ(off.mode(), zs::LossScaleMode::kDisabled);
   EXPECT_EQ(off.scale(), 1.0);
   // Explicit modes ignore the flag.
-  EXPECT_EQ(make_scaler(make_cfg(LossScale::DYNAMIC), false).mode(), LossScale::DYNAMIC);
-  EXPECT_EQ(make_scaler(make_cfg(LossScale::DISABLED), true).mode(), LossScale::DISABLED);
+  EXPECT_EQ(make_scaler(make_cfg(LossScale::DYNAMIC), false).mode(), zs::LossScaleMode::kDynamic);
+  EXPECT_EQ(make_scaler(make_cfg(LossScale::DISABLED), true).mode(), zs::LossScaleMode::kDisabled);
   // AUTO's rule on the precision section.
   zs::config::PrecisionConfig p;
   EXPECT_FALSE(zs::GradScaler::uses_fp16(p));

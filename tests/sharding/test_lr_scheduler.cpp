@@ -8,7 +8,7 @@
 #include <string>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/lr_scheduler.h"
 
 namespace zs = zeroshard;

@@ -7,12 +7,13 @@
 #include <cstdio>
 
 #include "common/test_util.h"
+#include "zeroshard/core/config.h"
 #include "sharding/models.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 
 namespace {
 
@@ -36,7 +37,7 @@ struct TrainRun {
   bool params_were_low_precision = false;
 };
 
-TrainRun train(c10::ScalarType dtype, Strategy::Strategy strategy = Strategy::FULL_SHARD) {
+TrainRun train(c10::ScalarType dtype, Strategy strategy = Strategy::kFullShard) {
   auto& s = zs::test::session();
   const int world = s.world_size(), rank = s.rank();
   torch::manual_seed(5);
@@ -101,9 +102,9 @@ TEST(MixedPrecision, Bf16TracksFp32LossWithin2Percent) {
 // Every strategy keeps learning in bf16: NO_SHARD keeps its units gathered between steps, so its
 // bf16 copy must be refreshed after each optimizer step (it once was not: the loss never moved).
 TEST(MixedPrecision, Bf16LearnsUnderEveryStrategy) {
-  for (auto strategy : {Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
+  for (auto strategy : {Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
     TrainRun bf16 = train(torch::kBFloat16, strategy);
-    EXPECT_LT(bf16.losses.back(), 0.7 * bf16.losses.front()) << Strategy::Strategy_Name(strategy);
+    EXPECT_LT(bf16.losses.back(), 0.7 * bf16.losses.front()) << zs::to_string(strategy);
   }
 }
 

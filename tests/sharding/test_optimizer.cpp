@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/optimizer.h"
 
 namespace zs = zeroshard;

@@ -8,12 +8,12 @@
 
 #include "common/test_util.h"
 #include "sharding/models.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/sharded_init.h"
 
 namespace zs = zeroshard;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 
 namespace {
 
@@ -52,7 +52,7 @@ TEST(ShardedInit, UnitsAreShardedAsTheyAreBuiltAndTrainLikePlainLibTorch) {
   }
   // Sharded at construction.
   zs::ShardingOptions o;
-  o.strategy = Strategy::FULL_SHARD;
+  o.strategy = Strategy::kFullShard;
   torch::manual_seed(11);
   zs::ShardedInit init(s, o);
   zs_test::Gpt model;

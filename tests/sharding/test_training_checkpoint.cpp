@@ -5,12 +5,10 @@
 // damaged checkpoint is a CheckpointError naming the file, while the previous checkpoint stays
 // loadable. Run at 1, 2 and 4 ranks.
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <torch/serialize.h>
 
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,13 +16,14 @@
 #include <sstream>
 
 #include "sharding/gpt_trainer.h"
-#include "zeroshard/core/checkpoint_format.h"
+#include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/sharding/checkpoint.h"
+#include "zeroshard/sharding/checkpoint_manifest.h"
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;
-using Strategy = zs::config::ShardingConfig;
+using Strategy = zs::ShardingStrategy;
 using zs_test::GptTrainer;
 using zs_test::max_diff;
 
@@ -43,7 +42,7 @@ std::string fresh_root(const std::string& name) {
 
 void barrier() { zs::test::world()->barrier("test.barrier")->wait(); }
 
-zs::ShardingOptions strategy_options(Strategy::Strategy s) {
+zs::ShardingOptions strategy_options(Strategy s) {
   zs::ShardingOptions o;
   o.strategy = s;
   o.hybrid_group_size = zs::test::world_size() >= 2 ? 2 : 1;
@@ -118,15 +117,15 @@ double resume_difference(zs::ShardingOptions o, const std::function<std::unique_
 }  // namespace
 
 TEST(TrainingCheckpoint, ResumeIsBitwiseForEveryStrategy) {
-  for (auto s : {Strategy::FULL_SHARD, Strategy::SHARD_GRAD_OP, Strategy::NO_SHARD, Strategy::HYBRID_SHARD}) {
+  for (auto s : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
     const std::string root = fresh_root("resume");
     const double d = resume_difference(strategy_options(s), [] { return zs::make_optimizer(zs_test::trainer_adamw_config()); }, root);
-    EXPECT_EQ(d, 0.0) << Strategy::Strategy_Name(s);
+    EXPECT_EQ(d, 0.0) << zs::to_string(s);
   }
 }
 
 TEST(TrainingCheckpoint, ResumeIsBitwiseWithOffloadedOptimizer) {
-  for (auto target : {zs::config::OffloadConfig::CPU, zs::config::OffloadConfig::NVME}) {
+  for (auto target : {zs::OffloadTarget::kCpu, zs::OffloadTarget::kNvme}) {
     const std::string root = fresh_root("resume_offload");
     const std::string nvme = root + "/nvme";
     if (zs::test::rank() == 0) fs::create_directories(nvme);
@@ -138,8 +137,8 @@ TEST(TrainingCheckpoint, ResumeIsBitwiseWithOffloadedOptimizer) {
       o.block_size = 4096;
       return std::make_unique<zs::OffloadedOptimizer>(zs_test::trainer_adamw_config(), o, zs::test::rank());
     };
-    EXPECT_EQ(resume_difference(strategy_options(Strategy::FULL_SHARD), make, root + "/ckpt"), 0.0)
-        << zs::config::OffloadConfig::Target_Name(target);
+    EXPECT_EQ(resume_difference(strategy_options(Strategy::kFullShard), make, root + "/ckpt"), 0.0)
+        << zs::to_string(target);
   }
 }
 
@@ -308,33 +307,32 @@ TEST(TrainingCheckpoint, AnotherModelIsRefusedNamingTheParameter) {
   EXPECT_TRUE(contains(err, "another model") && contains(err, "[37, 24]") && contains(err, "[37, 32]")) << err;
 }
 
-// Disk full (here: the file size limit, EFBIG) on one rank mid-save: every rank gets the error,
-// the partial save is discarded, `latest` and the previous checkpoint are untouched.
+// Disk full on one rank mid-save (the rank's I/O engine runs out of space after 2 KiB, as a full
+// disk would): every rank gets the error, the partial save is discarded, `latest` and the previous
+// checkpoint are untouched.
 TEST(TrainingCheckpoint, FailedSaveKeepsThePreviousCheckpoint) {
   const std::string root = fresh_root("disk_full");
+  auto disk = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine({}));
   zs::CheckpointOptions co;
   co.dir = root;
+  co.io = disk;
   GptTrainer t;
   auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
   zs::Checkpointer ckpt(*t.engine, co);
   train_and_save(t, *opt, ckpt, 1);
   t.train(*opt, 1, 2);
   const int victim = zs::test::world_size() - 1;
-  struct rlimit old {};
-  ::getrlimit(RLIMIT_FSIZE, &old);
-  if (zs::test::rank() == victim) {
-    std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit small = old;
-    small.rlim_cur = 2048;
-    ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  }
+  if (zs::test::rank() == victim) disk->fail_writes_after_bytes(2048);
   zs::TrainingState st;
   st.step = 2;
   const std::string err = error_of([&] { ckpt.save(*opt, st); });
-  if (zs::test::rank() == victim) ::setrlimit(RLIMIT_FSIZE, &old);
+  disk->clear();
   EXPECT_TRUE(contains(err, "save of step 2 failed on rank(s) " + std::to_string(victim))) << err;
   EXPECT_TRUE(contains(err, "earlier checkpoints are untouched")) << err;
-  if (zs::test::rank() == victim) EXPECT_TRUE(contains(err, "File too large")) << err;
+  if (zs::test::rank() == victim) {
+    EXPECT_TRUE(contains(err, "disk full") && contains(err, "No space left on device")) << err;
+    EXPECT_GT(disk->injected(), 0);
+  }
   barrier();
   EXPECT_EQ(slurp(root + "/latest"), zs::ckpt::step_dir_name(1) + "\n");
   EXPECT_FALSE(fs::exists(root + "/" + zs::ckpt::step_dir_name(2)));

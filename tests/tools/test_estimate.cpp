@@ -14,9 +14,10 @@
 #include <cstdio>
 
 #include "common/test_util.h"
+#include "zeroshard/core/config.h"
 #include "sharding/models.h"
-#include "zeroshard/core/activation_checkpoint.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/estimate.h"
@@ -158,17 +159,17 @@ TEST(EstimateModelStates, ZeroFormulasOnRoundNumbers) {
   EXPECT_EQ(e.grad_buffers_peak, 2LL * 2 * 10000000);
   EXPECT_EQ(e.comm_buffers_peak, 2LL * 4 * 10000000 / 8);   // reduce in fp32 (default reduce_dtype)
   // ZeRO-2 keeps every unit gathered between forward and backward; DDP replicates everything.
-  o.sharding.set_strategy(Strategy::SHARD_GRAD_OP);
+  o.sharding.strategy = zs::ShardingStrategy::kShardGradOp;
   EXPECT_EQ(zs::estimate_memory(m, o).gathered_params_peak, 2LL * 1000000000);
-  o.sharding.set_strategy(Strategy::NO_SHARD);
+  o.sharding.strategy = zs::ShardingStrategy::kNoShard;
   e = zs::estimate_memory(m, o);
   EXPECT_EQ(e.shard_group, 1);
   EXPECT_EQ(e.device_persistent(), 16LL * 1000000000);
   // HYBRID_SHARD over nodes of 4 ranks shards 4 ways.
-  o.sharding.set_strategy(Strategy::HYBRID_SHARD);
+  o.sharding.strategy = zs::ShardingStrategy::kHybridShard;
   o.ranks_per_node = 4;
   EXPECT_EQ(zs::estimate_memory(m, o).device_persistent(), 16LL * 1000000000 / 4);
-  o.sharding.set_hybrid_group_size(3);
+  o.sharding.hybrid_group_size = 3;
   try {
     zs::estimate_memory(m, o);
     ADD_FAILURE() << "a hybrid group of 3 in a world of 8 must be refused";
@@ -206,8 +207,8 @@ TEST(EstimateModelStates, OffloadFormulas) {
   const zs::MemoryEstimate on_device = zs::estimate_memory(m, zs::EstimateOptions::from_config(
       [] { zs::Config c = zs::default_config(); c.mutable_precision()->set_param_dtype(DType::BF16); return c; }(), 8, 8));
   EXPECT_EQ(on_device.device_peak - e.device_peak, (4 + 8 - 2) * shard);
-  o.offload.set_optimizer(zs::config::OffloadConfig::NVME);
-  o.offload.set_params(zs::config::OffloadConfig::NVME);
+  o.offload_optimizer = zs::OffloadTarget::kNvme;
+  o.offload_params = zs::OffloadTarget::kNvme;
   e = zs::estimate_memory(m, o);
   EXPECT_EQ(e.nvme, 12 * shard + 2 * shard);
   EXPECT_EQ(e.sharded_params, 0);

@@ -11,7 +11,7 @@
 
 #include "common/test_util.h"
 #include "launcher_test_util.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/launch.h"
 
 namespace zl = zeroshard::launch;

@@ -10,7 +10,7 @@
 
 #include "common/test_util.h"
 #include "launcher_test_util.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/launcher/trial.h"
 
 namespace zl = zeroshard::launch;

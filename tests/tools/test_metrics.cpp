@@ -1,4 +1,4 @@
-// The JSON text helpers (zeroshard/core/json.h) and MetricsWriter (zeroshard/core/metrics.h):
+// The JSON text helpers (zeroshard/base/json.h) and MetricsWriter (zeroshard/train/metrics.h):
 // escaping, round-trippable numbers, the parser's errors, and the writer's contract (opened at
 // construction, one complete line per call, visible before the writer is gone).
 
@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "common/test_util.h"
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/json.h"
-#include "zeroshard/core/metrics.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/json.h"
+#include "zeroshard/train/metrics.h"
 
 namespace zs = zeroshard;
 

@@ -13,8 +13,8 @@
 
 #include "common/test_util.h"
 #include "plot.h"
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/metrics.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/train/metrics.h"
 
 namespace zs = zeroshard;
 namespace zp = zeroshard::plot;

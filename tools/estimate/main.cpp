@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/sharding/estimate.h"
 
 namespace zs = zeroshard;
@@ -54,11 +55,7 @@ zs::GptShape parse_gpt(const std::string& text) {
   return g;
 }
 
-std::string mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
-  return buf;
-}
+std::string mib(int64_t bytes) { return zs::format_mib(bytes, 2); }
 
 int run(int argc, char** argv) {
   const zs::CommandLine cl = zs::parse_command_line(argc, argv);
@@ -107,7 +104,8 @@ int run(int argc, char** argv) {
   if (have_gpt) {
     const auto dtype = cfg.precision().param_dtype();
     const int every = cfg.activation_checkpointing().every_n_blocks();
-    const zs::ActivationEstimate a = zs::estimate_gpt_activations(gpt, micro_batch, zs::dtype_bytes(dtype), every);
+    const int dtype_bytes = dtype == zs::config::PrecisionConfig::FP32 ? 4 : 2;
+    const zs::ActivationEstimate a = zs::estimate_gpt_activations(gpt, micro_batch, dtype_bytes, every);
     const bool ckpt = cfg.activation_checkpointing().enabled();
     std::printf("\nactivations per micro-batch of %lld x %lld tokens (%s, %lld heads), per rank:\n",
                 static_cast<long long>(micro_batch), static_cast<long long>(gpt.seq),

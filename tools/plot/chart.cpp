@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "plot.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard::plot {
 namespace {

@@ -1,4 +1,4 @@
-// zeroshard-plot: PNG charts of a training run's metrics (zeroshard/core/metrics.h).
+// zeroshard-plot: PNG charts of a training run's metrics (zeroshard/train/metrics.h).
 //
 //   zeroshard-plot run.jsonl [--out DIR] [--prefix NAME] [--size WIDTHxHEIGHT]
 //
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "plot.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zp = zeroshard::plot;
 

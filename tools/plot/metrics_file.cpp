@@ -1,4 +1,4 @@
-// Reading a metrics JSON-lines file (zeroshard/core/metrics.h) into columns, and the charts of a run.
+// Reading a metrics JSON-lines file (zeroshard/train/metrics.h) into columns, and the charts of a run.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "plot.h"
-#include "zeroshard/core/error.h"
-#include "zeroshard/core/json.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/json.h"
 
 namespace zeroshard::plot {
 namespace {

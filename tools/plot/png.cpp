@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "plot.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 
 namespace zeroshard::plot {
 

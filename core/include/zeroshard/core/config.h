@@ -10,6 +10,10 @@
 // the dotted field path and the allowed values; nothing is silently ignored. docs/config.md lists
 // every key; a test keeps it equal to list_config_fields().
 //
+// This is the protobuf edge of the library: the one public header that includes the generated
+// schema (zeroshard.pb.h). The other public headers forward-declare the config types they convert
+// from (ShardingOptions::from_config, ...) and otherwise take plain option structs.
+//
 // Thread-safety: all functions are reentrant; a Config is a plain value (not safe to mutate from
 // two threads at once, like any protobuf message).
 
@@ -96,20 +100,4 @@ std::vector<ConfigFieldInfo> list_config_fields();
 // The dotted paths of every leaf field, in schema order.
 std::vector<std::string> config_field_paths();
 
-namespace config_detail {
-
-// "unknown key 'comm.timout_s'; did you mean 'comm.timeout_s'? valid keys in 'comm': ..."
-// `prefix` is the dotted path of `message` ("" for the top level).
-std::string unknown_key_message(const google::protobuf::Descriptor* message,
-                                const std::string& prefix, const std::string& name);
-
-// The enum's value names, comma-separated: "AUTO, CPU, CUDA".
-std::string enum_names(const google::protobuf::EnumDescriptor* e);
-
-// The problems' messages, one per line ("N problems:" first when several), each followed by
-// suffix(problem), e.g. where its values came from.
-std::string format_problems(const std::vector<ConfigProblem>& problems,
-                            const std::function<std::string(const ConfigProblem&)>& suffix);
-
-}  // namespace config_detail
 }  // namespace zeroshard

@@ -4,6 +4,8 @@
 #include <functional>
 #include <string>
 
+#include "zeroshard/comm/runtime.h"  // abort_job
+
 namespace zeroshard {
 
 class Session;
@@ -13,9 +15,5 @@ class Session;
 // location for zeroshard errors) and the whole job is aborted (MPI_Abort) so no other rank hangs
 // waiting in a collective; a single-process run exits with status 1.
 int run_main(int argc, char** argv, const std::function<int(Session&)>& body);
-
-// Prints `message` as one line on stderr and terminates the job with `code`: MPI_Abort when MPI
-// is running, else _Exit. Safe to call from any thread.
-[[noreturn]] void abort_job(const std::string& message, int code = 1);
 
 }  // namespace zeroshard

@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/json.h"
+#include "zeroshard/base/error.h"  // kOutOfMemoryExitCode
+#include "zeroshard/base/json.h"
 
 namespace zeroshard {
 
@@ -29,9 +30,6 @@ namespace config {
 class MemoryConfig;
 }
 
-// The exit status of a job that ran out of memory (MPI_Abort passes it to mpirun's status), so
-// scripts and zeroshard-launch --find-batch-size can tell it from other failures (1).
-constexpr int kOutOfMemoryExitCode = 3;
 
 struct MemoryRow {
   std::string name;

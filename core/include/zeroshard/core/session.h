@@ -25,17 +25,21 @@
 #include <vector>
 
 #include "zeroshard/comm/communicator.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/launch_env.h"
+#include "zeroshard/comm/launch_env.h"
 
 namespace zeroshard {
+
+namespace config {
+class Config;
+}  // namespace config
+using Config = config::Config;  // the generated schema: zeroshard/core/config.h
 
 class Session {
  public:
   // Consumes --config/--set from argv (see args() for the rest). Throws on bad input.
   Session(int argc, char** argv);
   // Uses `config` as given (already validated or not: it is validated here).
-  Session(int argc, char** argv, Config config);
+  Session(int argc, char** argv, const Config& config);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -50,7 +54,8 @@ class Session {
   const std::string& host() const { return host_; }
   const LaunchEnv& launch_env() const { return launch_env_; }
   c10::Device device() const { return device_; }
-  const Config& config() const { return config_; }
+  // The job's configuration; include zeroshard/core/config.h to read its fields.
+  const Config& config() const { return *config_; }
   // Command-line arguments left after --config/--set, argv[0] first.
   const std::vector<std::string>& args() const { return args_; }
 
@@ -71,7 +76,7 @@ class Session {
   void pick_device();
   void check_launch_env() const;
 
-  Config config_;
+  std::unique_ptr<Config> config_;
   std::vector<std::string> args_;
   LaunchEnv launch_env_;
   int rank_ = 0;

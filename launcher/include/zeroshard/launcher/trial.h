@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/memory_report.h"
+#include "zeroshard/base/error.h"  // kOutOfMemoryExitCode
 #include "zeroshard/launcher/launch.h"
 
 namespace zeroshard::launch {
 
-// The out-of-memory exit status every zeroshard program uses (run_main, memory_report.h).
+// The out-of-memory exit status every zeroshard program uses (run_main, base/error.h).
 inline constexpr int kTrialOutOfMemoryStatus = kOutOfMemoryExitCode;
 inline constexpr const char* kTrialFlag = "--memory-trial";
 inline constexpr const char* kTrialPrefix = "zeroshard-memory-trial:";

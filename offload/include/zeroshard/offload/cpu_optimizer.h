@@ -19,11 +19,14 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/offload/cpu_simd.h"
 #include "zeroshard/sharding/optimizer.h"
 
 namespace zeroshard {
+
+namespace config {
+class OptimizerConfig;
+}  // namespace config
 
 class FusedCpuOptimizer : public ShardedOptimizer {
  public:

@@ -35,17 +35,23 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
-#include "zeroshard/offload/aio.h"
+#include "zeroshard/io/aio.h"
 #include "zeroshard/offload/cpu_adam.h"
 #include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/sharding/options.h"  // OffloadTarget
 
 namespace zeroshard {
+
+namespace config {
+class Config;
+class OffloadConfig;
+class OptimizerConfig;
+}  // namespace config
 
 class MemoryStats;
 
 struct OffloadOptions {
-  config::OffloadConfig::Target target = config::OffloadConfig::CPU;  // CPU or NVME
+  OffloadTarget target = OffloadTarget::kCpu;  // kCpu or kNvme
   std::string nvme_path;            // NVME: existing, writable directory
   bool pin_memory = true;
   int64_t block_size = 1 << 20;     // bytes per state array per chunk (multiple of 4096)

@@ -1,6 +1,6 @@
 #pragma once
 // Training checkpoints of a ShardingEngine: sharded save, exact resume, resharding to another
-// world size or strategy on load, async save. Format: zeroshard/core/checkpoint_format.h.
+// world size or strategy on load, async save. Format: zeroshard/sharding/checkpoint_format.h.
 //
 //   zeroshard::Checkpointer ckpt(engine, zeroshard::CheckpointOptions::from_config(cfg.checkpoint()));
 //   zeroshard::TrainingState st = ckpt.load(*opt);          // resume (throws if nothing to load)
@@ -30,17 +30,25 @@
 #include <optional>
 #include <string>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/grad_scaler.h"
 #include "zeroshard/sharding/optimizer.h"
 
 namespace zeroshard {
 
+class IoEngine;
+
+namespace config {
+class CheckpointConfig;
+}  // namespace config
+
 struct CheckpointOptions {
   std::string dir;        // checkpoint root
   int keep_last = 3;      // complete checkpoints kept
   bool async_save = false;
+  // The I/O engine rank files, manifests and `latest` go through (null: default_file_io(),
+  // zeroshard/io/rank_file.h). Tests pass a FaultInjectingIo to fail a save like a full disk.
+  std::shared_ptr<IoEngine> io;
   static CheckpointOptions from_config(const config::CheckpointConfig& cfg);
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // ShardingEngine: fully sharded data parallelism (ZeRO-3 / FSDP) over a LibTorch module.
 //
-//   zeroshard::ShardingEngine engine(session, model, zeroshard::ShardingOptions::from_config(cfg));
+//   zeroshard::ShardingEngine engine(session, model, zeroshard::ShardingOptions::from_config(cfg.sharding()));
 //   auto opt = zeroshard::make_optimizer(cfg.optimizer());
 //   for (...) {
 //     auto loss = engine.forward([&] { return loss_fn(model->forward(x), y); });
@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/memory.h"
+#include "zeroshard/core/memory_stats.h"
+#include "zeroshard/sharding/options.h"
 #include "zeroshard/sharding/optimizer.h"
 #include "zeroshard/sharding/unit.h"
 
@@ -46,39 +46,6 @@ namespace zeroshard {
 
 class ShardedInit;
 class FlatParam;
-
-struct ShardingOptions {
-  config::ShardingConfig::Strategy strategy = config::ShardingConfig::FULL_SHARD;
-  int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
-  bool forward_prefetch = true;
-  config::BackwardPrefetch::Mode backward_prefetch = config::BackwardPrefetch::BACKWARD_PRE;
-  int limit_all_gathers = 2;  // all-gathers in flight at once
-  bool sync_module_states = true;
-  // Auto-wrap: which submodules become units in addition to declared Units. A module picked by
-  // the policy must still be called through a Unit holder or engine.call_unit (see unit.h).
-  config::AutoWrap::Policy auto_wrap_policy = config::AutoWrap::NONE;
-  int64_t auto_wrap_min_params = 100000000;
-  std::vector<std::string> auto_wrap_module_types;  // Module::name() values, for MODULE_TYPE
-  // Mixed precision: parameters are gathered and computed in param_dtype, gradients reduced in
-  // reduce_dtype; the shards, gradient shards and optimizer state stay fp32. Buffers are cast to
-  // buffer_dtype at wrap time, floating inputs of every unit to param_dtype (cast_forward_inputs),
-  // and the floating tensors engine.forward returns to output_dtype.
-  c10::ScalarType param_dtype = c10::kFloat;
-  c10::ScalarType reduce_dtype = c10::kFloat;
-  c10::ScalarType buffer_dtype = c10::kFloat;
-  c10::ScalarType output_dtype = c10::kFloat;
-  bool cast_forward_inputs = true;
-  // Alternative to param_dtype: keep fp32 parameters and run engine.forward under LibTorch autocast
-  // in autocast_dtype (CPU: bf16; CUDA: fp16/bf16). param_dtype must then stay fp32. Activation
-  // checkpoints re-apply the autocast state of their forward run to the recomputation.
-  bool autocast = false;
-  c10::ScalarType autocast_dtype = c10::kBFloat16;
-
-  static ShardingOptions from_config(const config::ShardingConfig& cfg);
-  // Sharding and precision sections together. With precision.autocast, param_dtype names the
-  // autocast dtype and parameters stay fp32.
-  static ShardingOptions from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& precision);
-};
 
 // Elements moved by the engine's collectives since the last reset, per rank (before the
 // (N-1)/N wire factor): the ZeRO formulas count 3 x params for FULL_SHARD, 2 x for the others.

@@ -32,9 +32,14 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
+#include "zeroshard/sharding/options.h"
 
 namespace zeroshard {
+
+namespace config {
+class Config;
+}  // namespace config
+using Config = config::Config;
 
 // Parameter counts of the sharded units of a model.
 struct ModelShape {
@@ -61,11 +66,15 @@ ModelShape uniform_model_shape(int64_t params, int64_t unit_params);
 struct EstimateOptions {
   int world_size = 1;
   int ranks_per_node = 1;
-  config::ShardingConfig sharding;
-  config::PrecisionConfig precision;
-  config::OptimizerConfig optimizer;
-  config::OffloadConfig offload;
-  // Takes the sharding, precision, optimizer and offload sections of a config.
+  // Strategy, hybrid group size, prefetch and the dtypes gathered (param_dtype) and reduced
+  // (reduce_dtype); the rest of ShardingOptions does not change the figures.
+  ShardingOptions sharding;
+  std::string optimizer = "ADAMW";  // for the table's header line
+  int optimizer_state_bytes = 8;    // per parameter: Adam/AdamW 8 (two fp32 moments), SGD 4 or 0
+  OffloadTarget offload_optimizer = OffloadTarget::kDevice;
+  OffloadTarget offload_params = OffloadTarget::kDevice;
+  int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
+  // Takes the sharding, precision, optimizer and offload sections of a config (core/config.h).
   static EstimateOptions from_config(const Config& cfg, int world_size, int ranks_per_node);
 };
 
@@ -113,8 +122,6 @@ struct ActivationEstimate {
 };
 ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t micro_batch, int dtype_bytes,
                                             int every_n_blocks = 1);
-
-int dtype_bytes(config::PrecisionConfig::DType d);
 
 // The table zeroshard-estimate prints: every strategy x offload mode (or just `only`), per rank.
 std::string format_estimates(const ModelShape& model, const EstimateOptions& options);

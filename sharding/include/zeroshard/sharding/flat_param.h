@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "zeroshard/comm/communicator.h"
-#include "zeroshard/sharding/memory.h"
+#include "zeroshard/core/memory_stats.h"
 
 namespace zeroshard {
 

@@ -51,14 +51,38 @@
 #include <vector>
 
 #include "zeroshard/comm/communicator.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/error.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/sharding/optimizer.h"
 
 namespace zeroshard {
 
 // fp16 gradients keep overflowing at the minimum loss scale: the run cannot make progress.
 ZS_DECLARE_ERROR(LossScaleError, Error, "loss scale error");
+
+namespace config {
+class LossScaleConfig;
+class PrecisionConfig;
+}  // namespace config
+
+enum class LossScaleMode {
+  kAuto,      // AUTO: DYNAMIC when fp16 is in use, DISABLED otherwise
+  kDynamic,   // DYNAMIC: grow and back off the scale from the all-reduced inf/nan check
+  kStatic,    // STATIC: always initial_scale
+  kDisabled,  // DISABLED: no loss scaling
+};
+const char* to_string(LossScaleMode m);  // "AUTO", "DYNAMIC", "STATIC", "DISABLED"
+
+// The precision.loss_scale section as a plain struct (the defaults are the config's).
+struct LossScaleOptions {
+  LossScaleMode mode = LossScaleMode::kAuto;
+  double initial_scale = 65536;  // scale at the first step (STATIC: the fixed scale)
+  double growth_factor = 2;      // after growth_interval steps without overflow
+  double backoff_factor = 0.5;   // after an overflow
+  int growth_interval = 2000;    // overflow-free steps before the scale grows
+  int hysteresis = 2;            // consecutive overflow steps tolerated before backing off
+  double min_scale = 1;          // the scale never backs off below this
+  static LossScaleOptions from_config(const config::LossScaleConfig& cfg);
+};
 
 // What a checkpoint saves to resume the scaler exactly.
 struct GradScalerState {
@@ -75,6 +99,8 @@ class GradScaler {
   // uses_fp16). `comm`: the ranks over which the inf/nan check is all-reduced. Throws ConfigError
   // for out-of-range settings (naming precision.loss_scale.<field>), including min_scale above
   // initial_scale for DYNAMIC; UsageError for a null communicator.
+  GradScaler(const LossScaleOptions& options, bool fp16_in_use, std::shared_ptr<Communicator> comm);
+  // The same from the config's precision.loss_scale section.
   GradScaler(const config::LossScaleConfig& cfg, bool fp16_in_use, std::shared_ptr<Communicator> comm);
 
   // True when the precision section puts fp16 in param_dtype or reduce_dtype (AUTO's rule).
@@ -105,7 +131,7 @@ class GradScaler {
   // Whether the step ended by the last update() was skipped; false before the first update().
   bool last_step_skipped() const { return last_step_skipped_; }
   // The resolved mode: DYNAMIC, STATIC or DISABLED (never AUTO).
-  config::LossScaleConfig::Mode mode() const { return mode_; }
+  LossScaleMode mode() const { return mode_; }
 
   GradScalerState state() const { return state_; }
   // Restores a state() taken from a scaler with the same mode (e.g. from a checkpoint). Throws
@@ -121,8 +147,8 @@ class GradScaler {
  private:
   void back_off();
 
-  config::LossScaleConfig cfg_;
-  config::LossScaleConfig::Mode mode_;
+  LossScaleOptions cfg_;
+  LossScaleMode mode_;
   std::shared_ptr<Communicator> comm_;
   GradScalerState state_;
   bool checked_ = false;       // unscale_and_check ran since the last update()

@@ -6,14 +6,37 @@
 #include <cstdint>
 #include <string>
 
-#include "zeroshard/core/config.h"
 
 namespace zeroshard {
+
+namespace config {
+class SchedulerConfig;
+}  // namespace config
+
+// The `scheduler` section as a plain struct (the defaults are the config's).
+struct LrScheduleOptions {
+  enum class Type {
+    kConstant,      // CONSTANT: lr throughout (after warmup)
+    kLinearWarmup,  // LINEAR_WARMUP: warmup, then linear decay to min_lr_ratio * lr at total_steps (if set)
+    kCosine,        // COSINE: warmup, then cosine decay to min_lr_ratio * lr at total_steps
+    kStep,          // STEP: warmup, then lr times gamma every step_size steps
+  };
+  Type type = Type::kConstant;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;  // 0: unset
+  double min_lr_ratio = 0;
+  int64_t step_size = 1000;
+  double gamma = 0.1;
+  static LrScheduleOptions from_config(const config::SchedulerConfig& cfg);
+};
+const char* to_string(LrScheduleOptions::Type t);  // "CONSTANT", "LINEAR_WARMUP", "COSINE", "STEP"
 
 class LrScheduler {
  public:
   // `base_lr` is the peak learning rate (optimizer.lr). Throws ConfigError for inconsistent
   // settings (e.g. COSINE without total_steps), naming the field.
+  LrScheduler(const LrScheduleOptions& options, double base_lr);
+  // The same from the config's `scheduler` section.
   LrScheduler(const config::SchedulerConfig& cfg, double base_lr);
 
   // Learning rate for optimizer step `step` (0-based).
@@ -21,7 +44,7 @@ class LrScheduler {
   std::string describe() const;
 
  private:
-  config::SchedulerConfig cfg_;
+  LrScheduleOptions cfg_;
   double base_lr_;
 };
 

@@ -16,9 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
 
 namespace zeroshard {
+
+namespace config {
+class OptimizerConfig;
+}  // namespace config
 
 // One flat fp32 shard and its gradient. `grad` undefined: no gradient this step (skipped, as
 // torch::optim skips parameters without .grad).

@@ -1,0 +1,62 @@
+#pragma once
+// ShardingOptions: how the ShardingEngine shards a model (strategy, prefetch, auto-wrap, mixed
+// precision), as a plain struct. from_config converts the config's sections once, at the edge;
+// a default-constructed ShardingOptions equals from_config of the default config (tests hold this).
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zeroshard/sharding/plan.h"
+
+namespace zeroshard {
+
+namespace config {
+class ShardingConfig;
+class PrecisionConfig;
+}  // namespace config
+
+// Where a part of the model state lives between uses (offload.optimizer, offload.params).
+enum class OffloadTarget {
+  kDevice,  // DEVICE: on the compute device
+  kCpu,     // CPU: pinned host memory
+  kNvme,    // NVME: files under offload.nvme_path
+};
+const char* to_string(OffloadTarget t);  // "DEVICE", "CPU", "NVME"
+
+struct ShardingOptions {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
+  bool forward_prefetch = true;
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
+  int limit_all_gathers = 2;  // all-gathers in flight at once
+  bool sync_module_states = true;
+  // Auto-wrap: which submodules become units in addition to declared Units. A module picked by
+  // the policy must still be called through a Unit holder or engine.call_unit (see unit.h).
+  AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kNone;
+  int64_t auto_wrap_min_params = 100000000;
+  std::vector<std::string> auto_wrap_module_types;  // Module::name() values, for MODULE_TYPE
+  // Mixed precision: parameters are gathered and computed in param_dtype, gradients reduced in
+  // reduce_dtype; the shards, gradient shards and optimizer state stay fp32. Buffers are cast to
+  // buffer_dtype at wrap time, floating inputs of every unit to param_dtype (cast_forward_inputs),
+  // and the floating tensors engine.forward returns to output_dtype.
+  c10::ScalarType param_dtype = c10::kFloat;
+  c10::ScalarType reduce_dtype = c10::kFloat;
+  c10::ScalarType buffer_dtype = c10::kFloat;
+  c10::ScalarType output_dtype = c10::kFloat;
+  bool cast_forward_inputs = true;
+  // Alternative to param_dtype: keep fp32 parameters and run engine.forward under LibTorch autocast
+  // in autocast_dtype (CPU: bf16; CUDA: fp16/bf16). param_dtype must then stay fp32. Activation
+  // checkpoints re-apply the autocast state of their forward run to the recomputation.
+  bool autocast = false;
+  c10::ScalarType autocast_dtype = c10::kBFloat16;
+
+  static ShardingOptions from_config(const config::ShardingConfig& cfg);
+  // Sharding and precision sections together. With precision.autocast, param_dtype names the
+  // autocast dtype and parameters stay fp32.
+  static ShardingOptions from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& precision);
+};
+
+}  // namespace zeroshard

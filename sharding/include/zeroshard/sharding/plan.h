@@ -1,0 +1,46 @@
+#pragma once
+// Sharding strategies and the plan a strategy resolves to on a given job: how many ranks share
+// each flat parameter, how many replicas there are, and whether parameters are freed after the
+// forward. The engine builds its communicators from the plan and the memory estimator replays a
+// step from it, so the two cannot disagree about what a strategy means. Pure; thread-safe.
+
+#include <string>
+
+namespace zeroshard {
+
+enum class ShardingStrategy {
+  kFullShard,    // FULL_SHARD (ZeRO-3): gather before forward, free after; again for backward
+  kShardGradOp,  // SHARD_GRAD_OP (ZeRO-2): parameters stay gathered from forward until backward
+  kNoShard,      // NO_SHARD (DDP): parameters replicated, gradients all-reduced
+  kHybridShard,  // HYBRID_SHARD: FULL_SHARD inside groups, replicated across groups
+};
+// "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD" (the config's names).
+const char* to_string(ShardingStrategy s);
+
+enum class BackwardPrefetch { kNone, kBackwardPre, kBackwardPost };
+const char* to_string(BackwardPrefetch p);  // "NONE", "BACKWARD_PRE", "BACKWARD_POST"
+
+enum class AutoWrapPolicy { kNone, kSizeBased, kModuleType };
+const char* to_string(AutoWrapPolicy p);  // "NONE", "SIZE_BASED", "MODULE_TYPE"
+
+struct ShardingPlan {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  int world_size = 1;
+  int shard_group_size = 1;  // ranks that split each flat parameter (N in the ZeRO formulas)
+  int replicas = 1;          // world_size / shard_group_size
+  bool reshard_after_forward = true;  // FULL_SHARD, HYBRID_SHARD: free gathered params after forward
+  bool keep_gathered = false;         // NO_SHARD: parameters are gathered once and never freed
+
+  // Shard groups are blocks of shard_group_size consecutive ranks; replica groups take one rank
+  // of each block. Colors for Communicator::split.
+  int shard_group_color(int rank) const { return rank / shard_group_size; }
+  int replica_group_color(int rank) const { return rank % shard_group_size; }
+};
+
+// The plan for `strategy` on `world_size` ranks with `ranks_per_node` ranks on each host.
+// `hybrid_group_size` (HYBRID_SHARD only) is the shard group size; 0 means the ranks of one node.
+// Throws ConfigError naming sharding.hybrid_group_size when it does not divide the world size,
+// and for a world size or ranks per node below 1.
+ShardingPlan plan_sharding(ShardingStrategy strategy, int hybrid_group_size, int world_size, int ranks_per_node);
+
+}  // namespace zeroshard

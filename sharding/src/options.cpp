@@ -1,0 +1,68 @@
+// The config edge of the sharding layer: ShardingOptions from the config's sections. The plain
+// enums have the config enums' values in the same order (static_asserts below), so the conversion
+// is a cast.
+
+#include "zeroshard/sharding/options.h"
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
+
+namespace zeroshard {
+
+using SC = config::ShardingConfig;
+static_assert(static_cast<int>(ShardingStrategy::kFullShard) == SC::FULL_SHARD &&
+              static_cast<int>(ShardingStrategy::kShardGradOp) == SC::SHARD_GRAD_OP &&
+              static_cast<int>(ShardingStrategy::kNoShard) == SC::NO_SHARD &&
+              static_cast<int>(ShardingStrategy::kHybridShard) == SC::HYBRID_SHARD);
+static_assert(static_cast<int>(BackwardPrefetch::kNone) == config::BackwardPrefetch::NONE &&
+              static_cast<int>(BackwardPrefetch::kBackwardPre) == config::BackwardPrefetch::BACKWARD_PRE &&
+              static_cast<int>(BackwardPrefetch::kBackwardPost) == config::BackwardPrefetch::BACKWARD_POST);
+static_assert(static_cast<int>(OffloadTarget::kDevice) == config::OffloadConfig::DEVICE &&
+              static_cast<int>(OffloadTarget::kCpu) == config::OffloadConfig::CPU &&
+              static_cast<int>(OffloadTarget::kNvme) == config::OffloadConfig::NVME);
+static_assert(static_cast<int>(AutoWrapPolicy::kNone) == config::AutoWrap::NONE &&
+              static_cast<int>(AutoWrapPolicy::kSizeBased) == config::AutoWrap::SIZE_BASED &&
+              static_cast<int>(AutoWrapPolicy::kModuleType) == config::AutoWrap::MODULE_TYPE);
+
+ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg) {
+  ShardingOptions o;
+  o.strategy = static_cast<ShardingStrategy>(cfg.strategy());
+  o.hybrid_group_size = cfg.hybrid_group_size();
+  o.forward_prefetch = cfg.forward_prefetch();
+  o.backward_prefetch = static_cast<BackwardPrefetch>(cfg.backward_prefetch());
+  o.limit_all_gathers = cfg.limit_all_gathers();
+  o.sync_module_states = cfg.sync_module_states();
+  o.auto_wrap_policy = static_cast<AutoWrapPolicy>(cfg.auto_wrap_policy());
+  o.auto_wrap_min_params = cfg.auto_wrap_min_params();
+  return o;
+}
+
+namespace {
+c10::ScalarType to_dtype(config::PrecisionConfig::DType d) {
+  switch (d) {
+    case config::PrecisionConfig::BF16: return c10::kBFloat16;
+    case config::PrecisionConfig::FP16: return c10::kHalf;
+    default: return c10::kFloat;
+  }
+}
+}  // namespace
+
+ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& p) {
+  ShardingOptions o = from_config(cfg);
+  o.param_dtype = to_dtype(p.param_dtype());
+  if (p.autocast()) {
+    ZS_REQUIRE(p.param_dtype() != config::PrecisionConfig::FP32, ConfigError,
+               "precision.autocast = true needs precision.param_dtype = BF16 or FP16 (the autocast dtype; "
+               "parameters stay fp32)");
+    o.autocast = true;
+    o.autocast_dtype = o.param_dtype;
+    o.param_dtype = c10::kFloat;
+  }
+  o.reduce_dtype = to_dtype(p.reduce_dtype());
+  o.buffer_dtype = to_dtype(p.buffer_dtype());
+  o.output_dtype = to_dtype(p.output_dtype());
+  o.cast_forward_inputs = p.cast_forward_inputs();
+  return o;
+}
+
+}  // namespace zeroshard

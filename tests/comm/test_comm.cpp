@@ -1,0 +1,255 @@
+// The MPI communicator, element by element against rank-seeded data, at 1, 2 and 4 ranks.
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/max.h>
+#include <ATen/ops/min.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
+
+#include <chrono>
+#include <thread>
+
+#include "common/test_util.h"
+#include "zeroshard/comm/factory.h"
+#include "zeroshard/base/error.h"
+
+namespace zs = zeroshard;
+using zeroshard::test::world;
+
+namespace {
+
+const std::vector<c10::ScalarType> kAllDtypes = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt,
+                                                 at::kLong,  at::kShort,  at::kByte,     at::kChar, at::kBool};
+const std::vector<c10::ScalarType> kNumeric = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf,
+                                               at::kInt,   at::kLong,   at::kShort,    at::kByte, at::kChar};
+// Shard sizes: empty, single element, small odd, larger than one 7-element chunk, uneven large.
+const std::vector<int64_t> kShards = {0, 1, 7, 23, 40961};
+
+// Element i of rank r: small integers, exact in every dtype, sums over 4 ranks still exact in bf16.
+at::Tensor seeded(int64_t n, int rank, c10::ScalarType dtype) {
+  at::Tensor v = at::arange(n, at::kLong).remainder(13).add(rank);
+  return dtype == at::kBool ? v.remainder(2).to(at::kBool) : v.to(dtype);
+}
+
+std::string name(c10::ScalarType t) { return c10::toString(t); }
+
+// Runs `fn` expecting a CommError whose text contains every fragment.
+template <typename Fn>
+void expect_comm_error(Fn fn, std::vector<std::string> fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a CommError containing '" << fragments.front() << "'";
+  } catch (const zs::CommError& e) {
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+  }
+}
+
+void check_all_gather(zs::Communicator& c, c10::ScalarType dtype, int64_t shard) {
+  const int n = c.size();
+  at::Tensor out = at::full({shard * n}, 99, at::kLong).to(dtype);
+  c.all_gather_into(out, seeded(shard, c.rank(), dtype), "t.ag")->wait();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, dtype)))
+        << name(dtype) << " shard " << shard << " from rank " << r << " on " << c.name();
+  }
+}
+
+void check_reduce_scatter(zs::Communicator& c, c10::ScalarType dtype, int64_t shard, zs::ReduceOp op) {
+  const int n = c.size(), me = c.rank();
+  at::Tensor out = at::empty({shard}, dtype);
+  c.reduce_scatter_into(out, seeded(shard * n, me, dtype), op, "t.rs")->wait();
+  // Reference in double: op over ranks of every rank's piece `me`.
+  at::Tensor ref = seeded(shard * n, 0, at::kDouble).narrow(0, me * shard, shard).clone();
+  for (int r = 1; r < n; ++r) {
+    at::Tensor piece = seeded(shard * n, r, at::kDouble).narrow(0, me * shard, shard);
+    if (op == zs::ReduceOp::kMax) ref = at::max(ref, piece);
+    else if (op == zs::ReduceOp::kMin) ref = at::min(ref, piece);
+    else ref.add_(piece);
+  }
+  if (op == zs::ReduceOp::kAvg) ref.div_(n);
+  EXPECT_TRUE(at::equal(out, ref.to(dtype))) << name(dtype) << " " << zs::to_string(op) << " shard " << shard;
+}
+
+}  // namespace
+
+TEST(Comm, WorldMatchesSession) {
+  EXPECT_EQ(world()->size(), zs::test::world_size());
+  EXPECT_EQ(world()->rank(), zs::test::rank());
+  EXPECT_STREQ(world()->backend(), "mpi");
+}
+
+TEST(Comm, AllGatherEveryDtypeAndSize) {
+  for (auto dtype : kAllDtypes) {
+    for (int64_t shard : kShards) check_all_gather(*world(), dtype, shard);
+  }
+}
+
+TEST(Comm, AllGatherInPlace) {
+  const int n = world()->size(), me = world()->rank();
+  const int64_t shard = 1001;
+  at::Tensor out = at::zeros({shard * n}, at::kFloat);
+  out.narrow(0, me * shard, shard).copy_(seeded(shard, me, at::kFloat));
+  world()->all_gather_into(out, out.narrow(0, me * shard, shard), "t.ag.inplace")->wait();
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, at::kFloat)));
+}
+
+TEST(Comm, ReduceScatterEveryOp) {
+  for (auto dtype : kNumeric) {
+    for (int64_t shard : kShards) {
+      for (auto op : {zs::ReduceOp::kSum, zs::ReduceOp::kMax, zs::ReduceOp::kMin}) {
+        check_reduce_scatter(*world(), dtype, shard, op);
+      }
+      if (c10::isFloatingType(dtype)) check_reduce_scatter(*world(), dtype, shard, zs::ReduceOp::kAvg);
+    }
+  }
+}
+
+TEST(Comm, AllReduceAndBroadcast) {
+  const int n = world()->size(), me = world()->rank();
+  for (auto dtype : kNumeric) {
+    at::Tensor t = seeded(40961, me, dtype);
+    world()->all_reduce(t, zs::ReduceOp::kSum, "t.ar")->wait();
+    at::Tensor ref = at::zeros({40961}, at::kDouble);
+    for (int r = 0; r < n; ++r) ref.add_(seeded(40961, r, at::kDouble));
+    EXPECT_TRUE(at::equal(t, ref.to(dtype))) << name(dtype);
+    for (int root = 0; root < n; ++root) {
+      at::Tensor b = seeded(1001, me, dtype);
+      world()->broadcast(b, root, "t.bcast")->wait();
+      EXPECT_TRUE(at::equal(b, seeded(1001, root, dtype))) << name(dtype) << " root " << root;
+    }
+  }
+  at::Tensor flags = seeded(64, me, at::kBool);
+  world()->all_reduce(flags, zs::ReduceOp::kMax, "t.ar.bool")->wait();  // logical or
+  at::Tensor any = seeded(64, 0, at::kBool);
+  for (int r = 1; r < n; ++r) any = any.logical_or(seeded(64, r, at::kBool));
+  EXPECT_TRUE(at::equal(flags, any));
+}
+
+TEST(Comm, ChunkedPathMatches) {
+  // Messages larger than one MPI call's count are split; force it with a 7-element limit.
+  zs::CommOptions o = zs::test::test_comm_options("chunked");
+  o.max_elements_per_call = 7;
+  auto c = zs::make_mpi_world_communicator(o);
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kLong}) {
+    for (int64_t shard : {6, 7, 8, 23, 1001}) {
+      check_all_gather(*c, dtype, shard);
+      check_reduce_scatter(*c, dtype, shard, zs::ReduceOp::kSum);
+    }
+    at::Tensor t = seeded(1001, c->rank(), dtype);
+    c->all_reduce(t, zs::ReduceOp::kMax, "t.chunk.ar")->wait();
+    EXPECT_TRUE(at::equal(t, seeded(1001, c->size() - 1, dtype)));
+    at::Tensor b = seeded(1001, c->rank(), dtype);
+    c->broadcast(b, 0, "t.chunk.bcast")->wait();
+    EXPECT_TRUE(at::equal(b, seeded(1001, 0, dtype)));
+  }
+  // In-place all-gather through the chunked path.
+  const int64_t shard = 30;
+  at::Tensor out = at::zeros({shard * c->size()}, at::kFloat);
+  out.narrow(0, c->rank() * shard, shard).copy_(seeded(shard, c->rank(), at::kFloat));
+  c->all_gather_into(out, out.narrow(0, c->rank() * shard, shard), "t.chunk.inplace")->wait();
+  for (int r = 0; r < c->size(); ++r) EXPECT_TRUE(at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, at::kFloat)));
+}
+
+TEST(Comm, SplitIntoSubGroups) {
+  const int me = world()->rank(), n = world()->size();
+  // Two groups by parity, ordered by descending world rank inside each group.
+  auto g = world()->split(me % 2, -me);
+  ASSERT_NE(g, nullptr);
+  const int members = (n - me % 2 + 1) / 2;
+  EXPECT_EQ(g->size(), members);
+  int expected_rank = 0;
+  for (int r = n - 1; r > me; --r) expected_rank += (r % 2 == me % 2);
+  EXPECT_EQ(g->rank(), expected_rank);
+  EXPECT_NE(g->name().find("split(" + std::to_string(me % 2) + ")"), std::string::npos) << g->name();
+  at::Tensor t = at::full({5}, me, at::kLong);
+  g->all_reduce(t, zs::ReduceOp::kSum, "t.group")->wait();
+  int64_t sum = 0;
+  for (int r = me % 2; r < n; r += 2) sum += r;
+  EXPECT_TRUE(at::equal(t, at::full({5}, sum, at::kLong)));
+  check_all_gather(*g, at::kFloat, 23);
+  // A rank passing a negative color joins no group.
+  auto none = world()->split(me == 0 ? -1 : 1, 0);
+  EXPECT_EQ(none == nullptr, me == 0);
+  if (none) EXPECT_EQ(none->size(), n - 1);
+}
+
+TEST(Comm, ProgressesWithoutWait) {
+  // The progress thread completes collectives while the caller does other work and never waits.
+  at::Tensor out = at::empty({1 << 20}, at::kFloat);
+  at::Tensor in = at::ones({(1 << 20) / world()->size()}, at::kFloat);
+  auto work = world()->all_gather_into(out, in, "t.progress");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!work->is_completed() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(work->is_completed());
+  EXPECT_EQ(work->exception(), nullptr);
+  EXPECT_EQ(out.sum().item<float>(), static_cast<float>(in.numel() * world()->size()));
+}
+
+TEST(Comm, KeepsTensorsAliveUntilDone) {
+  // Temporaries passed in and handles dropped at once: the communicator must hold the buffers.
+  const int n = world()->size();
+  at::Tensor out = at::zeros({1000 * n}, at::kFloat);
+  for (int i = 0; i < 5; ++i) world()->all_gather_into(out, at::full({1000}, float(i + 1)), "t.alive");
+  world()->barrier("t.alive.done")->wait();  // runs after the gathers on the same communicator
+  EXPECT_TRUE(at::equal(out, at::full({1000 * n}, 5.0f)));
+}
+
+TEST(Comm, SequenceNumbersAndSignatures) {
+  auto c = zs::make_mpi_world_communicator(zs::test::test_comm_options("seq"));
+  at::Tensor t = at::ones({3}, at::kFloat);
+  auto w1 = c->all_reduce(t, zs::ReduceOp::kSum, "first");
+  auto w2 = c->barrier("second");
+  w2->wait();
+  w1->wait();
+  EXPECT_EQ(w1->signature().seq, 1u);
+  EXPECT_EQ(w2->signature().seq, 2u);
+  EXPECT_EQ(w1->signature().to_string(), "#1 all_reduce(Float, count=3, op=sum) tag='first' on seq");
+}
+
+TEST(Comm, BadInputIsAClearError) {
+  auto& w = *world();
+  const int n = w.size();
+  expect_comm_error([&] { w.all_gather_into(at::empty({n * 4}, at::kFloat), at::empty({4}, at::kDouble)); },
+                    {"out_flat has dtype Float but in_shard has Double", "communicator 'world'"});
+  expect_comm_error([&] { w.all_gather_into(at::empty({n * 4 + 1}, at::kFloat), at::empty({4}, at::kFloat)); },
+                    {"out_flat has " + std::to_string(n * 4 + 1) + " elements"});
+  expect_comm_error([&] { w.reduce_scatter_into(at::empty({4}), at::empty({n * 4 + 2}), zs::ReduceOp::kSum); },
+                    {"in_flat has " + std::to_string(n * 4 + 2) + " elements"});
+  expect_comm_error([&] { w.all_reduce(at::empty({4, 4}).t(), zs::ReduceOp::kSum); }, {"tensor", "not contiguous"});
+  expect_comm_error([&] { w.all_reduce(at::Tensor(), zs::ReduceOp::kSum); }, {"undefined"});
+  // A tensor on another device (meta here; CUDA tensors on a GPU build) is refused by name.
+  expect_comm_error([&] { w.all_gather_into(at::empty({n * 4}, at::kFloat), at::empty({4}, at::device(at::kMeta))); },
+                    {"in_shard is on meta", "the MPI backend takes CPU tensors"});
+  expect_comm_error([&] { w.all_reduce(at::empty({4}, at::kLong), zs::ReduceOp::kAvg); }, {"avg needs a floating-point"});
+  expect_comm_error([&] { w.all_reduce(at::empty({4}, at::kComplexFloat), zs::ReduceOp::kSum); },
+                    {"ComplexFloat", "not supported"});
+  expect_comm_error([&] { w.broadcast(at::empty({4}), n); }, {"root " + std::to_string(n) + " is out of range"});
+  at::Tensor buf = at::empty({4 * n + 4}, at::kFloat);
+  expect_comm_error([&] { w.all_gather_into(buf.narrow(0, 0, 4 * n), buf.narrow(0, 1, 4)); }, {"overlap"});
+  // The communicator is still usable afterwards: nothing was enqueued.
+  at::Tensor t = at::ones({2});
+  w.all_reduce(t, zs::ReduceOp::kSum, "t.after_errors")->wait();
+  EXPECT_TRUE(at::equal(t, at::full({2}, float(n))));
+}
+
+TEST(Comm, MismatchedSizesAcrossRanksAreReported) {
+  ZS_REQUIRE_RANKS(2);
+  zs::CommOptions o = zs::test::test_comm_options("checked");
+  o.check_signatures = true;
+  auto c = zs::make_mpi_world_communicator(o);
+  const int me = c->rank();
+  const int64_t shard = me == 1 ? 12 : 10;  // rank 1 disagrees
+  at::Tensor out = at::empty({shard * c->size()}, at::kFloat);
+  expect_comm_error([&] { c->all_gather_into(out, at::ones({shard}), "unit.3")->wait(); },
+                    {"collective signatures diverge", "rank 0 called #1 all_gather(Float, count=10",
+                     "rank 1 called #1 all_gather(Float, count=12", "tag='unit.3'"});
+  // Detected before anything ran, identically everywhere: the communicator stays usable.
+  at::Tensor t = at::ones({3});
+  c->all_reduce(t, zs::ReduceOp::kSum, "after")->wait();
+  EXPECT_TRUE(at::equal(t, at::full({3}, float(c->size()))));
+}

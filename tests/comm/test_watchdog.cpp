@@ -1,0 +1,118 @@
+// The watchdog: a rank that never joins a collective makes it fail within the timeout with a
+// message naming rank, collective, tag and sequence number, and what the other ranks are doing.
+
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+
+#include <chrono>
+
+#include "common/test_util.h"
+#include "zeroshard/comm/factory.h"
+#include "zeroshard/base/error.h"
+
+namespace zs = zeroshard;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+zs::CommOptions short_timeout(const std::string& name, int ms) {
+  zs::CommOptions o = zs::test::test_comm_options(name);
+  o.timeout = std::chrono::milliseconds(ms);
+  return o;
+}
+
+std::string wait_for_error(const std::shared_ptr<zs::Work>& w, double* seconds) {
+  auto t0 = Clock::now();
+  try {
+    w->wait();
+  } catch (const zs::CommTimeoutError& e) {
+    *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return e.what();
+  }
+  *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return "";
+}
+
+}  // namespace
+
+TEST(Watchdog, RankThatNeverJoinsIsNamed) {
+  ZS_REQUIRE_RANKS(2);
+  auto world = zs::test::world();
+  auto c = zs::make_mpi_world_communicator(short_timeout("wd", 1000));
+  at::Tensor t = at::ones({4});
+  if (c->rank() == 0) {
+    double secs = 0;
+    std::string msg = wait_for_error(c->all_reduce(t, zs::ReduceOp::kSum, "wd.hang"), &secs);
+    EXPECT_NE(msg.find("comm timeout"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("#1 all_reduce(Float, count=4, op=sum) tag='wd.hang' on wd"), std::string::npos) << msg;
+    // Rank 1 already waits in the world barrier below: the report says so.
+    EXPECT_NE(msg.find("rank 1: in #"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("barrier tag='wd.sync' on world"), std::string::npos) << msg;
+    // Fires after the timeout, not before; and well before a hang would end (peer query <= 1 s).
+    EXPECT_GE(secs, 0.9);
+    EXPECT_LT(secs, 10.0);
+    // The communicator is broken now: new collectives are refused at once, naming why.
+    try {
+      c->barrier("after");
+      ADD_FAILURE() << "a broken communicator accepted a collective";
+    } catch (const zs::CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    }
+  }
+  // Rank 1 joins late, after rank 0 saw the error, so the stuck MPI collective drains.
+  world->barrier("wd.sync")->wait();
+  if (c->rank() != 0) c->all_reduce(t, zs::ReduceOp::kSum, "wd.hang")->wait();
+  else std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+
+TEST(Watchdog, ReportsWhatOtherRanksAreWaitingIn) {
+  ZS_REQUIRE_RANKS(2);
+  auto world = zs::test::world();
+  // Ranks 0 and 1 each wait in a collective the other never calls: a classic cross-wait.
+  // Rank 0's timeout fires first (commA), while rank 1 still waits in commB; rank 1's fires later,
+  // when rank 0 has moved on to the barrier below. Distinct timeouts keep the order deterministic.
+  auto a = zs::make_mpi_world_communicator(short_timeout("commA", 1500));
+  auto b = zs::make_mpi_world_communicator(short_timeout("commB", 3500));
+  const int me = world->rank();
+  at::Tensor t = at::ones({8});
+  if (me <= 1) {
+    auto& mine = me == 0 ? a : b;
+    double secs = 0;
+    std::string msg = wait_for_error(mine->all_reduce(t, zs::ReduceOp::kSum, me == 0 ? "unit.A" : "unit.B"), &secs);
+    if (me == 0) {
+      EXPECT_NE(msg.find("tag='unit.A' on commA"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("rank 1: in #1 all_reduce(Float, count=8, op=sum) tag='unit.B' on commB"), std::string::npos)
+          << msg;
+    } else {
+      EXPECT_NE(msg.find("tag='unit.B' on commB"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("rank 0: in #"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("barrier tag='wd.cross.sync' on world"), std::string::npos) << msg;
+    }
+  }
+  world->barrier("wd.cross.sync")->wait();
+  // Drain: everyone who did not yet call a collective joins it now (ranks >= 2 join both).
+  std::vector<std::shared_ptr<zs::Work>> late;
+  if (me != 0) late.push_back(a->all_reduce(t, zs::ReduceOp::kSum, "unit.A"));
+  if (me != 1) late.push_back(b->all_reduce(t, zs::ReduceOp::kSum, "unit.B"));
+  for (auto& w : late) w->wait();
+}
+
+TEST(Watchdog, ExplicitWaitTimeoutLeavesCollectiveRunning) {
+  ZS_REQUIRE_RANKS(2);
+  auto world = zs::test::world();
+  auto c = zs::make_mpi_world_communicator(short_timeout("wd.wait", 60000));
+  at::Tensor t = at::ones({4});
+  if (c->rank() == 0) {
+    auto w = c->all_reduce(t, zs::ReduceOp::kSum, "slow");
+    EXPECT_THROW(w->wait(std::chrono::milliseconds(200)), zs::CommTimeoutError);
+    EXPECT_FALSE(w->is_completed());
+    world->barrier("wd.wait.go")->wait();  // now let the others join
+    w->wait();
+    EXPECT_TRUE(at::equal(t, at::full({4}, float(c->size()))));
+  } else {
+    world->barrier("wd.wait.go")->wait();
+    c->all_reduce(t, zs::ReduceOp::kSum, "slow")->wait();
+  }
+}

@@ -1,0 +1,140 @@
+// zeroshard-selftest: checks every collective of the world communicator, for every dtype, on
+// rank-seeded data, element by element, then times a 64 MiB all-gather and reduce-scatter.
+//
+//   mpirun -n 2 build/bin/zeroshard-selftest [--elements N] [--hang-rank R] [--set key=value ...]
+//
+// --hang-rank R makes rank R skip one all_reduce (tag 'selftest.hang'), to show what the watchdog
+// does with a rank that never joins a collective: the job fails within comm.timeout_s, naming it.
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/main.h"
+#include "zeroshard/core/session.h"
+
+namespace zs = zeroshard;
+
+namespace {
+
+struct Options {
+  int64_t elements = 100003;  // odd on purpose: shards of uneven padded sizes are the common case
+  int hang_rank = -1;
+};
+
+Options parse(const std::vector<std::string>& args) {
+  Options o;
+  for (size_t i = 1; i < args.size(); ++i) {
+    auto value = [&]() -> std::string {
+      ZS_REQUIRE(i + 1 < args.size(), zs::UsageError, args[i], " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--elements") {
+      o.elements = std::stoll(value());
+    } else if (args[i] == "--hang-rank") {
+      o.hang_rank = std::stoi(value());
+    } else {
+      ZS_THROW(zs::UsageError, "unknown argument '", args[i],
+               "'; usage: zeroshard-selftest [--elements N] [--hang-rank R] [--config FILE] [--set key=value]");
+    }
+  }
+  return o;
+}
+
+// Value of element i on rank r: exact in every dtype for small i and r.
+at::Tensor seeded(int64_t n, int rank, c10::ScalarType dtype) {
+  return at::arange(n, at::kLong).remainder(97).add(rank * 3).to(dtype);
+}
+
+struct Checker {
+  int rank;
+  int failures = 0;
+  int checks = 0;
+  void expect(bool ok, const std::string& what, c10::ScalarType dtype, int64_t n) {
+    ++checks;
+    if (!ok) ++failures;
+    if (rank == 0) std::printf("  %-16s %-9s %10lld  %s\n", what.c_str(), c10::toString(dtype), (long long)n, ok ? "ok" : "MISMATCH");
+  }
+};
+
+void check_dtype(zs::Communicator& world, c10::ScalarType dtype, int64_t n, Checker& c) {
+  const int size = world.size(), rank = world.rank();
+  const int64_t shard = (n + size - 1) / size;  // padded shard
+  // all_gather: rank r contributes seeded(shard, r).
+  at::Tensor out = at::empty({shard * size}, dtype);
+  world.all_gather_into(out, seeded(shard, rank, dtype), "selftest.all_gather")->wait();
+  bool ok = true;
+  for (int r = 0; r < size; ++r) ok = ok && at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, dtype));
+  c.expect(ok, "all_gather", dtype, shard * size);
+  if (dtype == c10::kBool) return;
+  // reduce_scatter(sum): every rank contributes seeded(flat, rank); rank r's shard of the sum.
+  at::Tensor shard_out = at::empty({shard}, dtype);
+  world.reduce_scatter_into(shard_out, seeded(shard * size, rank, dtype), zs::ReduceOp::kSum, "selftest.reduce_scatter")->wait();
+  at::Tensor expected = at::zeros({shard}, at::kLong);
+  for (int r = 0; r < size; ++r) expected.add_(seeded(shard * size, r, at::kLong).narrow(0, rank * shard, shard));
+  c.expect(at::equal(shard_out, expected.to(dtype)), "reduce_scatter", dtype, shard * size);
+  // all_reduce(max) and broadcast from the last rank.
+  at::Tensor t = seeded(n, rank, dtype);
+  world.all_reduce(t, zs::ReduceOp::kMax, "selftest.all_reduce")->wait();
+  c.expect(at::equal(t, seeded(n, size - 1, dtype)), "all_reduce(max)", dtype, n);
+  at::Tensor b = seeded(n, rank, dtype);
+  world.broadcast(b, size - 1, "selftest.broadcast")->wait();
+  c.expect(at::equal(b, seeded(n, size - 1, dtype)), "broadcast", dtype, n);
+}
+
+double time_ms(const std::function<void()>& fn, int iters) {
+  fn();  // warm-up
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return zs::run_main(argc, argv, [](zs::Session& s) {
+    Options opt = parse(s.args());
+    zs::Communicator& world = *s.world();
+    if (s.rank() == 0) {
+      std::printf("zeroshard communicator self-test: %d rank(s) on backend %s, %lld elements\n", world.size(),
+                  world.backend(), (long long)opt.elements);
+      std::printf("  %-16s %-9s %10s  %s\n", "collective", "dtype", "elements", "result");
+    }
+    if (opt.hang_rank >= 0) {
+      at::Tensor t = at::full({4}, 1.0f);
+      if (s.rank() != opt.hang_rank) {
+        world.all_reduce(t, zs::ReduceOp::kSum, "selftest.hang")->wait();
+      } else {
+        std::printf("rank %d: skipping all_reduce 'selftest.hang' on purpose (--hang-rank)\n", s.rank());
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::hours(1));  // the watchdog ends the job first
+      }
+    }
+    Checker c{s.rank()};
+    for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong, at::kByte, at::kBool}) {
+      check_dtype(world, dtype, opt.elements, c);
+    }
+    // Timing: 64 MiB of fp32 gathered/reduced.
+    const int64_t flat = (64ll << 20) / 4, shard = flat / world.size();
+    at::Tensor big = at::empty({flat}, at::kFloat).fill_(1), piece = at::empty({shard}, at::kFloat).fill_(1);
+    double ag = time_ms([&] { world.all_gather_into(big, piece, "selftest.time")->wait(); }, 5);
+    double rs = time_ms([&] { world.reduce_scatter_into(piece, big, zs::ReduceOp::kSum, "selftest.time")->wait(); }, 5);
+    // Agree on the outcome across ranks.
+    at::Tensor failed = at::full({1}, c.failures, at::kInt);
+    world.all_reduce(failed, zs::ReduceOp::kSum, "selftest.outcome")->wait();
+    if (s.rank() == 0) {
+      std::printf("  all_gather 64 MiB: %.2f ms, reduce_scatter 64 MiB: %.2f ms\n", ag, rs);
+      std::printf("SELFTEST %s: %d checks on %d rank(s), %d mismatching\n",
+                  failed.item<int>() == 0 ? "PASSED" : "FAILED", c.checks, world.size(), failed.item<int>());
+    }
+    return failed.item<int>() == 0 ? 0 : 1;
+  });
+}
