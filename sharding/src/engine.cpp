@@ -30,8 +30,8 @@ void register_managed_unit(const torch::nn::Module* module, UnitState* unit);
 void unregister_managed_unit(const torch::nn::Module* module);
 }  // namespace detail
 
-ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
-                           ShardedInit::Impl* sharded_init)
+detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
+                           detail::ShardedInitImpl* sharded_init)
     : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init) {
   if (init != nullptr) {
     init->deactivate();
@@ -54,7 +54,7 @@ ShardingEngine::Impl::Impl(Session& s, std::shared_ptr<torch::nn::Module> m, Sha
   for (auto& u : units) detail::register_managed_unit(u->module, u.get());
 }
 
-void ShardingEngine::Impl::setup_groups() {
+void detail::ShardingEngineImpl::setup_groups() {
   if (init != nullptr && init->groups_ready) {
     comm = init->groups.comm;
     shard_group = init->groups.shard_group;
@@ -83,7 +83,7 @@ bool is_container(const torch::nn::Module& m) {
 
 }  // namespace
 
-void ShardingEngine::Impl::discover_units() {
+void detail::ShardingEngineImpl::discover_units() {
   auto make_unit = [&](torch::nn::Module* module, std::string name, bool is_root) {
     auto u = std::make_unique<detail::UnitState>();
     u->name = std::move(name);
@@ -180,7 +180,7 @@ void ShardingEngine::Impl::discover_units() {
   }
 }
 
-bool ShardingEngine::Impl::adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable,
+bool detail::ShardingEngineImpl::adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable,
                                  const std::vector<ParamSlot>& frozen) {
   if (init == nullptr) return false;
   auto it = init->units.find(u->module);
@@ -217,7 +217,7 @@ bool ShardingEngine::Impl::adopt(detail::UnitState* u, const std::vector<ParamSl
   return true;
 }
 
-void ShardingEngine::Impl::check_same_structure() {
+void detail::ShardingEngineImpl::check_same_structure() {
   if (comm->size() == 1) return;
   std::ostringstream os;
   for (auto& u : units) {
@@ -227,7 +227,7 @@ void ShardingEngine::Impl::check_same_structure() {
   detail::check_same_description(*session.world(), os.str(), "models");
 }
 
-void ShardingEngine::Impl::check_parameters() const {
+void detail::ShardingEngineImpl::check_parameters() const {
   if (init != nullptr && !init->units.empty()) {
     ZS_THROW(UsageError, init->units.size(), " unit(s) sharded at construction by this ShardedInit are not part "
              "of the model given to the engine; build the model's units while the ShardedInit is alive and wrap "
@@ -239,7 +239,7 @@ void ShardingEngine::Impl::check_parameters() const {
   }
 }
 
-void ShardingEngine::Impl::init_flat_params() {
+void detail::ShardingEngineImpl::init_flat_params() {
   Communicator* sync = options.sync_module_states ? comm.get() : nullptr;
   for (auto& u : units) {
     if (u->adopted) continue;  // sharded (and synchronised) at construction
@@ -258,12 +258,12 @@ void ShardingEngine::Impl::init_flat_params() {
 // ---------------------------------------------------------------------------------------------
 
 ShardingEngine::ShardingEngine(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options)
-    : ShardingEngine(std::make_unique<Impl>(session, std::move(model), std::move(options), nullptr)) {}
+    : ShardingEngine(std::make_unique<detail::ShardingEngineImpl>(session, std::move(model), std::move(options), nullptr)) {}
 
 ShardingEngine::ShardingEngine(ShardedInit& init, std::shared_ptr<torch::nn::Module> model)
-    : ShardingEngine(std::make_unique<Impl>(init.impl().session, std::move(model), init.impl().options, &init.impl())) {}
+    : ShardingEngine(std::make_unique<detail::ShardingEngineImpl>(init.impl_->session, std::move(model), init.impl_->options, init.impl_.get())) {}
 
-ShardingEngine::ShardingEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+ShardingEngine::ShardingEngine(std::unique_ptr<detail::ShardingEngineImpl> impl) : impl_(std::move(impl)) {
   // The memory summary and out-of-memory reports (zeroshard/core/memory_report.h) show these
   // categories; the callback only reads atomics.
   std::weak_ptr<MemoryStats> weak = impl_->mem;

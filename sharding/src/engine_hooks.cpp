@@ -19,7 +19,7 @@
 namespace zeroshard {
 namespace detail {
 
-extern thread_local ShardedInit::Impl* t_active_init;  // sharded_init.cpp
+extern thread_local detail::ShardedInitImpl* t_active_init;  // sharded_init.cpp
 
 namespace {
 
@@ -102,7 +102,7 @@ void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs) 
 
 using detail::UnitState;
 
-void ShardingEngine::Impl::install_grad_hooks() {
+void detail::ShardingEngineImpl::install_grad_hooks() {
   for (auto& u : units) {
     for (auto& f : u->flats) {
       if (!f->trainable()) continue;
@@ -117,11 +117,11 @@ void ShardingEngine::Impl::install_grad_hooks() {
   }
 }
 
-bool ShardingEngine::Impl::reshard_after_forward() const {
+bool detail::ShardingEngineImpl::reshard_after_forward() const {
   return options.strategy == ShardingStrategy::kFullShard || options.strategy == ShardingStrategy::kHybridShard;
 }
 
-int ShardingEngine::Impl::inflight_gathers() const {
+int detail::ShardingEngineImpl::inflight_gathers() const {
   int n = 0;
   for (const auto& u : units) n += u->gathers.empty() ? 0 : 1;
   return n;
@@ -131,7 +131,7 @@ int ShardingEngine::Impl::inflight_gathers() const {
 // low-precision cast of the shard runs there, and the collective is ordered after it. That stream
 // first waits for compute (see Impl::streams). The compute stream waits for the result in
 // wait_gather (the collective's Work, plus the side stream for a one-rank cast).
-void ShardingEngine::Impl::issue_gather(UnitState* u) {
+void detail::ShardingEngineImpl::issue_gather(UnitState* u) {
   if (!u->gathers.empty()) return;  // already in flight
   bool needed = false;
   for (auto& f : u->flats) needed = needed || !f->gathered();
@@ -145,12 +145,12 @@ void ShardingEngine::Impl::issue_gather(UnitState* u) {
   u->gathered_on_side_stream = streams->enabled();
 }
 
-void ShardingEngine::Impl::wait_gather(UnitState* u) {
+void detail::ShardingEngineImpl::wait_gather(UnitState* u) {
   issue_gather(u);
   complete_gather(u);
 }
 
-void ShardingEngine::Impl::complete_gather(UnitState* u) {
+void detail::ShardingEngineImpl::complete_gather(UnitState* u) {
   for (auto& w : u->gathers) w->wait();
   u->gathers.clear();
   if (u->gathered_on_side_stream) {
@@ -159,7 +159,7 @@ void ShardingEngine::Impl::complete_gather(UnitState* u) {
   }
 }
 
-void ShardingEngine::Impl::prefetch(int forward_index) {
+void detail::ShardingEngineImpl::prefetch(int forward_index) {
   if (recording_order || forward_index < 0 || forward_index >= static_cast<int>(forward_order.size())) return;
   UnitState* next = forward_order[forward_index];
   bool gathered = true;
@@ -168,12 +168,12 @@ void ShardingEngine::Impl::prefetch(int forward_index) {
   issue_gather(next);
 }
 
-void ShardingEngine::Impl::reshard(UnitState* u) {
+void detail::ShardingEngineImpl::reshard(UnitState* u) {
   complete_gather(u);  // never free a buffer a collective still writes
   for (auto& f : u->flats) f->free_full();
 }
 
-void ShardingEngine::Impl::pre_forward(UnitState* u) {
+void detail::ShardingEngineImpl::pre_forward(UnitState* u) {
   // During a backward through this engine a unit's forward is the recomputation of an activation
   // checkpoint (the reentrant checkpoint re-runs it inside backward).
   ZS_REQUIRE(root_active || u->is_root || in_backward(), UsageError, "unit '", u->name,
@@ -189,7 +189,7 @@ void ShardingEngine::Impl::pre_forward(UnitState* u) {
   wait_gather(u);
 }
 
-void ShardingEngine::Impl::post_forward(UnitState* u, const std::vector<at::Tensor>& outputs) {
+void detail::ShardingEngineImpl::post_forward(UnitState* u, const std::vector<at::Tensor>& outputs) {
   // A recomputation is followed at once by the unit's own backward: stay gathered until then.
   const bool recomputing = in_backward() && c10::GradMode::is_enabled();
   if (reshard_after_forward() && !u->is_root && !recomputing) reshard(u);
@@ -205,7 +205,7 @@ void ShardingEngine::Impl::post_forward(UnitState* u, const std::vector<at::Tens
   (void)hooked;
 }
 
-void ShardingEngine::Impl::pre_backward(UnitState* u) {
+void detail::ShardingEngineImpl::pre_backward(UnitState* u) {
   if (u->pre_backward_done) return;
   u->pre_backward_done = true;
   if (!callback_queued) {
@@ -220,7 +220,7 @@ void ShardingEngine::Impl::pre_backward(UnitState* u) {
   for (auto& f : u->flats) f->prepare_grads();
 }
 
-void ShardingEngine::Impl::on_grad_ready(UnitState* u) {
+void detail::ShardingEngineImpl::on_grad_ready(UnitState* u) {
   ZS_REQUIRE(u->pre_backward_done, UsageError, "unit '", u->name,
              "' produced parameter gradients but none of its outputs was seen by the engine: a unit's "
              "forward must return its tensors (a tensor, a vector or a tuple of tensors) and be called "
@@ -236,7 +236,7 @@ constexpr size_t kMaxRetiredGradBuffers = 2;
 // compute stream: the cast to reduce_dtype, the collective's ordering, the reduction's output and
 // its addition into the fp32 gradient shard all live there, so compute never waits for a
 // reduce-scatter during backward; it waits once, in finalize_backward.
-void ShardingEngine::Impl::post_backward(UnitState* u) {
+void detail::ShardingEngineImpl::post_backward(UnitState* u) {
   if (u->post_backward_done) return;
   u->post_backward_done = true;
   if (no_sync_depth == 0) {
@@ -252,7 +252,7 @@ void ShardingEngine::Impl::post_backward(UnitState* u) {
   set_memory_phase(root->phase_backward);
 }
 
-void ShardingEngine::Impl::finish_reduce(UnitState* u, const c10::Stream& compute) {
+void detail::ShardingEngineImpl::finish_reduce(UnitState* u, const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
   for (auto& f : u->flats) f->finish_reduce(u->name, &counters.reduce_elements, &retired);
   if (!retired.empty()) {
@@ -263,7 +263,7 @@ void ShardingEngine::Impl::finish_reduce(UnitState* u, const c10::Stream& comput
   }
 }
 
-void ShardingEngine::Impl::finalize_backward() {
+void detail::ShardingEngineImpl::finalize_backward() {
   // Units whose parameters did not all receive gradients (unused this step) are reduced now, with
   // zeros for the missing ones, so every rank issues the same collectives.
   for (auto& u : units) {

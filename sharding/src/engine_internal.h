@@ -22,7 +22,7 @@ struct UnitState {
   torch::nn::Module* module = nullptr;
   bool is_root = false;
   bool adopted = false;  // its flat parameters were built (and sharded) by a ShardedInit
-  ShardingEngine::Impl* engine = nullptr;
+  detail::ShardingEngineImpl* engine = nullptr;
   std::vector<std::unique_ptr<FlatParam>> flats;  // trainable first, then frozen
   std::vector<std::shared_ptr<Work>> gathers;     // in flight
   bool gathered_on_side_stream = false;  // a gather ran on the all-gather stream; compute has not waited
@@ -37,11 +37,9 @@ struct UnitState {
   int grads_seen = 0;
 };
 
-}  // namespace detail
-
-struct ShardingEngine::Impl {
-  Impl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options,
-       ShardedInit::Impl* init);
+struct ShardingEngineImpl {
+  ShardingEngineImpl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options,
+       ShardedInitImpl* init);
 
   // --- construction (engine.cpp) ---
   void setup_groups();
@@ -80,7 +78,7 @@ struct ShardingEngine::Impl {
   std::shared_ptr<Communicator> comm;  // all ranks, for the parameters' device
   std::shared_ptr<Communicator> shard_group;
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
-  ShardedInit::Impl* init = nullptr;  // units sharded at construction, adopted by discover_units
+  detail::ShardedInitImpl* init = nullptr;  // units sharded at construction, adopted by discover_units
   // Declared before `units`: FlatParams report into it when destroyed. Shared with ShardedInit.
   std::shared_ptr<MemoryStats> mem = std::make_shared<MemoryStats>();
   std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
@@ -105,4 +103,5 @@ struct ShardingEngine::Impl {
   std::unique_ptr<AutocastGuard> autocast;  // alive during the root forward when options.autocast
 };
 
+}  // namespace detail
 }  // namespace zeroshard

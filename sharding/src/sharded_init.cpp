@@ -10,17 +10,17 @@
 namespace zeroshard {
 namespace detail {
 // The ShardedInit that shards Units constructed on this thread (engine_hooks.cpp calls it).
-thread_local ShardedInit::Impl* t_active_init = nullptr;
+thread_local detail::ShardedInitImpl* t_active_init = nullptr;
 }  // namespace detail
 
-ShardedInit::Impl::Impl(Session& s, ShardingOptions o) : session(s), options(std::move(o)) {}
+detail::ShardedInitImpl::ShardedInitImpl(Session& s, ShardingOptions o) : session(s), options(std::move(o)) {}
 
-void ShardedInit::Impl::deactivate() {
+void detail::ShardedInitImpl::deactivate() {
   active = false;
   if (detail::t_active_init == this) detail::t_active_init = nullptr;
 }
 
-void ShardedInit::Impl::shard_unit(const torch::nn::Module* module) {
+void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   if (!active || units.count(module) > 0) return;
   // The unit's parameters: everything under it except units built before it (nested units).
   std::vector<ParamSlot> trainable, frozen;
@@ -89,7 +89,7 @@ void ShardedInit::Impl::shard_unit(const torch::nn::Module* module) {
 }
 
 ShardedInit::ShardedInit(Session& session, ShardingOptions options)
-    : impl_(std::make_unique<Impl>(session, std::move(options))) {
+    : impl_(std::make_unique<detail::ShardedInitImpl>(session, std::move(options))) {
   ZS_REQUIRE(detail::t_active_init == nullptr, UsageError,
              "a ShardedInit is already active on this thread; use one at a time");
   detail::t_active_init = impl_.get();

@@ -10,10 +10,10 @@
 #include "zeroshard/sharding/flat_param.h"
 #include "zeroshard/sharding/sharded_init.h"
 
-namespace zeroshard {
+namespace zeroshard::detail {
 
-struct ShardedInit::Impl {
-  Impl(Session& s, ShardingOptions o);
+struct ShardedInitImpl {
+  ShardedInitImpl(Session& s, ShardingOptions o);
   void shard_unit(const torch::nn::Module* module);  // the declare-unit observer
   void deactivate();
 
@@ -29,4 +29,4 @@ struct ShardedInit::Impl {
   int count = 0;
 };
 
-}  // namespace zeroshard
+}  // namespace zeroshard::detail

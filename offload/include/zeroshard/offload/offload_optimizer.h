@@ -96,9 +96,8 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   };
   IoStats io_stats() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

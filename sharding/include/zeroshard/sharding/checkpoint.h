@@ -83,9 +83,8 @@ class Checkpointer {
   // `optimizer`; returns the training state. CheckpointError for anything that does not fit.
   TrainingState load(ShardedOptimizer& optimizer, const std::string& path = "");
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -46,6 +46,9 @@ namespace zeroshard {
 
 class ShardedInit;
 class FlatParam;
+namespace detail {
+struct ShardingEngineImpl;
+}  // namespace detail
 
 // Elements moved by the engine's collectives since the last reset, per rank (before the
 // (N-1)/N wire factor): the ZeRO formulas count 3 x params for FULL_SHARD, 2 x for the others.
@@ -136,14 +139,12 @@ class ShardingEngine {
   // engine (fn captures them); cast them with x.to(engine.compute_dtype()) when it is not fp32.
   c10::ScalarType compute_dtype() const;
 
-  struct Impl;
-
  private:
-  explicit ShardingEngine(std::unique_ptr<Impl> impl);
+  explicit ShardingEngine(std::unique_ptr<detail::ShardingEngineImpl> impl);
   void begin_root();
   void end_root(const std::vector<at::Tensor>& outputs);
   void abort_root() noexcept;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::ShardingEngineImpl> impl_;
   int memory_source_ = 0;  // add_memory_source handle
 };
 

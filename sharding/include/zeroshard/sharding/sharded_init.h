@@ -23,6 +23,10 @@
 
 namespace zeroshard {
 
+namespace detail {
+struct ShardedInitImpl;
+}  // namespace detail
+
 class ShardedInit {
  public:
   ShardedInit(Session& session, ShardingOptions options);
@@ -36,11 +40,9 @@ class ShardedInit {
   int units_sharded() const;
   const MemoryStats& memory() const;
 
-  struct Impl;
-  Impl& impl() { return *impl_; }
-
  private:
-  std::unique_ptr<Impl> impl_;
+  friend class ShardingEngine;  // adopts the units sharded so far
+  std::unique_ptr<detail::ShardedInitImpl> impl_;
 };
 
 }  // namespace zeroshard
