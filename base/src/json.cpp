@@ -57,6 +57,12 @@ JsonObject& JsonObject::add(const std::string& key, const std::string& v) { retu
 JsonObject& JsonObject::add(const std::string& key, const char* v) { return add_raw(key, json_string(v)); }
 JsonObject& JsonObject::add(const std::string& key, const JsonObject& v) { return add_raw(key, v.str()); }
 
+JsonObject& JsonObject::add(const std::string& key, const std::vector<int64_t>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + std::to_string(items[i]);
+  return add_raw(key, out + "]");
+}
+
 JsonObject& JsonObject::add(const std::string& key, const std::vector<JsonObject>& items) {
   std::string s = "[";
   for (size_t i = 0; i < items.size(); ++i) s += (i ? "," : "") + items[i].str();

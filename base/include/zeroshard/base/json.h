@@ -32,6 +32,8 @@ class JsonObject {
   JsonObject& add(const std::string& key, const JsonObject& v);
   // An array of objects.
   JsonObject& add(const std::string& key, const std::vector<JsonObject>& items);
+  // An array of integers.
+  JsonObject& add(const std::string& key, const std::vector<int64_t>& items);
   template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   JsonObject& add(const std::string& key, T v) {
     return add_raw(key, std::to_string(v));
