@@ -93,7 +93,8 @@ class SafetensorsWriter {
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
   // The data of declared tensor `name`: a CPU tensor of its dtype and shape (made contiguous).
-  // UsageError for an undeclared name, a second write, or a dtype/shape mismatch.
+  // UsageError for an undeclared name, a second write, a dtype/shape mismatch, or a write after
+  // finish().
   void write(const std::string& name, const at::Tensor& t);
   // Checks every declared tensor was written, syncs, renames into place. IoError on failure.
   void finish();
