@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -64,8 +65,7 @@ class SafetensorsFile final : public TensorFile {
   }
 
   void read(const std::string& name, int64_t begin, int64_t count, const at::Tensor& dst) override {
-    const TensorInfo* info = find(name);
-    ZS_REQUIRE(info != nullptr, UsageError, "tensor file '", path_, "' has no tensor '", name, "'");
+    const TensorInfo* info = &detail::find_tensor(*this, name);
     detail::check_read(path_, name, info->numel(), info->dtype, begin, count, dst);
     const size_t esize = c10::elementSize(info->dtype);
     const int64_t offset = data_start_ + offsets_.at(name) + begin * static_cast<int64_t>(esize);
@@ -100,7 +100,12 @@ class SafetensorsFile final : public TensorFile {
     std::string header(static_cast<size_t>(len), '\0');
     detail::pread_exact(fd_, header.data(), static_cast<int64_t>(len), 8, path_, "the JSON header");
     data_start_ = 8 + static_cast<int64_t>(len);
-    const JsonValue root = parse_json(header, path_ + ": safetensors header");
+    JsonValue root;
+    try {
+      root = parse_json(header, "the JSON header");
+    } catch (const Error& e) {
+      bad(e.message());  // parse_json's errors are not I/O errors; this file's are
+    }
     if (!root.is_object()) bad("the header is not a JSON object");
     const int64_t data_bytes = size - data_start_;
     for (const auto& [name, v] : root.members) {
@@ -162,6 +167,34 @@ class SafetensorsFile final : public TensorFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// Writes all `bytes` at `offset` of `fd` (the file `tmp`); IoError naming `what` and the file.
+void write_fully(int fd, const char* p, int64_t bytes, int64_t offset, const std::string& tmp, const std::string& what) {
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30)), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ZS_THROW(IoError, "writing ", what, " to '", tmp, "' at offset ", offset, " failed: ", detail::errno_string(err),
+               err == ENOSPC ? " (disk full)" : "");
+    }
+    p += n;
+    offset += n;
+    bytes -= n;
+  }
+}
+
+// A rename into the directory of `path` is durable once the directory is synced.
+void sync_directory_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int fd = ZS_CHECK_ERRNO(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC), "open of directory '", dir,
+                                "' (to sync the rename of '", path, "')");
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) ZS_THROW(IoError, "fsync of directory '", dir, "' (the rename of '", path, "'): ", detail::errno_string(err));
+}
+
 }  // namespace
 
 const char* safetensors_dtype(c10::ScalarType t) {
@@ -188,6 +221,8 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> t
   }
   int64_t offset = 0;
   for (TensorInfo& t : tensors) {
+    ZS_REQUIRE(t.name != "__metadata__", UsageError, "SafetensorsWriter '", path_,
+               "': a tensor cannot be named \"__metadata__\" (the format reserves it)");
     ZS_REQUIRE(index_.count(t.name) == 0, UsageError, "SafetensorsWriter '", path_, "': tensor '", t.name,
                "' declared twice");
     Entry e;
@@ -216,17 +251,15 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> t
   for (int i = 0; i < 8; ++i) lenb[i] = static_cast<unsigned char>(len >> (8 * i));
   std::string head(reinterpret_cast<const char*>(lenb), 8);
   head += text;
-  ssize_t done = 0;
-  while (done < static_cast<ssize_t>(head.size())) {
-    const ssize_t n = ::pwrite(fd_, head.data() + done, head.size() - static_cast<size_t>(done), done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = n < 0 ? errno : ENOSPC;
-      ZS_THROW(IoError, "writing the header of '", tmp_, "' failed: ", detail::errno_string(e));
-    }
-    done += n;
+  try {
+    write_fully(fd_, head.data(), static_cast<int64_t>(head.size()), 0, tmp_, "the header");
+  } catch (...) {  // the destructor does not run for a constructor that throws
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+    throw;
   }
 }
+
 
 SafetensorsWriter::~SafetensorsWriter() {
   if (fd_ >= 0) ::close(fd_);
@@ -234,34 +267,23 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::write(const std::string& name, const at::Tensor& t) {
+  ZS_REQUIRE(!finished_, UsageError, "SafetensorsWriter '", path_, "': tensor '", name, "' written after finish()");
   auto it = index_.find(name);
   ZS_REQUIRE(it != index_.end(), UsageError, "SafetensorsWriter '", path_, "': tensor '", name, "' was not declared");
   Entry& e = entries_[it->second];
   ZS_REQUIRE(!e.written, UsageError, "SafetensorsWriter '", path_, "': tensor '", name, "' written twice");
   ZS_REQUIRE(t.device().is_cpu() && t.scalar_type() == e.info.dtype && t.sizes().vec() == e.info.shape, UsageError,
-             "SafetensorsWriter '", path_, "': tensor '", name, "' was declared ", c10::toString(e.info.dtype),
-             " with ", e.info.shape.size(), " dimensions, got ", c10::toString(t.scalar_type()), " ", t.sizes(),
-             " on ", t.device().str());
+             "SafetensorsWriter '", path_, "': tensor '", name, "' was declared ", c10::toString(e.info.dtype), " ",
+             c10::IntArrayRef(e.info.shape), " on cpu, got ", c10::toString(t.scalar_type()), " ", t.sizes(), " on ",
+             t.device().str());
   const at::Tensor c = t.contiguous();
-  const char* p = static_cast<const char*>(c.data_ptr());
-  int64_t left = e.bytes, off = data_start_ + e.offset;
-  while (left > 0) {
-    const ssize_t n = ::pwrite(fd_, p, static_cast<size_t>(std::min<int64_t>(left, int64_t{1} << 30)), off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      ZS_THROW(IoError, "writing tensor '", name, "' to '", tmp_, "' at offset ", off, " failed: ",
-               detail::errno_string(err), err == ENOSPC ? " (disk full)" : "");
-    }
-    p += n;
-    off += n;
-    left -= n;
-  }
+  write_fully(fd_, static_cast<const char*>(c.data_ptr()), e.bytes, data_start_ + e.offset, tmp_, "tensor '" + name + "'");
   e.written = true;
   bytes_written_ += e.bytes;
 }
 
 void SafetensorsWriter::finish() {
+  ZS_REQUIRE(!finished_, UsageError, "SafetensorsWriter '", path_, "': finish() called twice");
   for (const Entry& e : entries_) {
     ZS_REQUIRE(e.written, UsageError, "SafetensorsWriter '", path_, "': tensor '", e.info.name,
                "' was declared but never written");
@@ -271,6 +293,7 @@ void SafetensorsWriter::finish() {
   fd_ = -1;
   ZS_CHECK_ERRNO(::rename(tmp_.c_str(), path_.c_str()), "rename of '", tmp_, "' to '", path_, "'");
   finished_ = true;
+  sync_directory_of(path_);
 }
 
 }  // namespace zeroshard

@@ -80,6 +80,13 @@ void convert_into(const void* src, c10::ScalarType from, int64_t count, const at
   dst.view({count}).copy_(view);
 }
 
+const TensorInfo& find_tensor(const TensorFile& file, const std::string& name) {
+  const TensorInfo* info = file.find(name);
+  ZS_REQUIRE(info != nullptr, UsageError, "tensor file '", file.path(), "' has no tensor '", name, "' (it has ",
+             file.tensors().size(), " tensors)");
+  return *info;
+}
+
 void check_read(const std::string& path, const std::string& name, int64_t numel, c10::ScalarType dtype,
                 int64_t begin, int64_t count, const at::Tensor& dst) {
   ZS_REQUIRE(begin >= 0 && count >= 0 && begin + count <= numel, UsageError, "reading elements [", begin, ", ",
@@ -101,20 +108,22 @@ std::unique_ptr<TensorFile> open_tensor_file(const std::string& path) {
   const int64_t size = detail::file_size(fd, path);
   ::close(fd);
   if (n >= 4 && head[0] == 'P' && head[1] == 'K' && head[2] == 3 && head[3] == 4) return open_torch_zip_file(path);
-  if (n == 9 && head[8] == '{') {
-    uint64_t len = 0;
-    for (int i = 7; i >= 0; --i) len = (len << 8) | head[i];
-    if (len > 0 && static_cast<int64_t>(len) <= size - 8) return open_safetensors_file(path);
-  }
+  // safetensors: the JSON header starts at byte 8. Its length is not checked here, so a truncated
+  // file gets the safetensors reader's precise error rather than "not a tensor file".
+  if (n == 9 && head[8] == '{') return open_safetensors_file(path);
   std::string shown;
   for (ssize_t i = 0; i < n && i < 8; ++i) {
     char buf[8];
     std::snprintf(buf, sizeof(buf), "%02x", head[i]);
     shown += buf;
   }
+  const char* legacy = n > 0 && head[0] == 0x80
+                           ? " (a pickle: torch.save's legacy format, from PyTorch < 1.6 or "
+                             "_use_new_zipfile_serialization=False; load it and torch.save it again in a current PyTorch)"
+                           : "";
   ZS_THROW(IoError, "'", path, "' (", size, " bytes) is not a tensor file zeroshard reads: expected a zip archive "
            "(torch.save, torch.jit.save, zeroshard-ckpt consolidate; starts with \"PK\\3\\4\") or safetensors (an 8-byte "
-           "header length, then '{'); its first bytes are ", shown.empty() ? std::string("none") : shown);
+           "header length, then '{'); its first bytes are ", shown.empty() ? std::string("none") : shown, legacy);
 }
 
 }  // namespace zeroshard

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "zeroshard/io/tensor_file.h"
+
 namespace zeroshard::detail {
 
 // Opens `path` for reading; IoError naming it.
@@ -23,8 +25,10 @@ bool convertible(c10::ScalarType from, c10::ScalarType to);
 // `count` elements of dtype `from` at `src` into `dst` (contiguous CPU, `count` elements), converted
 // as Tensor::to does.
 void convert_into(const void* src, c10::ScalarType from, int64_t count, const at::Tensor& dst);
-// Checks a read() call's arguments: a known tensor (UsageError naming it and the file otherwise), a
-// range inside it, and a dst that fits. `numel`/`dtype`: the stored tensor's.
+// The tensor `name` of `file`; UsageError naming it and the file when there is none.
+const TensorInfo& find_tensor(const TensorFile& file, const std::string& name);
+// Checks a read() call's arguments (of a known tensor): a range inside it, and a dst that fits.
+// `numel`/`dtype`: the stored tensor's.
 void check_read(const std::string& path, const std::string& name, int64_t numel, c10::ScalarType dtype,
                 int64_t begin, int64_t count, const at::Tensor& dst);
 

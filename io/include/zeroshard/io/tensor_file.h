@@ -10,6 +10,14 @@
 //                data_offsets}} with an optional "__metadata__" object, then raw little-endian data.
 // open_tensor_file() tells them apart by their first bytes.
 //
+// torch and torchscript archives: tensor names are the dotted paths through dict keys (strings,
+// integers), list/tuple indices and module attributes (e.g. a checkpoint's "model.h.0.attn.qkv.weight"
+// or "opt.state.0.exp_avg"; a module's "h.0.attn.qkv.weight"); values that are not tensors are
+// skipped. TorchScript tensor constants (code's CONSTANTS.c<i>) are "CONSTANTS.c<i>". Refused with an
+// IoError naming the file (and the tensor): big-endian archives, storages the zip compresses,
+// tensor kinds other than dense (quantized, sparse, ...), storage types other than those below,
+// pickle opcodes outside what torch writes, and storage records shorter than a tensor needs.
+//
 //   auto f = zeroshard::open_tensor_file("model.safetensors");
 //   for (const auto& t : f->tensors()) ...                   // names, dtypes, shapes
 //   at::Tensor part = at::empty({n}, at::kFloat);
@@ -93,7 +101,8 @@ class SafetensorsWriter {
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
   // The data of declared tensor `name`: a CPU tensor of its dtype and shape (made contiguous).
-  // UsageError for an undeclared name, a second write, or a dtype/shape mismatch.
+  // UsageError for an undeclared name, a second write, a dtype/shape mismatch, or a write after
+  // finish().
   void write(const std::string& name, const at::Tensor& t);
   // Checks every declared tensor was written, syncs, renames into place. IoError on failure.
   void finish();
