@@ -9,7 +9,9 @@
 # Environment: ZS_BUILD_DIR (default build), ZS_RANKS (default 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-./scripts/setup.sh >/dev/null
+# Set-up shows its progress; only train_gpt and what it links are built (the tests and benchmarks
+# come with scripts/test.sh).
+./scripts/setup.sh train_gpt
 build_dir=${ZS_BUILD_DIR:-build}
 ranks=${ZS_RANKS:-2}
 mpi_flags=(--oversubscribe)

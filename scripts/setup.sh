@@ -1,12 +1,27 @@
 #!/usr/bin/env bash
 # zeroshard set-up on Debian 12: installs the system packages that are missing (apt-get), then
 # configures and builds into build/ (binaries in build/bin/). Idempotent: a second run installs
-# nothing and rebuilds only what changed.
+# nothing and rebuilds only what changed. Prints each phase and how long it took.
+#
+#   scripts/setup.sh [--tests] [TARGET...]
+#     --tests   also the packages only the tests use: Debian's python3-torch (PyTorch 1.13, ~160 MB),
+#               the real PyTorch the round-trip tests exchange weights and models with
+#     TARGET    build only these CMake targets (e.g. train_gpt: what the demo needs); default all
 #
 # Environment: ZS_BUILD_DIR (default build), ZS_BUILD_TYPE (default RelWithDebInfo),
 # ZS_JOBS (default: number of cores), ZS_CMAKE_ARGS (extra cmake arguments).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+with_tests=0
+targets=()
+for arg in "$@"; do
+  case "$arg" in
+    --tests) with_tests=1 ;;
+    -*) echo "setup: error: unknown option '$arg' (usage: scripts/setup.sh [--tests] [TARGET...])" >&2; exit 2 ;;
+    *) targets+=("$arg") ;;
+  esac
+done
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config
@@ -21,17 +36,22 @@ packages=(
   fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
   dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
+((with_tests)) && packages+=(python3-torch)  # /usr/bin/python3: PyTorch for the round-trip tests
+
+start=$SECONDS
+phase_start=$SECONDS
+timings=()
+phase_done() { timings+=("$1 $((SECONDS - phase_start)) s"); phase_start=$SECONDS; }
 
 missing=()
 for p in "${packages[@]}"; do
-  [[ "$p" == \#* ]] && continue
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
 done
 
 if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}"
+  echo "setup: installing with apt-get: ${missing[*]}"
   if [[ $(id -u) -eq 0 ]]; then
     apt_get=(apt-get)
   elif command -v sudo >/dev/null 2>&1; then
@@ -42,7 +62,20 @@ if ((${#missing[@]})); then
     exit 1
   fi
   "${apt_get[@]}" update -qq
-  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -qq "${missing[@]}" >/dev/null
+  # apt-get's own output is long; show how far it is (one updating line on a terminal) and errors.
+  tty=0
+  [[ -t 1 ]] && tty=1
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -q "${missing[@]}" 2>&1 | awk -v tty="$tty" '
+    / newly installed/ { total = $3; print "setup: apt-get: " total " packages to install (with dependencies)"; fflush() }
+    /^Unpacking / {
+      n++
+      if (tty) printf "\rsetup: apt-get: unpacked %d of %d", n, total
+      else if (n % 25 == 0 || n == total) printf "setup: apt-get: unpacked %d of %d\n", n, total
+      fflush()
+    }
+    /^(E|W): / { print; fflush() }
+    END { if (tty && n) print "" }'
+  phase_done packages
 fi
 
 build_dir=${ZS_BUILD_DIR:-build}
@@ -53,8 +86,18 @@ if command -v ninja >/dev/null 2>&1 && [[ ! -f "$build_dir/CMakeCache.txt" || -f
 fi
 mkdir -p "$build_dir"
 log="$build_dir/configure.log"
+echo "setup: configuring $build_dir"
 # shellcheck disable=SC2086
 cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${ZS_BUILD_TYPE:-RelWithDebInfo}" \
   ${ZS_CMAKE_ARGS:-} >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 grep -E "^-- zeroshard:" "$log" || true
-cmake --build "$build_dir" -j "$jobs"
+phase_done configure
+
+target_args=()
+for t in "${targets[@]}"; do target_args+=(--target "$t"); done
+echo "setup: building ${targets[*]:-everything} with $jobs jobs"
+cmake --build "$build_dir" -j "$jobs" "${target_args[@]}"
+phase_done build
+
+summary=$(printf '%s, ' "${timings[@]}")
+echo "setup: done in $((SECONDS - start)) s (${summary%, })"

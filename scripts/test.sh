@@ -5,6 +5,6 @@
 # Extra arguments go to ctest (e.g. -R comm, -L gpu).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-./scripts/setup.sh
+./scripts/setup.sh --tests
 build_dir=${ZS_BUILD_DIR:-build}
 ctest --test-dir "$build_dir" --output-on-failure -j "${ZS_TEST_JOBS:-2}" "$@"
