@@ -1,8 +1,7 @@
 #pragma once
-// TrainingReport: everything the examples show and record about a run, in one place: the progress
-// bar (rank 0, zeroshard/train/progress.h), plain result lines, and the --metrics-out JSON lines.
-// Every metrics call site of the examples is in report.cpp, so switching from the local stand-in
-// to zeroshard's MetricsWriter touched that file only.
+// TrainingReport: everything a training run shows and records, in one place: the progress bar
+// (rank 0, zeroshard/train/progress.h), plain result lines, and the --metrics-out JSON lines
+// (zeroshard/train/metrics.h). The Trainer uses it; programs with their own loop can too.
 //
 // Collective: no (it reads only this rank's engine counters); values passed in are expected to be
 // the same on every rank already (all-reduced losses, accuracies). Rank 0 prints and writes.
@@ -18,8 +17,7 @@
 #include "zeroshard/core/session.h"
 #include "zeroshard/sharding/engine.h"
 
-namespace zs_examples {
-
+namespace zeroshard {
 
 struct ReportOptions {
   int64_t total_steps = 0;
@@ -31,7 +29,7 @@ struct ReportOptions {
 
 class TrainingReport {
  public:
-  TrainingReport(zeroshard::Session& session, const zeroshard::ShardingEngine& engine, ReportOptions options);
+  TrainingReport(Session& session, const ShardingEngine& engine, ReportOptions options);
   ~TrainingReport();
 
   // After optimizer step `step` (1-based count) that took `seconds`: progress bar and one metrics
@@ -39,7 +37,8 @@ class TrainingReport {
   void step(int64_t step, double loss, double lr, int64_t items, double seconds);
   // A line of text for the person watching (rank 0), above the progress bar.
   void note(const std::string& line);
-  // An evaluation result: `text` is printed; recorded as {"eval":name,"step":step,"value":value}.
+  // An evaluation result: `text` is printed (unless empty); recorded as
+  // {"eval":name,"step":step,"value":value}.
   void eval(int64_t step, const std::string& name, double value, const std::string& text);
   // The final summary line of the metrics file; `text` is printed.
   void summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text);
@@ -50,16 +49,16 @@ class TrainingReport {
   double elapsed_s() const;
 
  private:
-  zeroshard::Session& session_;
-  const zeroshard::ShardingEngine& engine_;
+  Session& session_;
+  const ShardingEngine& engine_;
   ReportOptions options_;
-  zeroshard::ProgressBar bar_;
-  std::unique_ptr<zeroshard::MetricsWriter> metrics_;  // rank 0 with --metrics-out, else null
+  ProgressBar bar_;
+  std::unique_ptr<MetricsWriter> metrics_;  // rank 0 with --metrics-out, else null
   int64_t last_comm_bytes_ = 0;
 };
 
 // Bytes the engine's collectives moved so far on this rank: gathered elements in the compute dtype,
 // reduced elements in the reduce dtype.
-int64_t comm_bytes(const zeroshard::ShardingEngine& engine, c10::ScalarType reduce_dtype);
+int64_t comm_bytes(const ShardingEngine& engine, c10::ScalarType reduce_dtype);
 
-}  // namespace zs_examples
+}  // namespace zeroshard
