@@ -207,7 +207,9 @@ PretrainedOptions PretrainedOptions::from_config(const config::ModelConfig& cfg)
   while (pos < text.size()) {
     size_t end = text.find(',', pos);
     if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(pos, end - pos);
+    std::string item = text.substr(pos, end - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
     const size_t eq = item.find('=');
     ZS_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), ConfigError, "model.init_rename = '", text,
                "': '", item, "' is not file_name=model_name (pairs are separated by commas)");

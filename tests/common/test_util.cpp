@@ -18,4 +18,6 @@ CommOptions test_comm_options(const std::string& name) {
   return o;
 }
 
+void barrier() { world()->barrier()->wait(); }
+
 }  // namespace zeroshard::test
