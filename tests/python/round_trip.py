@@ -13,6 +13,8 @@
    archive. Python loads both (safetensors by hand; the archive with torch.jit.load and
    named_parameters()/named_buffers()) into its GPT and reproduces the final validation loss
    within 1%.
+4. train_gpt starts again from the consolidated archive (model.init_from): its first evaluation
+   equals the final loss within 1e-4 relative.
 Exits non-zero with the reason on the first mismatch.
 """
 
@@ -158,9 +160,22 @@ def main():
     for what, loss in (("safetensors", st_loss), ("consolidated archive", pt_loss)):
         if not close(loss, zs_final, 1e-2):
             fail(f"the {what} export gives validation loss {loss:.8f} in Python, train_gpt reported {zs_final:.8f}")
+
+    # 4. zeroshard's own consolidated archive as pretrained weights: the next run starts where this
+    # one ended (its first evaluation, before any step, is the final loss above).
+    again = os.path.join(a.work, "again.jsonl")
+    cmd = [a.mpirun, "-n", str(a.ranks), "--oversubscribe", os.path.join(a.bin, "train_gpt"), "--metrics-out", again]
+    for s in [x for x in sets if not x.startswith(("model.init_from=", "train.steps=", "checkpoint.dir="))] + [
+            f"model.init_from={pt_path}", "train.steps=1"]:
+        cmd += ["--set", s]
+    run(cmd)
+    restart = eval_values(again)[0][1]
+    if not close(restart, zs_final, 1e-4):
+        fail(f"train_gpt started from its own consolidated archive evaluates {restart:.8f}, it ended at {zs_final:.8f}")
     print(f"ROUND TRIP PASSED ({a.format} in, safetensors and LibTorch archive out, {a.ranks} ranks): "
           f"initial {python_initial:.6f} (python) = {zs_initial:.6f} (train_gpt); final {zs_final:.6f} (train_gpt) = "
-          f"{st_loss:.6f} (safetensors) = {pt_loss:.6f} (archive)", flush=True)
+          f"{st_loss:.6f} (safetensors) = {pt_loss:.6f} (archive) = {restart:.6f} (train_gpt from the archive)",
+          flush=True)
 
 
 if __name__ == "__main__":
