@@ -139,7 +139,8 @@ int run(zs::Session& s) {
                      ? "every " + std::to_string(cfg.activation_checkpointing().every_n_blocks()) + " block(s)"
                      : std::string("off"));
   data_line << "data: " << path << ": " << corpus.files.size() << " file(s), " << corpus.train.numel()
-            << " train bytes, " << corpus.val.numel() << " validation bytes";
+            << " train bytes (" << train_set->size() << " windows), " << corpus.val.numel() << " validation bytes ("
+            << val_set->size() << " windows)";
   task.describe = {model_line.str(), data_line.str()};
   task.after_training = [&] {
     if (cfg.sample().tokens() == 0) return;

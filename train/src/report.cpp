@@ -52,10 +52,7 @@ void TrainingReport::step(int64_t step, double loss, double lr, int64_t items, d
     m.loss = loss;
     m.lr = lr;
     (options_.items_name == "tok" ? m.tokens_per_s : m.samples_per_s) = bar_.items_per_second();
-    for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c) {
-      const auto cat = static_cast<MemCategory>(c);
-      m.mem.emplace_back(to_string(cat), mem.current(cat));
-    }
+    record_memory(m, mem);  // "mem" after the step, "mem_peak" during it
     m.comm_bytes = comm - last_comm_bytes_;
     metrics_->write_step(m);
   }
@@ -67,7 +64,10 @@ void TrainingReport::note(const std::string& line) { bar_.println(line); }
 void TrainingReport::eval(int64_t step, const std::string& name, double value, const std::string& text) {
   if (!text.empty()) bar_.println(text);
   last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);  // the next step's count excludes evaluation
-  if (metrics_) metrics_->write_line(JsonObject().add("eval", name).add("step", step).add("value", value));
+  if (metrics_) {
+    metrics_->write_eval(step, name, value);
+    engine_.memory().restart_window();  // the next step's peak excludes evaluation
+  }
 }
 
 void TrainingReport::summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text) {
