@@ -61,7 +61,13 @@ class MpiWork final : public WorkBase {
   }
 
   void on_timeout() override;
-  void run() { body_(); }
+  // The body (and the tensors it captured) is released as soon as it ran: the watchdog keeps
+  // finished Work handles until its next scan, and their buffers must not live that long.
+  void run() {
+    Body body = std::move(body_);
+    body_ = nullptr;
+    body();
+  }
 
  private:
   std::chrono::microseconds poll_;
