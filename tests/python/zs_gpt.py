@@ -38,7 +38,9 @@ class Block(nn.Module):
         b, t, d = x.shape
         hd = d // self.n_head
         q, k, v = self.qkv(self.ln1(x)).chunk(3, -1)
-        q, k, v = (y.view(b, t, self.n_head, hd).transpose(1, 2) for y in (q, k, v))
+        q = q.view(b, t, self.n_head, hd).transpose(1, 2)
+        k = k.view(b, t, self.n_head, hd).transpose(1, 2)
+        v = v.view(b, t, self.n_head, hd).transpose(1, 2)
         att = q.matmul(k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         att = att.masked_fill(future, float("-inf"))
