@@ -188,6 +188,21 @@ CLI::Option* App::add_custom(const std::string& names, const std::string& value_
                    [apply = std::move(apply)](const std::string&, const std::string& text) { apply(text); });
 }
 
+CLI::Option* App::add_optional(const std::string& names, const std::string& value_name, const std::string& help,
+                               std::function<void(const std::string*)> apply) {
+  auto text = std::make_shared<std::string>();
+  CLI::Option* o = app_->add_flag(names, *text, help)->type_name(value_name);
+  o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  pending_.push_back({o, first_name(names), text, [apply = std::move(apply)](const std::string&, const std::string& v) {
+                        apply(v == "true" ? nullptr : &v);
+                      }});
+  return o;
+}
+
+void App::then(std::function<void()> step) {
+  pending_.push_back({nullptr, "", nullptr, [step = std::move(step)](const std::string&, const std::string&) { step(); }});
+}
+
 void App::add_config_options() {
   const std::string group = "Config (docs/config.md; later --set wins)";
   app_->add_option("--config", config_unused_, "a config file: .textproto or .json (else $ZS_CONFIG)")
@@ -241,7 +256,11 @@ void App::fail_parse(const CLI::ParseError& e) const {
   const size_t colon = what.find(": ");
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && colon != std::string::npos &&
       what.size() > 8 && what.compare(what.size() - 8, 8, " missing") == 0) {
-    fail(what.substr(0, colon) + " needs a value");
+    std::string name = what.substr(0, colon);
+    for (const Pending& p : pending_) {
+      if (p.option != nullptr && p.option->check_name(name)) name = p.name;  // the name errors use
+    }
+    fail(name + " needs a value");
   }
   fail(what);
 }
@@ -275,9 +294,9 @@ bool App::parse(int argc, const char* const* argv, bool print) {
     if (!rest_.empty() && rest_[0] == "--") rest_.erase(rest_.begin());
   }
   for (const Pending& p : pending_) {
-    if (p.option->count() == 0) continue;
+    if (p.option != nullptr && p.option->count() == 0) continue;
     try {
-      p.convert(p.name, *p.text);
+      p.convert(p.name, p.text ? *p.text : std::string());
     } catch (const UsageError& e) {
       fail(e.message());
     }

@@ -72,8 +72,15 @@ class App {
   // One value handed to `apply` (which throws UsageError, e.g. via fail(), when it is bad).
   CLI::Option* add_custom(const std::string& names, const std::string& value_name, const std::string& help,
                           std::function<void(const std::string&)> apply);
+  // A flag that may carry a value as `--name=VALUE` only (the next argument is never taken):
+  // `apply` gets nullptr for the bare flag.
+  CLI::Option* add_optional(const std::string& names, const std::string& value_name, const std::string& help,
+                            std::function<void(const std::string*)> apply);
   // --config FILE and --set KEY=VALUE in --help (the config layer consumes them; see above).
   void add_config_options();
+  // A check or conversion across options, run after the values are converted, in the order
+  // added; its UsageError gets the usage line like the others.
+  void then(std::function<void()> step);
 
   // Parses `args` (argv[0] first, as Session::args() gives them). Returns true to run the
   // program; false after --help or --version, whose text went to stdout when `print` (pass
