@@ -205,7 +205,7 @@ void App::then(std::function<void()> step) {
 
 void App::add_config_options() {
   const std::string group = "Config (docs/config.md; later --set wins)";
-  app_->add_option("--config", config_unused_, "a config file: .textproto or .json (else $ZS_CONFIG)")
+  app_->add_option("--config", config_file_unused_, "a config file: .textproto or .json (else $ZS_CONFIG)")
       ->type_name("FILE")
       ->group(group);
   app_->add_option("--set", config_unused_, "one config key, e.g. --set train.steps=100 (repeatable)")
@@ -221,9 +221,15 @@ bool App::given(const std::string& name) const {
 
 std::string App::help() const { return app_->help(); }
 
+std::string App::hint() const {
+  return " (usage: " + (synopsis_.empty() ? program_ + " [OPTIONS]" : synopsis_) + "; " + program_ +
+         " --help lists the options)";
+}
+
 void App::fail(const std::string& message) const {
-  const std::string synopsis = synopsis_.empty() ? program_ + " [OPTIONS]" : synopsis_;
-  ZS_THROW(UsageError, message, " (usage: ", synopsis, "; ", program_, " --help lists the options)");
+  const std::string h = hint();
+  const bool has_hint = message.size() >= h.size() && message.compare(message.size() - h.size(), h.size(), h) == 0;
+  ZS_THROW(UsageError, message, has_hint ? "" : h);
 }
 
 std::string App::nearest_option(const std::string& typed) const {

@@ -95,7 +95,7 @@ class App {
 
   std::string help() const;
   const std::string& program() const { return program_; }
-  // Throws UsageError: `message`, then the usage line and where the options are listed.
+  // Throws UsageError: `message`, then the usage line and where the options are listed (once).
   [[noreturn]] void fail(const std::string& message) const;
 
   // CLI11 itself, for what the helpers above do not cover.
@@ -106,6 +106,7 @@ class App {
                          std::function<void(const std::string& name, const std::string& text)> convert);
   [[noreturn]] void fail_parse(const CLI::ParseError& e) const;
   std::string nearest_option(const std::string& typed) const;
+  std::string hint() const;  // " (usage: ...; PROGRAM --help lists the options)"
 
   std::string program_;
   std::string synopsis_;
@@ -120,6 +121,7 @@ class App {
   };
   std::vector<Pending> pending_;
   std::vector<std::string> rest_;
+  std::string config_file_unused_;
   std::vector<std::string> config_unused_;
 };
 
