@@ -168,10 +168,13 @@ class Trainer {
 
   // ---- pieces, for programs with their own loop ----
   struct StepResult {
-    double loss;     // mean over micro-batches and ranks
-    double lr;       // the rate this step used
-    bool skipped;    // the loss scaler skipped it (inf/nan gradients)
-    double seconds;  // wall time of the step
+    double loss;        // mean over micro-batches and ranks
+    double lr;          // the rate this step used
+    bool skipped;       // the loss scaler skipped it (inf/nan gradients)
+    double seconds;     // wall time of the step
+    double grad_norm;   // global L2 norm of the gradients before clipping (every step: one small
+                        // all-reduce); NaN when the step was skipped
+    double loss_scale;  // the loss scale the step used (1 without fp16 loss scaling)
   };
   // One optimizer step; `micro_loss(m)` runs micro-batch m's forward through engine.forward and
   // returns its mean loss. Collective.
