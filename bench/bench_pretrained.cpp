@@ -48,11 +48,16 @@ void write_weights(const zs_test::GptConfig& c, const std::string& path, int64_t
 }
 
 int run(zs::Session& s) {
-  zs_bench::GptBenchArgs defaults;
-  defaults.model = zs_test::GptConfig{4096, 256, 4, 12, 256};
-  defaults.steps = 2;
-  const auto a = zs_bench::parse_gpt_bench_args(
-      s.args(), defaults, 1, "usage: bench_pretrained [--dim N] [--layers N] [--heads N] [--seq N] [--vocab N]");
+  zs_bench::GptBenchArgs a;
+  a.model = zs_test::GptConfig{4096, 256, 4, 12, 256};
+  zs::cli::App app("bench_pretrained",
+                   "Host memory per rank while a GPT is built sharded and its pretrained weights loaded, against the "
+                   "whole model and the bound (this rank's shards plus one unit); the load time against reading the "
+                   "file. Final line: JSON.");
+  app.usage("mpirun -n N bench_pretrained [OPTIONS]");
+  zs_bench::add_gpt_bench_args(app, a, -1);
+  app.add_config_options();
+  if (!app.parse(s.args(), s.rank() == 0)) return 0;
   const char* tmp = std::getenv("TMPDIR");
   const std::string path = std::string(tmp != nullptr ? tmp : ZS_BENCH_DEFAULT_DIR) + "/bench_pretrained." +
                            std::to_string(::getppid()) + ".safetensors";

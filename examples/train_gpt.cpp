@@ -1,7 +1,7 @@
 // train_gpt: a GPT-style byte-level language model trained with zeroshard on the fortunes corpus.
 //
 //   mpirun -n 2 build/bin/train_gpt [--config FILE] [--set key=value ...] [--metrics-out FILE]
-//                                   [--check-loss-decreases]
+//                                   [--tensorboard DIR] [--check-loss-decreases]   (--help lists all)
 //
 // Everything else comes from the config (docs/config.md): model.* (shape), data.* (corpus, loader),
 // train.* (steps, global batch, micro-batches, evaluation), optimizer.*, scheduler.*, precision.*
@@ -46,9 +46,9 @@ namespace F = torch::nn::functional;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mpirun -n N train_gpt [--config FILE] [--set key=value ...] [--metrics-out FILE] "
-    "[--check-loss-decreases] [--resume] [--memory-trial] [--memory-summary]; config keys: docs/config.md "
-    "(model.init_from for pretrained weights, checkpoint.dir, offload.*)";
+    "Trains a byte-level GPT on the fortunes corpus with zeroshard, then samples text from it. Every setting "
+    "comes from the config (docs/config.md: model.*, data.*, train.*, sample.*, the engine's sections; "
+    "model.init_from for pretrained weights, checkpoint.dir, offload.*).";
 
 at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return F::cross_entropy(logits.to(at::kFloat).reshape({-1, logits.size(-1)}), targets.reshape({-1}));

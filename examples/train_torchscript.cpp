@@ -59,15 +59,9 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
-double min_accuracy(const zs::TrainFlags& flags) {
-  const std::string text = flag(flags, "--min-accuracy");
-  if (text.empty()) return -1;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  ZS_REQUIRE(end != text.c_str() && *end == '\0' && v >= 0 && v <= 1, zs::UsageError, "--min-accuracy '", text,
-             "' is not a number in [0, 1]");
-  return v;
-}
+const zs::ProgramFlag kMinAccuracy{"--min-accuracy", true, "X",
+                                   "fashion_mnist: exit 1 unless the final test accuracy is at least X (a fraction)",
+                                   zs::ProgramFlag::Type::kNumber, 0, 1};
 
 // Logits [N, classes] or [N, T, V] against integer targets [N] or [N, T]: the mean loss per item
 // of every sample.
@@ -84,12 +78,13 @@ at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& targets) {
 int run(zs::Session& s) {
   const std::optional<zs::TrainStart> start =
       zs::start_training(s, kUsage,
-                         {{"--model", true, "FILE.pt"},
-                          {"--units", true, "PATTERNS"},
-                          {"--unit-types", true, "NAMES"},
-                          {"--task", true, "fashion_mnist|text"},
-                          {"--export", true, "FILE.pt"},
-                          {"--min-accuracy", true, "X"}});
+                         {{"--model", true, "FILE.pt", "the TorchScript module to train (torch.jit.script/trace + save)"},
+                          {"--units", true, "PATTERNS",
+                           "comma-separated submodule paths that become sharded units, '*' within one component"},
+                          {"--unit-types", true, "NAMES", "comma-separated class names whose submodules become units"},
+                          {"--task", true, "fashion_mnist|text", "what the model takes and returns (default fashion_mnist)"},
+                          {"--export", true, "FILE.pt", "write the trained module there (torch.jit.load reads it)"},
+                          kMinAccuracy});
   if (!start) return 0;  // --help
   const zs::Config& cfg = s.config();
   const zs::TrainFlags& flags = start->flags;
@@ -98,7 +93,8 @@ int run(zs::Session& s) {
   ZS_REQUIRE(!model_path.empty(), zs::UsageError, "--model FILE.pt is required (a TorchScript module); ", kUsage);
   ZS_REQUIRE(task_name == "fashion_mnist" || task_name == "text", zs::UsageError, "--task '", task_name,
              "' is not one of fashion_mnist, text");
-  const double required_accuracy = min_accuracy(flags);
+  const std::string accuracy_text = flag(flags, kMinAccuracy.name);
+  const double required_accuracy = accuracy_text.empty() ? -1 : std::stod(accuracy_text);
   ZS_REQUIRE(required_accuracy < 0 || task_name == "fashion_mnist", zs::UsageError,
              "--min-accuracy needs --task fashion_mnist");
 

@@ -116,6 +116,40 @@ TEST(TrainFlags, ParsesFlagsAndRejectsUnknownOnes) {
   EXPECT_THROW(zs::parse_train_flags({"prog", "--resume=yes"}, "usage"), zs::UsageError);
   EXPECT_TRUE(zs::parse_train_flags({"prog", "--resume"}, "usage").resume);
   EXPECT_FALSE(zs::parse_train_flags({"prog"}, "usage").resume);
+  EXPECT_EQ(zs::parse_train_flags({"prog", "--tensorboard", "tb"}, "usage").tensorboard, "tb");
+  EXPECT_TRUE(zs::parse_train_flags({"prog", "--help"}, "usage").help);
+  EXPECT_TRUE(zs::parse_train_flags({"prog", "--version"}, "usage").version);
+}
+
+// Program flags are checked as their type says, in the shape every zeroshard program uses.
+TEST(TrainFlags, ProgramFlagsAreTyped) {
+  using T = zs::ProgramFlag::Type;
+  const std::vector<zs::ProgramFlag> flags = {{"--min-accuracy", true, "X", "accuracy", T::kNumber, 0, 1},
+                                              {"--epochs-max", true, "N", "epochs", T::kInteger, 1},
+                                              {"--verbose", false, "", "talk"}};
+  auto error = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "prog");
+    try {
+      zs::parse_train_flags(args, "usage", flags);
+    } catch (const zs::UsageError& e) {
+      return e.message();
+    }
+    return std::string();
+  };
+  EXPECT_NE(error({"--min-accuracy", "lots"}).find("--min-accuracy 'lots' is not a number"), std::string::npos);
+  EXPECT_NE(error({"--min-accuracy=1.5"}).find("--min-accuracy must be between 0 and 1, got 1.5"), std::string::npos);
+  EXPECT_NE(error({"--epochs-max", "3x"}).find("--epochs-max '3x' is not an integer"), std::string::npos);
+  EXPECT_NE(error({"--epochs-max", "0"}).find("--epochs-max must be at least 1, got 0"), std::string::npos);
+  EXPECT_NE(error({"--verbose=1"}).find("--verbose takes no value"), std::string::npos);
+  EXPECT_NE(error({"--metrics-ot", "f"}).find("did you mean '--metrics-out'?"), std::string::npos);
+  const zs::TrainFlags f = zs::parse_train_flags({"prog", "--verbose", "--epochs-max=4"}, "usage", flags);
+  EXPECT_EQ(f.program.at("--verbose"), "");
+  EXPECT_EQ(f.program.at("--epochs-max"), "4");
+  const std::string help = zs::train_flags_help("prog", "Trains things.", flags);
+  for (const char* part : {"Trains things.", "mpirun -n N prog [OPTIONS]", "--min-accuracy X", "--verbose",
+                           "--tensorboard DIR", "--config FILE"}) {
+    EXPECT_NE(help.find(part), std::string::npos) << part << " in:\n" << help;
+  }
 }
 
 }  // namespace

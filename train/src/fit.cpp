@@ -84,6 +84,7 @@ TrainResult Trainer::fit(const TrainTask& task) {
   ro.items_name = task.items;
   ro.log_interval = o.log_interval;
   ro.metrics_path = flags.metrics_out;
+  ro.tensorboard_dir = flags.tensorboard.empty() ? session_.config().logging().tensorboard_dir() : flags.tensorboard;
   ro.reduce_dtype = engine_.options().reduce_dtype;
   TrainingReport report(session_, engine_, ro);
   report.note(header(task, steps));
@@ -108,7 +109,8 @@ TrainResult Trainer::fit(const TrainTask& task) {
     if (by_epochs && step % steps_per_epoch == 0) stream.begin_epoch(step / steps_per_epoch);
     const StepResult r = this->step(micro_loss);
     result.final_train_loss = r.loss;
-    report.step(step + 1, r.loss, r.lr, plan.global_batch * task.items_per_sample, r.seconds);
+    report.step(step + 1, r.loss, r.lr, plan.global_batch * task.items_per_sample, r.seconds,
+                {r.grad_norm, r.loss_scale});
     if (evaluating && by_epochs && (step + 1) % steps_per_epoch == 0) {
       char label[96];
       std::snprintf(label, sizeof(label), "epoch %lld/%d (train loss %.4f)",

@@ -4,6 +4,9 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <cctype>
+#include <cmath>
+
 #include "zeroshard/core/memory_stats.h"
 
 namespace zeroshard {
@@ -21,6 +24,20 @@ ProgressOptions progress_options(const Session& s, const ReportOptions& o) {
   return p;
 }
 
+// "on NVMe (disk)" -> "on_nvme_disk": lower-case letters, digits and single '_'.
+std::string tag_name(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    } else if (!out.empty() && out.back() != '_') {
+      out.push_back('_');
+    }
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 int64_t comm_bytes(const ShardingEngine& engine, c10::ScalarType reduce_dtype) {
@@ -36,13 +53,17 @@ TrainingReport::TrainingReport(Session& session, const ShardingEngine& engine, R
       bar_(progress_options(session, options_)),
       metrics_(session.rank() == 0 && !options_.metrics_path.empty()
                    ? std::make_unique<MetricsWriter>(options_.metrics_path)
-                   : nullptr) {
+                   : nullptr),
+      tensorboard_(session.rank() == 0 && !options_.tensorboard_dir.empty()
+                       ? std::make_unique<TensorBoardWriter>(options_.tensorboard_dir)
+                       : nullptr) {
   last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);
 }
 
 TrainingReport::~TrainingReport() = default;
 
-void TrainingReport::step(int64_t step, double loss, double lr, int64_t items, double seconds) {
+void TrainingReport::step(int64_t step, double loss, double lr, int64_t items, double seconds,
+                          const StepStats& stats) {
   const MemoryStats& mem = engine_.memory();
   bar_.update({step, loss, lr, items, mem.total_current(), seconds});
   const int64_t comm = comm_bytes(engine_, options_.reduce_dtype);
@@ -56,7 +77,30 @@ void TrainingReport::step(int64_t step, double loss, double lr, int64_t items, d
     m.comm_bytes = comm - last_comm_bytes_;
     metrics_->write_step(m);
   }
+  if (tensorboard_) write_tensorboard_step(step, loss, lr, stats, comm - last_comm_bytes_);
   last_comm_bytes_ = comm;
+}
+
+// Tags: train/* (loss, lr, tokens_per_s or samples_per_s, grad_norm, loss_scale), memory_mib/* by
+// category (memory_report's names as tags: "on NVMe (disk)" -> on_nvme_disk) and their total,
+// comm_mib/per_step.
+void TrainingReport::write_tensorboard_step(int64_t step, double loss, double lr, const StepStats& stats,
+                                            int64_t comm) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::vector<std::pair<std::string, double>> v = {
+      {"train/loss", loss},
+      {"train/lr", lr},
+      {options_.items_name == "tok" ? "train/tokens_per_s" : "train/samples_per_s", bar_.items_per_second()}};
+  if (!std::isnan(stats.grad_norm)) v.emplace_back("train/grad_norm", stats.grad_norm);
+  if (!std::isnan(stats.loss_scale)) v.emplace_back("train/loss_scale", stats.loss_scale);
+  const MemoryStats& mem = engine_.memory();
+  for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c) {
+    const auto cat = static_cast<MemCategory>(c);
+    v.emplace_back("memory_mib/" + tag_name(to_string(cat)), static_cast<double>(mem.current(cat)) / kMiB);
+  }
+  v.emplace_back("memory_mib/total", static_cast<double>(mem.total_current()) / kMiB);
+  v.emplace_back("comm_mib/per_step", static_cast<double>(comm) / kMiB);
+  tensorboard_->write_scalars(step, v);
 }
 
 void TrainingReport::note(const std::string& line) { bar_.println(line); }
@@ -68,6 +112,7 @@ void TrainingReport::eval(int64_t step, const std::string& name, double value, c
     metrics_->write_eval(step, name, value);
     engine_.memory().restart_window();  // the next step's peak excludes evaluation
   }
+  if (tensorboard_) tensorboard_->write_scalar(step, "eval/" + name, value);
 }
 
 void TrainingReport::summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text) {

@@ -4,9 +4,12 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/session.h"
@@ -14,54 +17,80 @@
 
 namespace zeroshard {
 
+namespace {
+
+std::string program_name(const std::string& argv0) {
+  const size_t slash = argv0.rfind('/');
+  return slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
+}
+
+// The common flags and the program's on `app`, read into `f`.
+void add_train_flags(cli::App& app, TrainFlags& f, const std::vector<ProgramFlag>& program_flags) {
+  app.usage("mpirun -n N " + app.program() + " [OPTIONS]");
+  app.add_text("--metrics-out", &f.metrics_out, "JSON lines: every step, evaluation and a summary (rank 0)", "FILE");
+  app.add_text("--tensorboard", &f.tensorboard,
+               "TensorBoard event files of the run in DIR (created); wins over logging.tensorboard_dir", "DIR");
+  app.add_flag("--resume", &f.resume, "continue from the latest checkpoint in checkpoint.dir");
+  app.add_flag("--memory-summary", &f.memory_summary, "rank 0 prints its memory summary at the end");
+  app.add_flag("--memory-trial", &f.memory_trial,
+               "build the model, run 2 steps and print the memory peak (zeroshard-launch --find-batch-size)");
+  app.add_flag("--check-loss-decreases", &f.check_loss_decreases,
+               "exit 1 unless the held-out loss ends below 90% of its value before training");
+  for (const ProgramFlag& p : program_flags) {
+    if (!p.takes_value) {
+      auto given = std::make_shared<bool>(false);  // kept by the step below
+      app.add_flag(p.name, given.get(), p.help);
+      app.then([&f, given, name = p.name] {
+        if (*given) f.program[name] = "";
+      });
+      continue;
+    }
+    const std::string value_name = p.value_name.empty() ? "VALUE" : p.value_name;
+    app.add_custom(p.name, value_name, p.help, [&f, p](const std::string& text) {
+      if (p.type == ProgramFlag::Type::kNumber) cli::parse_number(p.name, text, p.min, p.max);
+      if (p.type == ProgramFlag::Type::kInteger) {
+        const auto bound = [](double v, int64_t inf) { return std::isfinite(v) ? static_cast<int64_t>(v) : inf; };
+        cli::parse_int(p.name, text, bound(p.min, std::numeric_limits<int64_t>::min()),
+                       bound(p.max, std::numeric_limits<int64_t>::max()));
+      }
+      f.program[p.name] = text;
+    });
+  }
+  app.add_config_options();
+}
+
+}  // namespace
+
 TrainFlags parse_train_flags(const std::vector<std::string>& args, const std::string& usage,
                              const std::vector<ProgramFlag>& program_flags) {
   TrainFlags f;
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string k = args[i], v;
-    bool has_value = false;
-    const size_t eq = k.find('=');
-    if (k.rfind("--", 0) == 0 && eq != std::string::npos) {  // --flag=value
-      v = k.substr(eq + 1);
-      k = k.substr(0, eq);
-      has_value = true;
-    }
-    auto value = [&]() -> std::string {
-      if (has_value) return v;
-      ZS_REQUIRE(i + 1 < args.size(), UsageError, k, " needs a value; ", usage);
-      return args[++i];
-    };
-    auto no_value = [&]() {
-      ZS_REQUIRE(!has_value, UsageError, k, " takes no value (got '", v, "'); ", usage);
-      return true;
-    };
-    if (k == "--metrics-out") {
-      f.metrics_out = value();
-    } else if (k == "--resume") {
-      f.resume = no_value();
-    } else if (k == "--memory-summary") {
-      f.memory_summary = no_value();
-    } else if (k == "--memory-trial") {
-      f.memory_trial = no_value();
-    } else if (k == "--check-loss-decreases") {
-      f.check_loss_decreases = no_value();
-    } else if (k == "--help" || k == "-h") {
-      f.help = no_value();
-    } else {
-      auto it = std::find_if(program_flags.begin(), program_flags.end(),
-                             [&](const ProgramFlag& p) { return p.name == k; });
-      ZS_REQUIRE(it != program_flags.end(), UsageError, "unknown argument '", args[i], "'; ", usage);
-      f.program[k] = it->takes_value ? value() : (no_value(), std::string());
-    }
+  cli::App app(program_name(args.empty() ? "train" : args[0]), usage);
+  add_train_flags(app, f, program_flags);
+  if (!app.parse(args, /*print=*/false)) {
+    f.help = app.given("--help");
+    f.version = !f.help;
   }
   return f;
+}
+
+std::string train_flags_help(const std::string& program, const std::string& usage,
+                             const std::vector<ProgramFlag>& program_flags) {
+  TrainFlags f;
+  cli::App app(program, usage);
+  add_train_flags(app, f, program_flags);
+  return app.help();
 }
 
 std::optional<TrainStart> start_training(Session& s, const std::string& usage,
                                          const std::vector<ProgramFlag>& program_flags) {
   TrainStart start{parse_train_flags(s.args(), usage, program_flags), TrainOptions::from_config(s.config()), {}};
-  if (start.flags.help) {
-    if (s.rank() == 0) std::printf("%s\n", usage.c_str());
+  if (start.flags.help || start.flags.version) {
+    const std::string program = program_name(s.args().empty() ? "train" : s.args()[0]);
+    if (s.rank() == 0) {
+      std::fputs(start.flags.help ? train_flags_help(program, usage, program_flags).c_str()
+                                  : (cli::version_line(program) + "\n").c_str(),
+                 stdout);
+    }
     return std::nullopt;
   }
   // Intra-op threads: this host's cores shared by its ranks.

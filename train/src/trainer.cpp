@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -64,8 +65,12 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
     scaler_.scale(loss / micro_batches).backward();
   }
   bool stepped = false;
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  const double loss_scale = scaler_.scale();
   if (scaler_.unscale_and_check(engine_.param_shards())) {
-    if (start_.options.grad_clip_norm > 0) engine_.clip_grad_norm(start_.options.grad_clip_norm);
+    // The norm is measured every step (reported); gradients change only when clipping is on.
+    const double clip = start_.options.grad_clip_norm;
+    grad_norm = engine_.clip_grad_norm(clip > 0 ? clip : std::numeric_limits<double>::infinity());
     engine_.step(*optimizer_);
     stepped = true;
   }
@@ -76,7 +81,7 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
   const double loss = all_reduce_sum(session_, {mean}, "train.loss")[0] / session_.world_size();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   train_seconds_ += seconds;
-  return {loss, lr, !stepped, seconds};
+  return {loss, lr, !stepped, seconds, grad_norm, loss_scale};
 }
 
 std::vector<double> Trainer::evaluate(const EvalSpec& eval) {

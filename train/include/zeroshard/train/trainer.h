@@ -3,8 +3,8 @@
 //
 //   int main(int argc, char** argv) {
 //     return zeroshard::run_main(argc, argv, [](zeroshard::Session& s) {
-//       auto start = zeroshard::start_training(s, "usage: mpirun -n N my_train [--config F] ...");
-//       if (!start) return 0;                                    // --help
+//       auto start = zeroshard::start_training(s, "Trains my model on my data.");
+//       if (!start) return 0;                                    // --help, --version
 //       auto data = std::make_shared<MyDataset>(...);
 //       zeroshard::ShardedInit init(s, zeroshard::ShardingOptions::from_config(...));
 //       MyModel model(...);                                      // sharded unit by unit as built
@@ -25,7 +25,8 @@
 // request it cannot honour is a ConfigError); evaluates before training, every
 // train.eval_interval steps, after every epoch and at the end; saves checkpoints every
 // checkpoint.interval_steps and at the end (--resume continues from the latest); shows a
-// progress bar, writes --metrics-out JSON lines, prints --memory-summary; and --memory-trial runs
+// progress bar, writes --metrics-out JSON lines and --tensorboard event files, prints
+// --memory-summary; and --memory-trial runs
 // the trial zeroshard-launch --find-batch-size reads (docs/memory.md) instead of training.
 // Collective: every rank runs the same calls in the same order. Not thread-safe.
 
@@ -33,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,27 +54,41 @@ class Checkpointer;
 
 // ---- the command line -------------------------------------------------------------------------
 
-// A flag a program takes besides the common ones (e.g. {"--min-accuracy", true, "X"}).
+// A flag a program takes besides the common ones, e.g.
+//   {"--min-accuracy", true, "X", "exit 1 unless the final test accuracy is at least X",
+//    ProgramFlag::Type::kNumber, 0, 1}
 struct ProgramFlag {
+  enum class Type { kText, kInteger, kNumber };
   std::string name;
   bool takes_value = false;
-  std::string value_name;  // for the usage text
+  std::string value_name;  // for --help
+  std::string help;        // for --help
+  Type type = Type::kText;  // the value is checked as this (a UsageError names the flag and the text)
+  double min = -std::numeric_limits<double>::infinity();  // range of kInteger / kNumber values
+  double max = std::numeric_limits<double>::infinity();
 };
 
 struct TrainFlags {
   std::string metrics_out;            // --metrics-out FILE: JSON lines per step, evaluation, summary
+  std::string tensorboard;            // --tensorboard DIR: TensorBoard event files (logging.tensorboard_dir)
   bool resume = false;                // --resume: continue from the latest checkpoint in checkpoint.dir
   bool memory_summary = false;        // --memory-summary: rank 0 prints its memory summary at the end
   bool memory_trial = false;          // --memory-trial: two steps, then the peak (zeroshard-launch)
   bool check_loss_decreases = false;  // --check-loss-decreases: exit 1 unless the held-out loss ends
                                       // below 90% of its value before training
   bool help = false;                  // --help / -h
-  std::map<std::string, std::string> program;  // the program's own flags given (value or "")
+  bool version = false;               // --version
+  std::map<std::string, std::string> program;  // the program's own flags given (checked value or "")
 };
 
-// Parses `args` (argv[0] first, as Session::args() gives them): the common flags above and the
-// program's. UsageError naming an unknown flag or a missing value, with `usage`.
+// Parses `args` (argv[0] first, as Session::args() gives them) with zeroshard/base/cli.h: the
+// common flags above and the program's, as `--flag value` or `--flag=value`. `usage` is the
+// program's description, the first paragraph of --help. UsageError naming an unknown flag (and
+// the nearest one), a missing value, or a value that is not of the flag's type or range.
 TrainFlags parse_train_flags(const std::vector<std::string>& args, const std::string& usage,
+                             const std::vector<ProgramFlag>& program_flags = {});
+// The --help text of a training program (what start_training prints).
+std::string train_flags_help(const std::string& program, const std::string& usage,
                              const std::vector<ProgramFlag>& program_flags = {});
 
 // ---- starting -------------------------------------------------------------------------------
@@ -83,8 +99,8 @@ struct TrainStart {
   BatchPlan plan;
 };
 
-// What every training program does first, before any data or model memory: its flags (prints
-// `usage` and returns nullopt for --help), intra-op threads (this host's cores shared by its
+// What every training program does first, before any data or model memory: its flags (rank 0
+// prints the help or the version and it returns nullopt for --help / --version), intra-op threads (this host's cores shared by its
 // ranks), the batch plan, and for --memory-trial the plan line (so a trial that runs out of memory
 // building the model has still said its batch).
 std::optional<TrainStart> start_training(Session& s, const std::string& usage,
@@ -152,10 +168,13 @@ class Trainer {
 
   // ---- pieces, for programs with their own loop ----
   struct StepResult {
-    double loss;     // mean over micro-batches and ranks
-    double lr;       // the rate this step used
-    bool skipped;    // the loss scaler skipped it (inf/nan gradients)
-    double seconds;  // wall time of the step
+    double loss;        // mean over micro-batches and ranks
+    double lr;          // the rate this step used
+    bool skipped;       // the loss scaler skipped it (inf/nan gradients)
+    double seconds;     // wall time of the step
+    double grad_norm;   // global L2 norm of the gradients before clipping (every step: one small
+                        // all-reduce); NaN when the step was skipped
+    double loss_scale;  // the loss scale the step used (1 without fp16 loss scaling)
   };
   // One optimizer step; `micro_loss(m)` runs micro-batch m's forward through engine.forward and
   // returns its mean loss. Collective.
