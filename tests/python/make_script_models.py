@@ -2,6 +2,10 @@
 """TorchScript models written in Python for the TorchScript tests (tests/sharding/test_torchscript.cpp).
 
   make_script_models.py OUT_DIR
+  make_script_models.py --gpt FILE [--vocab V] [--dim D] [--heads H] [--layers L] [--seq S]
+
+The second form writes one scripted GPT of the given shape to FILE (for bench_torchscript, which
+trains it against the C++ GPT of tests/sharding/models.h; its defaults are the bench's).
 
 Writes into OUT_DIR, with torch.jit.script (or torch.jit.trace where said) and .save:
   mlp.pt           an MLP: inp, layers (ModuleList of 3 residual blocks: ln, fc, out), head; 7 -> 5
@@ -9,6 +13,8 @@ Writes into OUT_DIR, with torch.jit.script (or torch.jit.trace where said) and .
   wide.pt          a wider MLP, 64 -> 12 blocks of 128 -> 8 (about 3 MiB of parameters)
   gpt.pt           the GPT of zs_gpt.py, its blocks in a ModuleList h (h.0, h.1), the output layer
                    tied to the token embedding (lm_head_weight is wte.weight)
+  gpt_text.pt      the same GPT with 256 tokens, width 64, sequences of 64 (examples/configs/gpt_tiny's
+                   shape), for train_torchscript --task text
   tuple_unit.pt    a unit whose forward returns a tuple of two Tensors, both used by the parent
   other_method.pt  the parent calls a unit's method `scaled` besides its forward (refused)
   twice.pt         the parent calls the same unit twice in its forward (refused at run time)
@@ -163,7 +169,27 @@ class TwoInputs(nn.Module):
         return self.head(self.block(h, x))
 
 
+def write_gpt(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="make_script_models.py --gpt")
+    ap.add_argument("--gpt", required=True, metavar="FILE")
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--seq", type=int, default=256)
+    a = ap.parse_args(argv)
+    torch.manual_seed(0)
+    model = ScriptGpt(vocab_size=a.vocab, d_model=a.dim, n_head=a.heads, n_layer=a.layers, seq_len=a.seq)
+    torch.jit.script(model).save(a.gpt)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1].startswith("--gpt"):
+        write_gpt(sys.argv[1:])
+        return
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
@@ -172,6 +198,8 @@ def main():
     torch.jit.trace(mlp, torch.randn(4, 7)).save(os.path.join(out, "mlp_traced.pt"))
     torch.jit.script(Mlp(d_in=64, d=128, d_out=8, n=12)).save(os.path.join(out, "wide.pt"))
     torch.jit.script(ScriptGpt()).save(os.path.join(out, "gpt.pt"))
+    torch.jit.script(ScriptGpt(vocab_size=256, d_model=64, n_head=4, n_layer=2, seq_len=64)).save(
+        os.path.join(out, "gpt_text.pt"))
     for name, model in (("tuple_unit", TupleUnit()), ("other_method", OtherMethod()), ("twice", Twice()),
                         ("dict_unit", DictUnit()), ("two_inputs", TwoInputs())):
         torch.jit.script(model).save(os.path.join(out, name + ".pt"))
