@@ -47,6 +47,8 @@ done
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev                          # LibTorch 1.13 (CPU) with TorchConfig.cmake
+  libopenblas0-pthread                  # fp32 matmuls: replaces the reference libblas.so.3 (10x here);
+                                        # Session shares the cores among a host's ranks
   libopenmpi-dev openmpi-bin            # MPI backend and mpirun
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev

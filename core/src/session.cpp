@@ -3,8 +3,10 @@
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -24,6 +26,23 @@ std::string hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
   return buf;
+}
+
+// OpenBLAS (Debian's libopenblas0-pthread, behind libblas.so.3 where installed) starts a thread per
+// core in every process, and LibTorch's at::set_num_threads does not reach it: ranks x cores
+// threads would fight over the host's cores. Each rank gets this host's cores shared by its ranks,
+// unless OPENBLAS_NUM_THREADS says otherwise. Returns what the start-up line says about the BLAS.
+std::string share_blas_threads(int local_world_size) {
+  using SetThreads = void (*)(int);
+  const auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set == nullptr) return "BLAS not OpenBLAS";
+  if (const char* env = std::getenv("OPENBLAS_NUM_THREADS"); env != nullptr && *env != '\0') {
+    return std::string("OpenBLAS, OPENBLAS_NUM_THREADS=") + env;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = std::max(1, static_cast<int>(cores) / std::max(1, local_world_size));
+  set(threads);
+  return "OpenBLAS, " + std::to_string(threads) + " thread(s) per rank";
 }
 
 }  // namespace
@@ -72,6 +91,7 @@ void Session::start(int argc, char** argv) {
   node_ = std::move(comms.node);
   check_launch_env();
   pick_device();
+  const std::string blas = share_blas_threads(local_world_size_);
   // Before the program allocates anything: the tracking allocator counts only what comes after.
   apply_memory_config(config_->memory(), device_, rank_, world_size_);
   // runtime.seed: the same initial weights on every rank and in every run, unless the program
@@ -82,7 +102,7 @@ void Session::start(int argc, char** argv) {
   ZS_LOG(kInfo) << "zeroshard " << ZS_VERSION << ": " << world_size_ << " rank(s), " << local_world_size_
                 << " on this host; device " << device_.str() << "; " << mpi.library << " ("
                 << mpi.thread_level << "); launcher " << launch_env_.source
-                << "; NCCL backend " << (nccl_compiled() ? "built" : "not built");
+                << "; NCCL backend " << (nccl_compiled() ? "built" : "not built") << "; " << blas;
 }
 
 void Session::check_launch_env() const {
