@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     a.model = zs_test::GptConfig{4096, 256, 4, 12, 256};
     a.batch = 4;
     a.steps = 20;
-    std::string script, strategy = "FULL_SHARD";
+    std::string script, strategy = "FULL_SHARD", optimize_graph = "0";
     zs::cli::App app("bench_torchscript",
                      "Tokens/s of a GPT scripted in Python (TorchScriptModel) against the same GPT written in C++, "
                      "both trained sharded in the same run. Final line: JSON.");
@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
     zs_bench::add_gpt_bench_args(app, a, kWarmup);
     app.add_choice("--strategy", &strategy, {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"},
                    "sharding strategy (default FULL_SHARD)");
+    app.add_choice("--optimize-graph", &optimize_graph, {"0", "1"},
+                   "TorchScriptOptions::optimize_graph: TorchScript's graph optimizer on (1) or off (0, default)");
     app.add_config_options();
     if (!app.parse(s.args(), s.rank() == 0)) return 0;
     ZS_REQUIRE(!s.device().is_cuda(), zs::UsageError, "bench_torchscript runs on the CPU; this session's device is ",
@@ -130,7 +132,10 @@ int main(int argc, char** argv) {
     o.strategy = static_cast<zs::ShardingStrategy>(st);
 
     // (a) the scripted GPT, its blocks the units.
-    zs::TorchScriptModel scripted(script, {.units = {"h.*"}}, s.device());
+    zs::TorchScriptOptions script_options;
+    script_options.units = {"h.*"};
+    script_options.optimize_graph = optimize_graph == "1";
+    zs::TorchScriptModel scripted(script, script_options, s.device());
     // (b) the C++ GPT of the same shape, with the script's weights.
     zs_test::Gpt cpp(a.model);
     copy_weights(*scripted.module(), *cpp, script);
@@ -183,15 +188,15 @@ int main(int argc, char** argv) {
     const double tok_s = tokens / median(ts), tok_c = tokens / median(tc), ratio = median(ratios);
     if (rank == 0) {
       std::printf("bench_torchscript: GPT dim=%lld layers=%lld heads=%lld seq=%lld vocab=%lld, %lld params, local batch "
-                  "%lld, %d rank(s), %s, %d intra-op thread(s), %d timed steps\n",
+                  "%lld, %d rank(s), %s, %d intra-op thread(s), %d timed steps, graph optimizer %s\n",
                   (long long)a.model.dim, (long long)a.model.layers, (long long)a.model.heads, (long long)a.model.seq,
                   (long long)a.model.vocab, (long long)params, (long long)a.batch, n, strategy.c_str(),
-                  at::get_num_threads(), a.steps - kWarmup);
+                  at::get_num_threads(), a.steps - kWarmup, optimize_graph == "1" ? "on" : "off");
       std::printf("  first loss     scripted %.6f   C++ %.6f\n", first_s, first_c);
       std::printf("  tokens/s       scripted %10.1f   C++ %10.1f   scripted/C++ %.3f (goal >= 0.90)\n", tok_s, tok_c,
                   ratio);
       std::ostringstream js;
-      js << "{\"bench\":\"torchscript\",\"ranks\":" << n << ",\"strategy\":\"" << strategy << "\",\"params\":" << params
+      js << "{\"bench\":\"torchscript\",\"ranks\":" << n << ",\"strategy\":\"" << strategy << "\",\"optimize_graph\":" << optimize_graph << ",\"params\":" << params
          << ",\"scripted_tokens_per_s\":" << tok_s << ",\"cpp_tokens_per_s\":" << tok_c << ",\"ratio\":" << ratio
          << ",\"first_loss_scripted\":" << first_s << ",\"first_loss_cpp\":" << first_c << "}";
       std::printf("%s\n", js.str().c_str());

@@ -6,6 +6,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/library.h>
 #include <torch/nn/module.h>
@@ -104,7 +105,11 @@ std::vector<at::Tensor> as_tensors(const c10::IValue& v) {
 std::vector<at::Tensor> op_call_unit(const c10::IValue& unit, std::vector<at::Tensor> xs) {
   ScriptNode* node = find_node(unit);
   torch::jit::Module m(unit.toObject());
-  auto run = [m](const std::vector<at::Tensor>& in) mutable {
+  // The forward's graph-optimizer setting (TorchScriptOptions::optimize_graph) also for the
+  // recomputation, which runs in backward, outside TorchScriptModel::forward.
+  const bool optimize = torch::jit::getGraphExecutorOptimize();
+  auto run = [m, optimize](const std::vector<at::Tensor>& in) mutable {
+    torch::jit::GraphOptimizerEnabledGuard same_as_forward(optimize);
     return as_tensors(m.forward(std::vector<c10::IValue>(in.begin(), in.end())));
   };
   if (node == nullptr || !node->checkpointed) return run(xs);
@@ -177,6 +182,7 @@ void ScriptNode::train(bool on) {
 
 struct TorchScriptModel::Impl {
   std::string path;
+  TorchScriptOptions options;
   torch::jit::Module script;
   std::shared_ptr<detail::ScriptNode> root;
   std::vector<std::string> unit_names;
@@ -191,6 +197,7 @@ struct TorchScriptModel::Impl {
 TorchScriptModel::TorchScriptModel(const std::string& path, const TorchScriptOptions& options, c10::Device device)
     : impl_(std::make_unique<Impl>()) {
   impl_->path = path;
+  impl_->options = options;
   try {
     impl_->script = torch::jit::load(path, device);
   } catch (const c10::Error& e) {
@@ -226,6 +233,10 @@ std::shared_ptr<torch::nn::Module> TorchScriptModel::module() const { return imp
 
 c10::IValue TorchScriptModel::forward(std::vector<c10::IValue> inputs) {
   detail::t_op_error = nullptr;
+  // Off by default: the profiling executor's differentiable subgraphs run backward through
+  // TorchScript's own autodiff, measured slower than LibTorch's autograd on the same operators
+  // (docs/torchscript.md, Speed). The setting is per thread; the guard restores the caller's.
+  torch::jit::GraphOptimizerEnabledGuard optimizer(impl_->options.optimize_graph);
   try {
     return impl_->script.forward(std::move(inputs));
   } catch (const std::exception&) {
