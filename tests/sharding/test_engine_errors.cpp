@@ -306,7 +306,7 @@ double max_param_diff(const std::map<std::string, torch::Tensor>& ref, const std
       *worst_name = name + " (missing)";
       return 1e30;
     }
-    const double d = (it->second - v).abs().max().item<double>();
+    const double d = zs::test::max_abs_diff(it->second, v);
     if (d > worst) worst = d, *worst_name = name;
   }
   return worst;

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <unordered_set>
 
 #include "common/test_util.h"
@@ -127,7 +128,7 @@ void expect_equivalent(const Task& task, const std::string& what) {
       for (const auto& item : reference->named_parameters()) {
         auto it = sharded.find(item.key());
         ASSERT_NE(it, sharded.end()) << item.key() << " missing from the sharded state";
-        double d = (it->second - item.value()).abs().max().item<double>();
+        const double d = zs::test::max_abs_diff(it->second, item.value());
         if (d > worst) worst = d, worst_name = item.key();
       }
       if (zs::test::rank() == 0) {
@@ -181,4 +182,15 @@ TEST(ShardedEquivalence, BatchNormNet) {
   t.data = mlp_task().data;
   t.loss = [](const torch::Tensor& out, const torch::Tensor& y) { return torch::mse_loss(out, y); };
   expect_equivalent(t, "BatchNorm net");
+}
+
+// The comparison above cannot pass on a NaN (a `d > worst` scan skips one silently).
+TEST(ShardedEquivalence, ComparisonFailsOnNaN) {
+  const torch::Tensor a = torch::zeros({3});
+  torch::Tensor b = a.clone();
+  EXPECT_EQ(zs::test::max_abs_diff(a, b), 0.0);
+  b[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_GT(zs::test::max_abs_diff(a, b), kTolerance);
+  EXPECT_GT(zs::test::max_abs_diff(b, b), kTolerance) << "NaN equals nothing, itself included";
+  EXPECT_GT(zs::test::max_abs_diff(a, torch::zeros({4})), kTolerance) << "shapes differ";
 }
