@@ -61,7 +61,14 @@ class MpiWork final : public WorkBase {
   }
 
   void on_timeout() override;
-  void run() { body_(); }
+  // Runs the collective on the progress thread and drops the body (with the tensors it captured)
+  // before complete() can mark it done: the watchdog keeps finished Works a while, and their
+  // tensors must not stay alive with them.
+  void run() {
+    Body body = std::move(body_);
+    body_ = nullptr;
+    body();
+  }
 
  private:
   std::chrono::microseconds poll_;
