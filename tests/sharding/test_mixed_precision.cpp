@@ -126,6 +126,30 @@ TEST(MixedPrecision, Bf16GathersHalfTheBytes) {
   EXPECT_EQ(bf16 * 2, fp32) << "bf16 gathered " << bf16 << " bytes, fp32 " << fp32;
 }
 
+// ShardingOptions{} (what code that builds options by hand starts from) equals the options the
+// default config converts to, field by field: a new field with two defaults fails here.
+TEST(MixedPrecision, DefaultOptionsEqualTheDefaultConfig) {
+  const zs::Config cfg = zs::default_config();
+  const zs::ShardingOptions d, c = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  EXPECT_EQ(d.strategy, c.strategy);
+  EXPECT_EQ(d.hybrid_group_size, c.hybrid_group_size);
+  EXPECT_EQ(d.forward_prefetch, c.forward_prefetch);
+  EXPECT_EQ(d.backward_prefetch, c.backward_prefetch);
+  EXPECT_EQ(d.limit_all_gathers, c.limit_all_gathers);
+  EXPECT_EQ(d.sync_module_states, c.sync_module_states);
+  EXPECT_EQ(d.buffer_sync, c.buffer_sync);
+  EXPECT_EQ(d.auto_wrap_policy, c.auto_wrap_policy);
+  EXPECT_EQ(d.auto_wrap_min_params, c.auto_wrap_min_params);
+  EXPECT_EQ(d.auto_wrap_module_types, c.auto_wrap_module_types);
+  EXPECT_EQ(d.param_dtype, c.param_dtype);
+  EXPECT_EQ(d.reduce_dtype, c.reduce_dtype);
+  EXPECT_EQ(d.buffer_dtype, c.buffer_dtype);
+  EXPECT_EQ(d.output_dtype, c.output_dtype);
+  EXPECT_EQ(d.cast_forward_inputs, c.cast_forward_inputs);
+  EXPECT_EQ(d.autocast, c.autocast);
+  EXPECT_EQ(d.autocast_dtype, c.autocast_dtype);
+}
+
 TEST(MixedPrecision, ConfigMaps) {
   zs::Config cfg = zs::default_config();
   cfg.mutable_precision()->set_param_dtype(zs::config::PrecisionConfig::BF16);
