@@ -14,6 +14,7 @@
 #include <functional>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -70,18 +71,58 @@ void detail::ShardingEngineImpl::setup_groups() {
 
 namespace {
 
-int64_t count_params(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const auto& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 bool is_container(const torch::nn::Module& m) {
   return dynamic_cast<const torch::nn::SequentialImpl*>(&m) != nullptr ||
          dynamic_cast<const torch::nn::ModuleListImpl*>(&m) != nullptr;
 }
 
 }  // namespace
+
+// The modules the auto-wrap policy makes units (declared Units are units anyway). MODULE_TYPE:
+// every module whose Module::name() is one of the types. SIZE_BASED, FSDP's rule, bottom-up: a
+// module is wrapped when the parameters under it that no unit below it took reach
+// auto_wrap_min_params; never the root, never a Sequential or ModuleList itself (their children
+// are the candidates), wherever the module is held (a container, or a std::vector of blocks
+// registered on their parent). A policy that picks nothing is a ConfigError.
+std::unordered_set<const torch::nn::Module*> detail::ShardingEngineImpl::auto_wrap_picks() const {
+  std::unordered_set<const torch::nn::Module*> picked;
+  const AutoWrapPolicy policy = options.auto_wrap_policy;
+  if (policy == AutoWrapPolicy::kModuleType) {
+    ZS_REQUIRE(!options.auto_wrap_module_types.empty(), ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE needs "
+               "the module types to wrap (sharding.auto_wrap_module_types, e.g. \"torch::nn::Linear,GptBlock\"); "
+               "none were given");
+    for (const auto& m : model->modules(/*include_self=*/false)) {
+      for (const auto& t : options.auto_wrap_module_types) {
+        if (m->name() == t || m->name() == t + "Impl") picked.insert(m.get());
+      }
+    }
+    if (picked.empty()) {
+      std::ostringstream types;
+      for (const auto& t : options.auto_wrap_module_types) types << " '" << t << "'";
+      ZS_THROW(ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE matched no module of type", types.str(),
+               " (types are Module::name() values such as torch::nn::Linear or MyBlock)");
+    }
+  } else if (policy == AutoWrapPolicy::kSizeBased) {
+    int64_t largest = 0;  // the most parameters a candidate held, for the error below
+    std::function<int64_t(torch::nn::Module&, bool)> decide = [&](torch::nn::Module& m, bool is_root) {
+      int64_t remaining = 0;
+      for (const auto& p : m.named_parameters(/*recurse=*/false)) remaining += p.value().numel();
+      for (const auto& c : m.children()) remaining += decide(*c, false);
+      if (is_root || is_container(m)) return remaining;
+      if (detail::is_declared_unit(&m)) return int64_t{0};
+      largest = std::max(largest, remaining);
+      if (remaining < options.auto_wrap_min_params) return remaining;
+      picked.insert(&m);
+      return int64_t{0};
+    };
+    decide(*model, true);
+    ZS_REQUIRE(!picked.empty(), ConfigError, "sharding.auto_wrap_policy = SIZE_BASED picked no module: none holds "
+               "sharding.auto_wrap_min_params = ", options.auto_wrap_min_params, " parameters outside the units "
+               "below it (the most any holds is ", largest, "); lower auto_wrap_min_params, or declare the blocks "
+               "as zeroshard::Unit and use auto_wrap_policy = NONE");
+  }
+  return picked;
+}
 
 void detail::ShardingEngineImpl::discover_units() {
   auto make_unit = [&](torch::nn::Module* module, std::string name, bool is_root) {
@@ -98,22 +139,9 @@ void detail::ShardingEngineImpl::discover_units() {
     return units.back().get();
   };
   root = make_unit(model.get(), "<root>", true);
-  ZS_REQUIRE(options.auto_wrap_policy != AutoWrapPolicy::kModuleType || !options.auto_wrap_module_types.empty(),
-             ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE needs the module types to wrap "
-             "(ShardingOptions::auto_wrap_module_types, e.g. {\"torch::nn::Linear\"}); none were given");
-  auto wants_unit = [&](torch::nn::Module& parent, torch::nn::Module& child) {
-    if (detail::is_declared_unit(&child)) return true;
-    switch (options.auto_wrap_policy) {
-      case AutoWrapPolicy::kSizeBased:
-        return is_container(parent) && count_params(child) >= options.auto_wrap_min_params;
-      case AutoWrapPolicy::kModuleType:
-        for (const auto& t : options.auto_wrap_module_types) {
-          if (child.name() == t || child.name() == t + "Impl") return true;
-        }
-        return false;
-      default:
-        return false;
-    }
+  const std::unordered_set<const torch::nn::Module*> picked = auto_wrap_picks();
+  auto wants_unit = [&](torch::nn::Module& child) {
+    return detail::is_declared_unit(&child) || picked.count(&child) > 0;
   };
   // Owner of each parameter tensor (first name seen) and the slots per unit.
   struct Seen {
@@ -142,7 +170,7 @@ void detail::ShardingEngineImpl::discover_units() {
           torch::nn::Module& c = *child.value();
           const std::string path = prefix + child.key();
           detail::UnitState* next = owner;
-          if (wants_unit(m, c)) {
+          if (wants_unit(c)) {
             ZS_REQUIRE(detail::find_managed_unit(&c) == nullptr, UsageError, "module '", path,
                        "' is already wrapped by another ShardingEngine; wrap a module once");
             next = make_unit(&c, path, false);
@@ -151,12 +179,6 @@ void detail::ShardingEngineImpl::discover_units() {
         }
       };
   visit(*model, "", root);
-  if (options.auto_wrap_policy == AutoWrapPolicy::kModuleType && units.size() == 1) {
-    std::ostringstream types;
-    for (const auto& t : options.auto_wrap_module_types) types << " '" << t << "'";
-    ZS_THROW(ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE matched no module of type", types.str(),
-             " (types are Module::name() values such as torch::nn::Linear or MyBlock)");
-  }
   // One FlatParam for the trainable parameters of each unit, one for the frozen ones.
   for (auto& u : units) {
     std::vector<ParamSlot> trainable, frozen;

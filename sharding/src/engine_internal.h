@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "zeroshard/sharding/autocast.h"
@@ -44,6 +45,7 @@ struct ShardingEngineImpl {
   // --- construction (engine.cpp) ---
   void setup_groups();
   void discover_units();
+  std::unordered_set<const torch::nn::Module*> auto_wrap_picks() const;
   bool adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable, const std::vector<ParamSlot>& frozen);
   void check_same_structure();
   void check_parameters() const;
