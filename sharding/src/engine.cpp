@@ -412,11 +412,20 @@ void ShardingEngine::zero_grad() {
   }
 }
 
-std::map<std::string, at::Tensor> ShardingEngine::full_state_dict() {
+std::map<std::string, at::Tensor> ShardingEngine::full_state_dict(const StateDictOptions& o) {
   std::map<std::string, at::Tensor> out;
+  const bool keep = !o.rank0_only || impl_->session.rank() == 0;
+  // A copy that owns its memory (a view would keep the whole gathered flat alive), on the CPU
+  // when asked.
+  auto own = [&](const at::Tensor& t) {
+    return o.offload_to_cpu ? t.to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true) : t.clone();
+  };
+  c10::AutoGradMode no_grad(false);
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
-      at::Tensor flat = f->gather_values("zs.state_dict");
+      at::Tensor flat = f->gather_values("zs.state_dict");  // collective: every rank gathers
+      if (!keep) continue;
+      if (o.offload_to_cpu) flat = flat.to(at::kCPU);  // one copy of the unit, sliced below
       for (const ParamSlot& s : f->slots()) {
         at::Tensor v = flat.narrow(0, s.offset, s.numel).view(s.shape).clone();
         out[s.name] = v;
@@ -424,7 +433,8 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict() {
       }
     }
   }
-  for (const auto& b : impl_->model->named_buffers()) out[b.key()] = b.value().clone();
+  if (!keep) return out;
+  for (const auto& b : impl_->model->named_buffers()) out[b.key()] = own(b.value());
   return out;
 }
 

@@ -50,6 +50,13 @@ namespace detail {
 struct ShardingEngineImpl;
 }  // namespace detail
 
+// What full_state_dict() returns where. Both gather one unit at a time, so the transient memory
+// on top of the result is one unit's flat parameter.
+struct StateDictOptions {
+  bool rank0_only = false;      // only rank 0 gets the tensors; the others an empty map
+  bool offload_to_cpu = false;  // tensors on the CPU (each unit copied there as it is gathered)
+};
+
 // Elements moved by the engine's collectives since the last reset, per rank (before the
 // (N-1)/N wire factor): the ZeRO formulas count 3 x params for FULL_SHARD, 2 x for the others.
 struct CommCounters {
@@ -111,8 +118,9 @@ class ShardingEngine {
   // This rank's trainable shards with their gradients, in a fixed order.
   std::vector<ParamShard> param_shards();
   // Every parameter's full fp32 value by qualified name (tied parameters under each name), and
-  // the buffers. Collective over all ranks.
-  std::map<std::string, at::Tensor> full_state_dict();
+  // the buffers (this rank's). Collective over all ranks, gathered one unit at a time; see
+  // StateDictOptions for rank 0 only and CPU copies.
+  std::map<std::string, at::Tensor> full_state_dict(const StateDictOptions& options = {});
 
   const MemoryStats& memory() const;
   MemoryStats& memory();
