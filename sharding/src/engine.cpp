@@ -1,6 +1,7 @@
 // ShardingEngine: construction (groups, units, structure check, flat parameters) and the
 // optimizer side (clipping, step, zero_grad, state). The forward/backward lifecycle is in
 // engine_hooks.cpp.
+#include "buffers.h"
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
 
@@ -271,10 +272,19 @@ void detail::ShardingEngineImpl::init_flat_params() {
     }
   }
   c10::AutoGradMode no_grad(false);
-  for (auto& b : model->buffers()) {
+  std::vector<at::Tensor> buffers = model->buffers();
+  for (auto& b : buffers) {
     if (b.is_floating_point() && b.scalar_type() != options.buffer_dtype) b.set_data(b.to(options.buffer_dtype));
-    if (sync != nullptr && sync->size() > 1 && b.numel() > 0) sync->broadcast(b, 0, "zs.sync_buffer")->wait();
   }
+  if (sync != nullptr) detail::broadcast_buffers(*sync, buffers, 0, "zs.sync_buffers");
+}
+
+void detail::ShardingEngineImpl::sync_buffers_before_forward() {
+  if (options.buffer_sync == BufferSync::kBroadcast) detail::broadcast_buffers(*comm, model->buffers(), 0, "zs.buffers");
+}
+
+void detail::ShardingEngineImpl::sync_buffers_after_step() {
+  if (options.buffer_sync == BufferSync::kAverage) detail::average_buffers(*comm, model->buffers(), "zs.buffers");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -396,14 +406,7 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   impl_->mem->set(MemCategory::kOptimizerState, where.device);
   impl_->mem->set(MemCategory::kOffloadHost, where.host);
   impl_->mem->set(MemCategory::kNvme, where.nvme);
-  // Buffers (e.g. BatchNorm running statistics) are averaged so every rank holds the same values.
-  if (impl_->comm->size() > 1) {
-    for (auto& b : impl_->model->buffers()) {
-      if (b.numel() > 0 && c10::isFloatingType(b.scalar_type())) {
-        impl_->comm->all_reduce(b, ReduceOp::kAvg, "zs.buffers")->wait();
-      }
-    }
-  }
+  impl_->sync_buffers_after_step();
 }
 
 void ShardingEngine::zero_grad() {

@@ -306,6 +306,7 @@ void ShardingEngine::begin_root() {
                                                           : c10::DeviceType::CPU,
                                                       impl_->options.autocast_dtype);
   }
+  impl_->sync_buffers_before_forward();
   impl_->pre_forward(impl_->root);
 }
 

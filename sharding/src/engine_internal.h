@@ -52,6 +52,11 @@ struct ShardingEngineImpl {
   void init_flat_params();
   void install_grad_hooks();
 
+  // Module buffers (buffers.h, options.buffer_sync): BROADCAST before every forward, AVERAGE
+  // after every step.
+  void sync_buffers_before_forward();
+  void sync_buffers_after_step();
+
   // --- lifecycle (engine_hooks.cpp) ---
   void pre_forward(detail::UnitState* u);
   void post_forward(detail::UnitState* u, const std::vector<at::Tensor>& outputs);

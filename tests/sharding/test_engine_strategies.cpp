@@ -1,11 +1,24 @@
-// Strategies as a real job meets them:
+// Strategies and buffers as a real job meets them:
 //  - HYBRID_SHARD groups: with hybrid_group_size 0 a shard group is a node's ranks whatever the
 //    placement (the plan, computed from each rank's node); ranks that disagree on the strategy or
-//    group size all fail alike instead of hanging in a split.
+//    group size all fail alike instead of hanging in a split;
+//  - buffers: one collective for all of them per step (BatchNorm nets have many), at the point
+//    sharding.buffer_sync says.
 // Run at 1, 2 and 4 ranks; checks that need several ranks skip visibly.
 
 #include "sharding/engine_test_util.h"
 #include "zeroshard/sharding/plan.h"
+
+namespace {
+
+// The sequence number the world communicator gives its next collective.
+uint64_t next_world_seq() {
+  auto w = zs::test::world()->barrier("test.seq");
+  w->wait();
+  return w->signature().seq + 1;
+}
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // HYBRID_SHARD groups
@@ -89,3 +102,46 @@ TEST(Hybrid, RanksThatDisagreeOnTheGroupSizeFailAlike) {
   EXPECT_EQ(one.item<float>(), static_cast<float>(zs::test::world_size()));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Buffers: one collective for all of them
+
+// BnNet has two BatchNorm layers: four floating buffers and two counters. AVERAGE: step() issues
+// one all-reduce on the world communicator (it issued one per floating buffer); BROADCAST:
+// engine.forward issues one broadcast and step() none; NONE: neither.
+TEST(Buffers, OneCollectiveForAllBuffers) {
+  ZS_REQUIRE_RANKS(2);
+  for (auto sync : {zs::BufferSync::kAverage, zs::BufferSync::kBroadcast, zs::BufferSync::kNone}) {
+    SCOPED_TRACE(zs::to_string(sync));
+    torch::manual_seed(5);
+    zs_test::BnNet model = keep_alive(zs_test::BnNet());
+    EXPECT_EQ(model->buffers().size(), 6u);
+    zs::ShardingOptions o = options_for(Strategy::kNoShard);  // no gathers: the forward's own collectives are buffers'
+    o.buffer_sync = sync;
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), o);
+    auto opt = zs::make_sgd(zs::SgdOptions{});
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(60 + zs::test::rank());
+    torch::Tensor x = torch::randn({8, 7}, g), y = torch::randn({8, 5}, g);
+    uint64_t before = next_world_seq();
+    torch::Tensor loss = engine.forward([&] { return torch::mse_loss(model->forward(x), y); });
+    const uint64_t in_forward = next_world_seq() - before - 1;
+    loss.backward();
+    before = next_world_seq();
+    engine.step(*opt);
+    const uint64_t in_step = next_world_seq() - before - 1;
+    EXPECT_EQ(in_forward, sync == zs::BufferSync::kBroadcast ? 1u : 0u);
+    EXPECT_EQ(in_step, sync == zs::BufferSync::kAverage ? 1u : 0u);
+    // And the values: equal on every rank except under NONE (different data per rank).
+    std::map<std::string, at::Tensor> buffers;
+    for (const auto& b : model->named_buffers()) buffers[b.key()] = b.value();
+    const double spread = max_difference_from_rank0(buffers);
+    if (sync == zs::BufferSync::kAverage) EXPECT_EQ(spread, 0.0);
+    if (sync == zs::BufferSync::kNone) EXPECT_GT(spread, 0.0);
+    if (sync == zs::BufferSync::kBroadcast) {
+      model->eval();  // the broadcast comes first, then the forward leaves the statistics alone
+      torch::NoGradGuard no_grad;
+      engine.forward([&] { return model->forward(x); });
+      model->train();
+      EXPECT_EQ(max_difference_from_rank0(buffers), 0.0);
+    }
+  }
+}

@@ -109,8 +109,9 @@ class ShardingEngine {
   // Scales every gradient shard so the global L2 norm is at most max_norm (as
   // torch::nn::utils::clip_grad_norm_); returns the norm before clipping. Collective.
   double clip_grad_norm(double max_norm);
-  // One optimizer step on this rank's shards, then buffers are averaged across ranks. Throws
-  // UsageError if gradients are still pending (e.g. inside no_sync).
+  // One optimizer step on this rank's shards, then buffers are synchronised as
+  // options().buffer_sync says. Throws UsageError if gradients are still pending (e.g. inside
+  // no_sync).
   void step(ShardedOptimizer& optimizer);
   // Frees the gradient shards (the next backward allocates fresh ones).
   void zero_grad();
