@@ -233,9 +233,11 @@ void detail::ShardingEngineImpl::on_grad_ready(UnitState* u) {
 constexpr size_t kMaxRetiredGradBuffers = 2;
 
 // Reductions run with the reduce-scatter stream current, after it waited for the gradients on the
-// compute stream: the cast to reduce_dtype, the collective's ordering, the reduction's output and
-// its addition into the fp32 gradient shard all live there, so compute never waits for a
-// reduce-scatter during backward; it waits once, in finalize_backward.
+// compute stream: the cast to reduce_dtype, the collectives' ordering, their outputs and the
+// addition into the fp32 gradient shard all live there. The training thread waits for one
+// reduce-scatter at a time (the previous unit's, when the next unit's gradients are ready, so
+// its gradient buffer is freed), and never for a replica all-reduce (HYBRID_SHARD, NO_SHARD):
+// those overlap the rest of backward and are waited for once, in finalize_backward.
 void detail::ShardingEngineImpl::post_backward(UnitState* u) {
   if (u->post_backward_done) return;
   u->post_backward_done = true;
@@ -244,7 +246,7 @@ void detail::ShardingEngineImpl::post_backward(UnitState* u) {
     streams->wait(streams->reduce_scatter(), compute);
     DeviceStreams::Use on_reduce_scatter(*streams, streams->reduce_scatter());
     for (auto& f : u->flats) f->start_reduce(u->name, &counters.reduce_elements);
-    for (UnitState* p : reducing) finish_reduce(p, compute);
+    for (UnitState* p : reducing) advance_reduce(p, compute);
     reducing.assign(1, u);
   }
   if (options.strategy != ShardingStrategy::kNoShard) reshard(u);
@@ -252,15 +254,29 @@ void detail::ShardingEngineImpl::post_backward(UnitState* u) {
   set_memory_phase(root->phase_backward);
 }
 
+void detail::ShardingEngineImpl::retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) {
+  if (!buffers.empty()) retired_grads.release_after(std::move(buffers), streams->mark(streams->reduce_scatter()));
+  if (retired_grads.poll() > kMaxRetiredGradBuffers) retired_grads.release_after_wait(compute, kMaxRetiredGradBuffers);
+}
+
+void detail::ShardingEngineImpl::advance_reduce(UnitState* u, const c10::Stream& compute) {
+  std::vector<at::Tensor> retired;
+  bool replica_pending = false;
+  for (auto& f : u->flats) {
+    replica_pending = f->advance_reduce(u->name, &counters.reduce_elements, &retired) || replica_pending;
+  }
+  retire(std::move(retired), compute);
+  if (replica_pending) {
+    replica_reducing.push_back(u);
+  } else {
+    finish_reduce(u, compute);
+  }
+}
+
 void detail::ShardingEngineImpl::finish_reduce(UnitState* u, const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
   for (auto& f : u->flats) f->finish_reduce(u->name, &counters.reduce_elements, &retired);
-  if (!retired.empty()) {
-    retired_grads.release_after(std::move(retired), streams->mark(streams->reduce_scatter()));
-  }
-  if (retired_grads.poll() > kMaxRetiredGradBuffers) {
-    retired_grads.release_after_wait(compute, kMaxRetiredGradBuffers);
-  }
+  retire(std::move(retired), compute);
 }
 
 void detail::ShardingEngineImpl::finalize_backward() {
@@ -287,6 +303,7 @@ void detail::ShardingEngineImpl::finalize_backward() {
     u->grads_seen = 0;
   }
   reducing.clear();
+  replica_reducing.clear();
   callback_queued = false;
   recording_order = false;
   set_memory_phase(outer_backward_phase);

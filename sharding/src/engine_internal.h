@@ -65,9 +65,13 @@ struct ShardingEngineImpl {
   void post_backward(detail::UnitState* u);
   void finalize_backward();
   void issue_gather(detail::UnitState* u);
-  // Finishes the unit's reduction on the reduce-scatter stream (which must be current) and hands
-  // its gradient buffers to retired_grads; `compute` is the stream that produced the gradients.
+  // On the reduce-scatter stream (which must be current), `compute` being the stream that
+  // produced the gradients: advance_reduce moves the unit's reduction past its reduce-scatter
+  // (starting the replica all-reduce, if any, which then completes by the end of backward);
+  // finish_reduce completes it. Both hand freed gradient buffers to retired_grads.
+  void advance_reduce(detail::UnitState* u, const c10::Stream& compute);
   void finish_reduce(detail::UnitState* u, const c10::Stream& compute);
+  void retire(std::vector<at::Tensor> buffers, const c10::Stream& compute);
   void wait_gather(detail::UnitState* u);
   // Makes the current (compute) stream wait for the unit's gathers in flight, if any.
   void complete_gather(detail::UnitState* u);
@@ -98,7 +102,8 @@ struct ShardingEngineImpl {
   int outer_forward_phase = 0;
   int outer_backward_phase = 0;
   int no_sync_depth = 0;
-  std::vector<detail::UnitState*> reducing;  // unit whose reduce-scatter is in flight
+  std::vector<detail::UnitState*> reducing;          // unit whose reduce-scatter is in flight
+  std::vector<detail::UnitState*> replica_reducing;  // units whose replica all-reduce is in flight
   CommCounters counters;
   // CUDA: the all-gather and reduce-scatter side streams (disabled on CPU). Every entry into a side
   // stream first makes it wait for the compute stream, so memory freed after compute used it is

@@ -10,9 +10,12 @@
 //  - auto-wrap policies (MODULE_TYPE, SIZE_BASED) train like plain LibTorch;
 //  - zero_grad frees the gradient shards;
 //  - full_state_dict: tied names, buffers, identical on all ranks; rank 0 only and CPU copies,
-//    gathered unit by unit (host allocator window).
+//    gathered unit by unit (host allocator window);
+//  - the parameters' .grad: torch::optim over model->parameters() fails loudly.
 // Run at 1, 2 and 4 ranks; checks that need several ranks skip (visibly) or shrink at 1.
 
+
+#include <torch/nn/utils/clip_grad.h>
 
 #include "sharding/engine_test_util.h"
 #include "zeroshard/core/host_memory.h"
@@ -273,5 +276,42 @@ TEST(FullStateDict, RankZeroOnlyGathersUnitByUnit) {
   for (const auto& [name, t] : on_cpu) {
     EXPECT_TRUE(t.device().is_cpu()) << name;
     EXPECT_EQ(zs::test::max_abs_diff(t, full.at(name)), 0.0) << name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. The parameters' .grad
+
+// The engine keeps gradients in its shards. A torch::optim optimizer or clip_grad_norm_ over
+// model->parameters() must fail loudly, not silently do nothing (the parameters' .grad used to
+// be left undefined, which both skip); frozen parameters keep no .grad at all.
+TEST(ParamGrad, TorchOptimizersOverModelParametersFailLoudly) {
+  for (auto strategy : {Strategy::kFullShard, Strategy::kNoShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
+    torch::manual_seed(3);
+    zs_test::Mlp model = keep_alive(zs_test::Mlp());
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
+    mlp_forward_backward(engine, model, 0);
+    const auto before = engine.full_state_dict();
+    std::vector<torch::Tensor> params = model->parameters();
+    torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
+    EXPECT_THROW(sgd.step(), c10::Error) << "torch::optim over model->parameters() ran as if nothing were wrong";
+    EXPECT_THROW(torch::nn::utils::clip_grad_norm_(params, 1.0), c10::Error);
+    for (const auto& p : model->named_parameters()) {
+      if (p.value().requires_grad()) {
+        EXPECT_TRUE(p.value().grad().defined() && p.value().grad().is_meta()) << p.key();
+      } else {
+        EXPECT_FALSE(p.value().grad().defined()) << p.key() << " is frozen";
+      }
+    }
+    // Nothing was changed, and the engine's own calls work.
+    const auto after = engine.full_state_dict();
+    for (const auto& [name, t] : before) EXPECT_EQ(zs::test::max_abs_diff(t, after.at(name)), 0.0) << name;
+    EXPECT_GT(engine.clip_grad_norm(1.0), 0.0);
+    auto opt = zs::make_sgd(zs::SgdOptions{});
+    engine.step(*opt);
+    engine.zero_grad();
+    mlp_forward_backward(engine, model, 1);  // a placeholder never reaches autograd
+    EXPECT_GT(engine.memory().current(MemCategory::kGradShards), 0);
   }
 }

@@ -2,9 +2,14 @@
 //  - HYBRID_SHARD groups: with hybrid_group_size 0 a shard group is a node's ranks whatever the
 //    placement (the plan, computed from each rank's node); ranks that disagree on the strategy or
 //    group size all fail alike instead of hanging in a split;
+//  - the replica all-reduce (HYBRID_SHARD, NO_SHARD) overlaps the rest of backward: a replica that
+//    is late does not hold up the backward of the ranks waiting for it;
 //  - buffers: one collective for all of them per step (BatchNorm nets have many), at the point
 //    sharding.buffer_sync says.
 // Run at 1, 2 and 4 ranks; checks that need several ranks skip visibly.
+
+#include <chrono>
+#include <thread>
 
 #include "sharding/engine_test_util.h"
 #include "zeroshard/sharding/plan.h"
@@ -100,6 +105,75 @@ TEST(Hybrid, RanksThatDisagreeOnTheGroupSizeFailAlike) {
   at::Tensor one = at::ones({1});
   zs::test::world()->all_reduce(one, zs::ReduceOp::kSum, "test.after_disagreement")->wait();
   EXPECT_EQ(one.item<float>(), static_cast<float>(zs::test::world_size()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The replica all-reduce overlaps backward
+
+namespace {
+
+constexpr auto kDelay = std::chrono::milliseconds(1200);
+
+// `late` starts its backward kDelay after the others. Returns, on this rank, the seconds from the
+// start of backward until the gradient reached the input of the first block (the last unit's
+// backward is done by then), or -1 on `late`.
+double seconds_to_first_block(const zs::ShardingOptions& o, int late) {
+  torch::manual_seed(3);
+  zs_test::Mlp model = keep_alive(zs_test::Mlp(7, 64, 5, 3));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), o);
+  for (int step = 0; step < 2; ++step) {  // the second step prefetches, as training does
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(40 + zs::test::rank());
+    torch::Tensor x = torch::randn({4, 7}, g), y = torch::randn({4, 5}, g);
+    auto reached = std::make_shared<std::chrono::steady_clock::time_point>();
+    torch::Tensor loss = engine.forward([&] {
+      torch::Tensor h = model->input(x.to(engine.compute_dtype()));
+      h.register_hook([reached](const torch::Tensor&) { *reached = std::chrono::steady_clock::now(); });
+      for (auto& b : model->layers) h = b(h);
+      return torch::mse_loss(model->output(h).to(torch::kFloat), y);
+    });
+    zs::test::world()->barrier("test.before_backward")->wait();
+    if (step == 1 && zs::test::rank() == late) std::this_thread::sleep_for(kDelay);
+    const auto t0 = std::chrono::steady_clock::now();
+    loss.backward();
+    engine.zero_grad();
+    if (step == 1) return zs::test::rank() == late ? -1 : std::chrono::duration<double>(*reached - t0).count();
+  }
+  return -1;
+}
+
+}  // namespace
+
+// HYBRID_SHARD at 4 ranks (shard groups {0, 1} and {2, 3}, replicas {0, 2} and {1, 3}) with rank 2
+// late: ranks 0 and 1 only wait for each other's reduce-scatters; the all-reduce with their late
+// replicas must not hold their backward up (it did: each unit's all-reduce was waited for on the
+// backward thread before the next unit ran). NO_SHARD (fp32 and bf16) likewise at 2 ranks.
+TEST(Hybrid, ReplicaAllReduceOverlapsBackward) {
+  ZS_REQUIRE_RANKS(2);
+  const int world = zs::test::world_size(), rank = zs::test::rank();
+  struct Case {
+    const char* name;
+    Strategy strategy;
+    c10::ScalarType dtype;
+    int late;
+  };
+  std::vector<Case> cases = {{"NO_SHARD fp32", Strategy::kNoShard, torch::kFloat, 1},
+                             {"NO_SHARD bf16", Strategy::kNoShard, torch::kBFloat16, 1}};
+  if (world == 4) cases.push_back({"HYBRID_SHARD", Strategy::kHybridShard, torch::kFloat, 2});
+  for (const Case& c : cases) {
+    zs::ShardingOptions o = options_for(c.strategy);
+    o.hybrid_group_size = 2;
+    o.param_dtype = o.reduce_dtype = c.dtype;
+    const double s = seconds_to_first_block(o, c.late);
+    // Ranks whose replica is the late one, or whose shard partner's replica is: all but the late
+    // rank and its shard partner.
+    const bool waits_on_late = c.strategy == Strategy::kHybridShard ? rank < 2 : rank != c.late;
+    if (waits_on_late) {
+      EXPECT_LT(s, 0.5 * std::chrono::duration<double>(kDelay).count())
+          << c.name << ": rank " << rank << " reached the first block " << s << " s into backward; its replica "
+          << "started backward " << kDelay.count() << " ms late, so the backward waited for the replica all-reduce";
+    }
+    if (rank == 0) std::printf("  %-14s ranks=%d: first block reached %.4f s into backward (replica %lld ms late)\n", c.name, world, s, static_cast<long long>(kDelay.count()));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -28,6 +28,10 @@
 // Not thread-safe: one training thread per engine. The engine must outlive autograd graphs built
 // through it. After the engine is destroyed the model's parameters are not usable (FULL_SHARD
 // frees them); take full_state_dict() first.
+// Gradients live in the engine's flat shards, never in the parameters' .grad (which holds a
+// meta-device placeholder, so that torch::optim or torch::nn::utils::clip_grad_norm_ over
+// model->parameters() fail loudly): use a ShardedOptimizer with step(), clip_grad_norm() and
+// param_shards().
 
 #include <torch/nn/module.h>
 
