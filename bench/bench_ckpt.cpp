@@ -24,6 +24,7 @@
 
 #include "sharding/models.h"
 #include "zeroshard/sharding/checkpoint_format.h"
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
@@ -83,17 +84,17 @@ int main(int argc, char** argv) {
     zs_test::GptConfig cfg;
     cfg.dim = 1024, cfg.layers = 8, cfg.heads = 8, cfg.vocab = 8192, cfg.seq = 64;
     int repeat = 3;
-    const std::vector<std::string>& args = session.args();
-    for (size_t i = 1; i + 1 < args.size(); i += 2) {
-      const std::string& k = args[i];
-      const std::string& v = args[i + 1];
-      if (k == "--dir") dir = v;
-      else if (k == "--dim") cfg.dim = std::stoll(v);
-      else if (k == "--layers") cfg.layers = std::stoll(v);
-      else if (k == "--vocab") cfg.vocab = std::stoll(v);
-      else if (k == "--repeat") repeat = std::stoi(v);
-      else ZS_THROW(zs::UsageError, "unknown argument '", k, "'; usage: bench_ckpt [--dir DIR] [--dim N] [--layers N] [--vocab N] [--repeat N]");
-    }
+    zs::cli::App app("bench_ckpt",
+                     "Checkpoint save and load throughput per rank against the raw sequential write and read "
+                     "bandwidth of the same disk, in the same run. Final line: JSON.");
+    app.usage("mpirun -n N bench_ckpt [OPTIONS]");
+    app.add_text("--dir", &dir, "folder for the checkpoints (default ./bench_ckpt_dir; emptied)", "DIR");
+    app.add_int("--dim", &cfg.dim, "model width (default 1024)", 1);
+    app.add_int("--layers", &cfg.layers, "blocks (default 8)", 1);
+    app.add_int("--vocab", &cfg.vocab, "vocabulary (default 8192)", 1);
+    app.add_int("--repeat", &repeat, "repetitions, median kept (default 3)", 1);
+    app.add_config_options();
+    if (!app.parse(session.args(), session.rank() == 0)) return 0;
     auto world = session.world();
     const int rank = world->rank();
     if (rank == 0) {

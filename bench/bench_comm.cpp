@@ -19,10 +19,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
@@ -36,16 +38,23 @@ struct Args {
   int reps = 9;
 };
 
-Args parse(const std::vector<std::string>& a) {
+// Returns nullopt after --help/--version (printed when `print`).
+std::optional<Args> parse(const std::vector<std::string>& args, bool print) {
   Args o;
-  for (size_t i = 1; i < a.size(); ++i) {
-    ZS_REQUIRE(i + 1 < a.size(), zs::UsageError, a[i], " needs a value; usage: bench_comm [--min-mib N] [--max-mib N] [--reps N]");
-    if (a[i] == "--min-mib") o.min_mib = std::stoll(a[++i]);
-    else if (a[i] == "--max-mib") o.max_mib = std::stoll(a[++i]);
-    else if (a[i] == "--reps") o.reps = std::stoi(a[++i]);
-    else ZS_THROW(zs::UsageError, "unknown argument '", a[i], "'; usage: bench_comm [--min-mib N] [--max-mib N] [--reps N]");
-  }
-  ZS_REQUIRE(o.min_mib >= 1 && o.max_mib >= o.min_mib && o.reps >= 1, zs::UsageError, "bad bench_comm arguments");
+  zs::cli::App app("bench_comm",
+                   "All-gather and reduce-scatter bandwidth of zeroshard's MPI communicator against raw MPI calls on "
+                   "the same buffers, in the same run. Final line: JSON.");
+  app.usage("mpirun -n N bench_comm [OPTIONS]");
+  app.add_int("--min-mib", &o.min_mib, "smallest gathered buffer, MiB (default 1)", 1);
+  app.add_int("--max-mib", &o.max_mib, "largest gathered buffer, MiB (default 256); sizes grow 4x", 1);
+  app.add_int("--reps", &o.reps, "interleaved repetitions per size, median kept (default 9)", 1);
+  app.add_config_options();
+  app.then([&] {
+    if (o.max_mib < o.min_mib) {
+      app.fail("--max-mib (" + std::to_string(o.max_mib) + ") is below --min-mib (" + std::to_string(o.min_mib) + ")");
+    }
+  });
+  if (!app.parse(args, print)) return std::nullopt;
   return o;
 }
 
@@ -75,7 +84,9 @@ struct Row {
 
 int main(int argc, char** argv) {
   return zs::run_main(argc, argv, [](zs::Session& s) {
-    Args args = parse(s.args());
+    const std::optional<Args> parsed = parse(s.args(), s.rank() == 0);
+    if (!parsed) return 0;  // --help, --version
+    const Args& args = *parsed;
     zs::Communicator& world = *s.world();
     const int n = s.world_size();
     MPI_Comm raw;

@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "zeroshard/base/cli.h"
+#include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
 #include "zeroshard/offload/cpu_sgd.h"
 
@@ -224,20 +226,13 @@ struct Row {
 int main(int argc, char** argv) try {
   int64_t n = 100000000;
   int steps = 5;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--params") && i + 1 < argc) {
-      n = std::atoll(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
-      steps = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: %s [--params N] [--steps S]\n", argv[0]);
-      return 2;
-    }
-  }
-  if (n < 16 || steps <= 0) {
-    std::fprintf(stderr, "bench_cpu_adam: --params must be >= 16 and --steps > 0\n");
-    return 2;
-  }
+  zs::cli::App app("bench_cpu_adam",
+                   "The fused CPU optimizers (Adam, SGD with momentum, each also with the bf16 copy) against "
+                   "torch::optim and against stream kernels with the same memory traffic, on one flat fp32 shard, "
+                   "all on the same OpenMP threads. Final line: JSON.");
+  app.add_int("--params", &n, "elements of the shard (default 100000000)", 16);
+  app.add_int("--steps", &steps, "steps per kernel, median kept (default 5)", 1);
+  if (!app.parse(argc, argv)) return 0;
   const int threads = zs::cpu_optimizer_threads();
   at::set_num_threads(threads);  // torch's intra-op pool = our OpenMP threads
   omp_set_num_threads(threads);  // the ceiling kernels' too
@@ -353,6 +348,9 @@ int main(int argc, char** argv) try {
               rate(2), adam_speedup, fraction(1), fraction(2), rate(3), rate(4), sgd_speedup, fraction(4),
               adam_of_triad);
   return 0;
+} catch (const zs::UsageError& e) {
+  std::fprintf(stderr, "bench_cpu_adam: usage error: %s\n", e.message().c_str());
+  return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_cpu_adam: error: %s\n", e.what());
   return 1;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "gpt_bench_args.h"
@@ -36,12 +37,19 @@ namespace {
 
 using Args = zs_bench::GptBenchArgs;
 
-Args parse(const std::vector<std::string>& a) {
-  Args defaults;
-  defaults.model = zs_test::GptConfig{256, 128, 4, 4, 128};
-  defaults.steps = 6;
-  return zs_bench::parse_gpt_bench_args(
-      a, defaults, 1, "usage: bench_memory [--dim N] [--layers N] [--heads N] [--seq N] [--vocab N] [--batch N] [--steps N]");
+// Returns nullopt after --help/--version (printed when `print`).
+std::optional<Args> parse(const std::vector<std::string>& args, bool print) {
+  Args a;
+  a.model = zs_test::GptConfig{256, 128, 4, 4, 128};
+  a.steps = 6;
+  zs::cli::App app("bench_memory",
+                   "Activation memory and step time of a GPT with and without activation checkpointing, fp32 and "
+                   "bf16, in one run. Final line: JSON.");
+  app.usage("mpirun -n N bench_memory [OPTIONS]");
+  zs_bench::add_gpt_bench_args(app, a, 1);
+  app.add_config_options();
+  if (!app.parse(args, print)) return std::nullopt;
+  return a;
 }
 
 struct Result {
@@ -138,7 +146,9 @@ int main(int argc, char** argv) {
   return zs::run_main(argc, argv, [](zs::Session& s) {
     ZS_REQUIRE(zs::host_memory_tracking_installed(), zs::UsageError,
                "this LibTorch's CPU allocator cannot be wrapped for measurement (no raw deleter)");
-    Args a = parse(s.args());
+    const std::optional<Args> parsed = parse(s.args(), s.rank() == 0);
+    if (!parsed) return 0;  // --help, --version
+    const Args& a = *parsed;
     std::vector<Result> rs;
     double extra_time = 0, extra_bf16 = 0;
     for (auto dtype : {c10::kFloat, c10::kBFloat16}) {

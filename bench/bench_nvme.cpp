@@ -25,11 +25,13 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/io/aio.h"
@@ -115,40 +117,26 @@ std::string block_device(const std::string& dir) {
          (rot.empty() ? "n/a" : rot) + ")";
 }
 
-int64_t parse_size(const char* flag, const char* text) {
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  const std::string suffix = end;
-  int64_t mult = 0;
-  if (suffix.empty()) mult = 1;
-  if (suffix == "K" || suffix == "k") mult = int64_t{1} << 10;
-  if (suffix == "M" || suffix == "m") mult = int64_t{1} << 20;
-  if (suffix == "G" || suffix == "g") mult = int64_t{1} << 30;
-  ZS_REQUIRE(end != text && mult != 0 && v > 0, zs::UsageError, flag, " ", text,
-             ": expected a positive size such as 4096, 64M, 1G");
-  return static_cast<int64_t>(v * static_cast<double>(mult));
-}
-
-Args parse_args(int argc, char** argv) {
+// Returns nullopt after --help/--version.
+std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
   const char* tmp = std::getenv("TMPDIR");
   a.dir = (tmp != nullptr && *tmp != '\0') ? tmp : ZS_BENCH_DEFAULT_DIR;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (i + 1 >= argc) ZS_THROW(zs::UsageError, "bench_nvme: ", f, " needs a value (or unknown flag)");
-    const char* v = argv[++i];
-    if (f == "--dir") a.dir = v;
-    else if (f == "--size") a.size = parse_size("--size", v);
-    else if (f == "--block-size") a.block_size = parse_size("--block-size", v);
-    else if (f == "--queue-depth") a.queue_depth = std::atoi(v);
-    else if (f == "--passes") a.passes = std::atoi(v);
-    else ZS_THROW(zs::UsageError, "bench_nvme: unknown flag ", f,
-                  " (flags: --dir --size --block-size --queue-depth --passes)");
-  }
-  ZS_REQUIRE(a.size % a.block_size == 0 && a.block_size % zs::kDirectAlignment == 0,
-             zs::UsageError, "bench_nvme: --size (", a.size, ") must be a multiple of --block-size (",
-             a.block_size, "), itself a multiple of ", zs::kDirectAlignment);
-  ZS_REQUIRE(a.passes >= 1, zs::UsageError, "bench_nvme: --passes must be >= 1");
+  zs::cli::App app("bench_nvme",
+                   "NVMe offload bandwidth: the raw drive under --dir with each async I/O backend (fio-style), then "
+                   "the optimizer-state swapper during an optimizer step, as a fraction of it. Final line: JSON.");
+  app.add_text("--dir", &a.dir, "folder on the drive to measure (default $TMPDIR, else the build tree)", "DIR");
+  app.add_size("--size", &a.size, "file size (default 1G)");
+  app.add_size("--block-size", &a.block_size, "request size (default 1M)");
+  app.add_int("--queue-depth", &a.queue_depth, "requests in flight (default 32)", 1);
+  app.add_int("--passes", &a.passes, "passes over the file (default 1)", 1);
+  app.then([&] {
+    if (a.size % a.block_size != 0 || a.block_size % zs::kDirectAlignment != 0) {
+      app.fail("--size (" + std::to_string(a.size) + ") must be a multiple of --block-size (" +
+               std::to_string(a.block_size) + "), itself a multiple of " + std::to_string(zs::kDirectAlignment));
+    }
+  });
+  if (!app.parse(argc, argv)) return std::nullopt;
   struct statvfs vfs {};
   ZS_CHECK_ERRNO(::statvfs(a.dir.c_str(), &vfs), "--dir ", a.dir);
   const auto free_bytes = static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
@@ -397,7 +385,9 @@ JsonFields drive_json(const Args& a, const DriveFigures& d) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const Args args = parse_args(argc, argv);
+  const std::optional<Args> parsed = parse_args(argc, argv);
+  if (!parsed) return 0;  // --help, --version
+  const Args& args = *parsed;
   const DriveFigures drive = measure_drive(args);
   print_drive(args, drive);
   JsonFields json = drive_json(args, drive);
@@ -408,6 +398,9 @@ int main(int argc, char** argv) try {
   }
   std::printf("%s}\n", line.c_str());
   return 0;
+} catch (const zs::UsageError& e) {
+  std::fprintf(stderr, "bench_nvme: usage error: %s\n", e.message().c_str());
+  return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_nvme: error: %s\n", e.what());
   return 1;

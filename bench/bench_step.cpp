@@ -49,17 +49,6 @@ namespace zs_bench {
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: bench_step [--device auto|cpu|cuda] [--preset gpt-1.3b|gpt-offload] [--dim N] [--layers N] "
-    "[--heads N] [--seq N] [--vocab N] [--batch N] [--steps N] [--strategy S] [--dtype fp32|bf16] "
-    "[--checkpoint 0|1] [--attention naive|fused] [--peak-tflops X] [--plain 0|1] [--warmup N]";
-
-bool parse_bool(const std::string& key, const std::string& v) {
-  if (v == "1" || v == "true") return true;
-  if (v == "0" || v == "false") return false;
-  ZS_THROW(zeroshard::UsageError, key, " takes 0 or 1, got '", v, "'");
-}
-
 // A ~1.3B-parameter GPT (GPT-3 XL shape; GPT-2 vocabulary padded to a multiple of 64): 24 blocks
 // of width 2048, 16 heads, 2048 tokens, in bf16 with every block checkpointed.
 void apply_preset(const std::string& name, StepArgs& a) {
@@ -77,45 +66,53 @@ void apply_preset(const std::string& name, StepArgs& a) {
 
 }  // namespace
 
-StepArgs parse_step_args(const std::vector<std::string>& args, bool cuda) {
+std::optional<StepArgs> parse_step_args(const std::vector<std::string>& args, bool session_cuda, bool print) {
   StepArgs o;
-  GptBenchArgs defaults;
-  defaults.model = zs_test::GptConfig{256, 128, 4, 4, 32};
-  defaults.steps = 12;
-  static_cast<GptBenchArgs&>(o) = defaults;
-  // The preset first, so that explicit flags override it wherever they stand.
-  for (size_t i = 1; i + 1 < args.size(); ++i) {
-    if (args[i] == "--preset") o.preset = args[i + 1];
-  }
-  if (!o.preset.empty()) apply_preset(o.preset, o);
+  o.model = zs_test::GptConfig{256, 128, 4, 4, 32};
+  o.steps = 12;
+  zeroshard::cli::App app("bench_step",
+                          "One training step of a GPT, zeroshard against plain LibTorch on the same batches: "
+                          "step time, tokens/s and (CUDA) MFU. Final line: JSON.");
+  app.usage("mpirun -n N bench_step [OPTIONS]");
+  // The preset first: flags added after it override it wherever they stand on the line.
   bool gpu_only_flag = false;
-  std::string attention;  // applied after the base arguments, which carry the model config
-  static_cast<GptBenchArgs&>(o) = parse_gpt_bench_args(
-      args, o, o.warmup, kUsage, [&](const std::string& k, const std::string& v) {
-        if (k == "--strategy") o.strategy = v;
-        else if (k == "--device") o.device = v;
-        else if (k == "--preset") gpu_only_flag = true;  // applied above
-        else if (k == "--dtype") o.dtype = v, gpu_only_flag = gpu_only_flag || v != "fp32";
-        else if (k == "--checkpoint") o.checkpoint = parse_bool(k, v), gpu_only_flag = gpu_only_flag || o.checkpoint;
-        else if (k == "--attention") {
-          ZS_REQUIRE(v == "naive" || v == "fused", zeroshard::UsageError, "--attention takes naive or fused, got '", v, "'");
-          attention = v;
-          gpu_only_flag = gpu_only_flag || v == "fused";
-        } else if (k == "--peak-tflops") o.peak_tflops = std::stod(v), gpu_only_flag = true;
-        else if (k == "--plain") o.plain = parse_bool(k, v), gpu_only_flag = gpu_only_flag || !o.plain;
-        else if (k == "--warmup") o.warmup = std::stoi(v);
-        else return false;
-        return true;
-      });
-  if (!attention.empty()) o.model.fused_attention = attention == "fused";
-  ZS_REQUIRE(o.dtype == "fp32" || o.dtype == "bf16", zeroshard::UsageError, "--dtype takes fp32 or bf16, got '", o.dtype, "'");
-  ZS_REQUIRE(o.warmup >= 1 && o.steps > o.warmup, zeroshard::UsageError, "--steps (", o.steps,
-             ") must exceed --warmup (", o.warmup, "), which must be >= 1");
-  ZS_REQUIRE(!o.model.fused_attention || zs_test::kHasFusedAttention, zeroshard::UsageError,
-             "--attention fused needs LibTorch 2.x (scaled_dot_product_attention); this build's is older");
-  ZS_REQUIRE(cuda || !gpu_only_flag, zeroshard::UsageError,
-             "--preset, --dtype bf16, --checkpoint 1, --attention fused, --peak-tflops and --plain 0 apply to the CUDA "
-             "benchmark; this run is on the CPU (--device ", o.device, ")");
+  app.add_choice("--preset", &o.preset, {"gpt-1.3b", "gpt-offload"}, "CUDA: a 1.3B GPT (gpt-offload: with offload)");
+  app.then([&] {
+    if (!o.preset.empty()) apply_preset(o.preset, o), gpu_only_flag = true;
+  });
+  add_gpt_bench_args(app, o, -1);
+  app.add_int("--batch", &o.batch, "sequences per rank per step (default 8)", 1);
+  app.add_int("--steps", &o.steps, "steps, the first --warmup not timed (default 12)", 1);
+  app.add_choice("--device", &o.device, {"auto", "cpu", "cuda"}, "auto: the session's device (runtime.device)");
+  app.add_choice("--strategy", &o.strategy, {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"},
+                 "sharding strategy (default FULL_SHARD)");
+  app.add_choice("--dtype", &o.dtype, {"fp32", "bf16"}, "CUDA: bf16 param/reduce dtype (plain: autocast)");
+  std::string checkpoint, attention, plain;
+  app.add_choice("--checkpoint", &checkpoint, {"0", "1"}, "CUDA: activation checkpointing of every block");
+  app.add_choice("--attention", &attention, {"naive", "fused"}, "fused: scaled_dot_product_attention (LibTorch 2.x)");
+  app.add_number("--peak-tflops", &o.peak_tflops, "CUDA: peak for MFU (default: the H100/H200 datasheet's)", 0);
+  app.add_choice("--plain", &plain, {"0", "1"}, "CUDA: also train plain LibTorch, the reference (default 1)");
+  app.add_int("--warmup", &o.warmup, "steps not timed (default 2)", 1);
+  app.add_config_options();
+  app.then([&] {
+    if (!checkpoint.empty()) o.checkpoint = checkpoint == "1";
+    if (!plain.empty()) o.plain = plain == "1";
+    if (!attention.empty()) o.model.fused_attention = attention == "fused";
+    gpu_only_flag = gpu_only_flag || o.dtype != "fp32" || o.checkpoint || o.model.fused_attention ||
+                    o.peak_tflops > 0 || !o.plain;
+    if (o.steps <= o.warmup) {
+      app.fail("--steps (" + std::to_string(o.steps) + ") must exceed --warmup (" + std::to_string(o.warmup) + ")");
+    }
+    if (o.model.fused_attention && !zs_test::kHasFusedAttention) {
+      app.fail("--attention fused needs LibTorch 2.x (scaled_dot_product_attention); this build's is older");
+    }
+    o.cuda = o.device == "cuda" || (o.device == "auto" && session_cuda);
+    if (!o.cuda && gpu_only_flag) {
+      app.fail("--preset, --dtype bf16, --checkpoint 1, --attention fused, --peak-tflops and --plain 0 apply to the "
+               "CUDA benchmark; this run is on the CPU (--device " + o.device + ")");
+    }
+  });
+  if (!app.parse(args, print)) return std::nullopt;
   return o;
 }
 
@@ -153,18 +150,13 @@ double time_step(zs::Communicator& world, const std::function<void()>& step) {
 
 int main(int argc, char** argv) {
   return zs::run_main(argc, argv, [](zs::Session& s) {
-    const std::vector<std::string>& argv_list = s.args();
-    std::string device = "auto";
-    for (size_t i = 1; i + 1 < argv_list.size(); ++i) {
-      if (argv_list[i] == "--device") device = argv_list[i + 1];
-    }
-    ZS_REQUIRE(device == "auto" || device == "cpu" || device == "cuda", zs::UsageError,
-               "--device takes auto, cpu or cuda, got '", device, "'");
-    const bool cuda = device == "cuda" || (device == "auto" && s.device().is_cuda());
+    const std::optional<Args> parsed = zs_bench::parse_step_args(s.args(), s.device().is_cuda(), s.rank() == 0);
+    if (!parsed) return 0;  // --help, --version
+    const Args& a = *parsed;
+    const bool cuda = a.cuda;
     ZS_REQUIRE(!cuda || s.device().is_cuda(), zs::UsageError, "--device cuda but this session's device is ",
                s.device().str(), " (runtime.device = ", zs::config::RuntimeConfig::Device_Name(s.config().runtime().device()),
                "); run on a GPU machine with a CUDA-enabled LibTorch, or pass --set runtime.device=CUDA");
-    Args a = zs_bench::parse_step_args(argv_list, cuda);
     if (cuda) return zs_bench::run_gpu_step_bench(s, a);
     const int n = s.world_size(), rank = s.rank();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

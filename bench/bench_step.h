@@ -2,6 +2,7 @@
 // bench_step's command line, shared by its CPU part (bench_step.cpp) and its CUDA part
 // (bench_step_gpu.cpp).
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,12 @@ struct StepArgs : GptBenchArgs {
   double peak_tflops = 0;       // CUDA: 0 = the H100/H200 datasheet peak for the dtype
   bool plain = true;            // CUDA: also train plain LibTorch (the reference)
   int warmup = 2;               // steps not timed
+  bool cuda = false;            // the CUDA benchmark runs (--device cuda, or auto on a CUDA session)
 };
 
-// Parses bench_step's arguments (argv[0] first). Throws UsageError naming the bad argument.
-StepArgs parse_step_args(const std::vector<std::string>& args, bool cuda);
+// Parses bench_step's arguments (argv[0] first); `session_cuda`: the session's device is CUDA.
+// nullopt after --help/--version (printed when `print`). Throws UsageError naming the bad argument.
+std::optional<StepArgs> parse_step_args(const std::vector<std::string>& args, bool session_cuda, bool print);
 
 // The CUDA benchmark (bench_step_gpu.cpp). Returns the exit code.
 int run_gpu_step_bench(zeroshard::Session& s, const StepArgs& a);

@@ -1,13 +1,11 @@
 #pragma once
-// Command line shared by the GPT benchmarks (bench_step, bench_memory): model shape, batch and
-// steps, plus flags only one benchmark has (`extra` returns true when it consumed `key`).
+// Command line shared by the GPT benchmarks (bench_step, bench_memory, bench_pretrained): model
+// shape, batch and steps, on zeroshard/base/cli.h like every zeroshard program's.
 
-#include <functional>
 #include <string>
-#include <vector>
 
 #include "sharding/models.h"
-#include "zeroshard/base/error.h"
+#include "zeroshard/base/cli.h"
 
 namespace zs_bench {
 
@@ -17,25 +15,23 @@ struct GptBenchArgs {
   int steps = 0;
 };
 
-inline GptBenchArgs parse_gpt_bench_args(const std::vector<std::string>& args, GptBenchArgs defaults,
-                                         int warmup_steps, const std::string& usage,
-                                         const std::function<bool(const std::string&, const std::string&)>& extra = {}) {
-  GptBenchArgs o = defaults;
-  for (size_t i = 1; i < args.size(); ++i) {
-    ZS_REQUIRE(i + 1 < args.size(), zeroshard::UsageError, args[i], " needs a value; ", usage);
-    const std::string k = args[i], v = args[++i];
-    if (k == "--dim") o.model.dim = std::stoll(v);
-    else if (k == "--layers") o.model.layers = std::stoll(v);
-    else if (k == "--heads") o.model.heads = std::stoll(v);
-    else if (k == "--seq") o.model.seq = std::stoll(v);
-    else if (k == "--vocab") o.model.vocab = std::stoll(v);
-    else if (k == "--batch") o.batch = std::stoll(v);
-    else if (k == "--steps") o.steps = std::stoi(v);
-    else if (!extra || !extra(k, v)) ZS_THROW(zeroshard::UsageError, "unknown argument '", k, "'; ", usage);
-  }
-  ZS_REQUIRE(o.steps > warmup_steps, zeroshard::UsageError, "--steps must be > ", warmup_steps, " (", warmup_steps,
-             " warm-up)");
-  return o;
+// Adds --dim --layers --heads --seq --vocab to `app`, read into `o` (which holds the defaults), and
+// with `warmup_steps` >= 0 also --batch and --steps (which must exceed the warm-up).
+inline void add_gpt_bench_args(zeroshard::cli::App& app, GptBenchArgs& o, int warmup_steps) {
+  const auto dflt = [](int64_t v) { return " (default " + std::to_string(v) + ")"; };
+  app.add_int("--dim", &o.model.dim, "model width" + dflt(o.model.dim), 1);
+  app.add_int("--layers", &o.model.layers, "blocks" + dflt(o.model.layers), 1);
+  app.add_int("--heads", &o.model.heads, "attention heads" + dflt(o.model.heads), 1);
+  app.add_int("--seq", &o.model.seq, "tokens per sequence" + dflt(o.model.seq), 1);
+  app.add_int("--vocab", &o.model.vocab, "vocabulary" + dflt(o.model.vocab), 1);
+  if (warmup_steps < 0) return;
+  app.add_int("--batch", &o.batch, "sequences per rank per step" + dflt(o.batch), 1);
+  app.add_int("--steps", &o.steps, "steps, the first " + std::to_string(warmup_steps) + " not timed" + dflt(o.steps), 1);
+  app.then([&app, &o, warmup_steps] {
+    if (o.steps <= warmup_steps) {
+      app.fail("--steps must be > " + std::to_string(warmup_steps) + " (" + std::to_string(warmup_steps) + " warm-up)");
+    }
+  });
 }
 
 }  // namespace zs_bench

@@ -14,4 +14,7 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/consumer -B ${WORK}/consumer-buil
     -DCMAKE_BUILD_TYPE=Release)
 run(${CMAKE_COMMAND} --build ${WORK}/consumer-build)
 run(${MPIEXEC} -n 2 --oversubscribe ${WORK}/consumer-build/consumer)
-message("PASS: installed zeroshard consumed with find_package and run on 2 ranks")
+# The README's training program, a few steps on part of the data: it must learn.
+run(${MPIEXEC} -n 2 --oversubscribe ${WORK}/consumer-build/fashion_mlp --set train.steps=30 --set train.batch_size=64
+    --set data.limit_eval_samples=1000 --set logging.progress=LINES --check-loss-decreases)
+message("PASS: installed zeroshard consumed with find_package, the consumer and the README's training program run on 2 ranks")

@@ -4,9 +4,9 @@
 # Multi-container mpirun needs passwordless ssh between the containers. With ZS_SSH=1 this script
 #   1. takes the cluster's key pair from the shared folder ZS_SSH_DIR (a volume every container
 #      mounts, default /zs-ssh); the first container to get there generates it (under flock, so
-#      containers starting together agree on one key). A key baked in at build time
-#      (/etc/zeroshard/ssh, see ZS_SSH_KEY_FROM_BUILD in the Dockerfiles) is used instead when the
-#      shared folder has none;
+#      containers starting together agree on one key). A key pair built into the image under
+#      /etc/zeroshard/ssh/ (id_ed25519 and id_ed25519.pub, added by your own COPY for clusters
+#      that cannot share a volume; docs/cluster.md) is copied there instead when the folder has none;
 #   2. installs it for the user that runs the command: private key, authorized_keys, and an ssh
 #      client config that trusts the cluster's hosts without prompts;
 #   3. starts sshd (root only; key logins only, no passwords);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/main.h"
@@ -58,18 +59,19 @@ int main(int argc, char** argv) {
     int64_t dim = 1024;
     int blocks = 8, steps = 20;
     std::string nvme_path = (std::filesystem::current_path() / "offload_demo_nvme").string();
-    const auto& args = session.args();
-    for (size_t i = 1; i < args.size(); ++i) {
-      ZS_REQUIRE(i + 1 < args.size(), zs::UsageError, args[i], " needs a value");
-      const std::string k = args[i], v = args[++i];
-      if (k == "--budget-mb") budget_mb = std::stod(v);
-      else if (k == "--dim") dim = std::stoll(v);
-      else if (k == "--blocks") blocks = std::stoi(v);
-      else if (k == "--steps") steps = std::stoi(v);
-      else if (k == "--nvme-path") nvme_path = v;
-      else ZS_THROW(zs::UsageError, "unknown argument '", k, "'; usage: offload_demo [--budget-mb MB] [--dim N] "
-                                    "[--blocks N] [--steps N] [--nvme-path DIR] [--set key=value]");
-    }
+    zs::cli::App app("offload_demo",
+                     "Trains a model whose fp32 Adam state does not fit --budget-mb, with the optimizer state "
+                     "streamed through files on NVMe (offload.optimizer, default NVME here), and prints where every "
+                     "byte lives.");
+    app.usage("mpirun -n N offload_demo [OPTIONS]");
+    app.add_number("--budget-mb", &budget_mb, "memory budget for model state per rank, MiB (default 40)", 0)
+        ->type_name("MB");
+    app.add_int("--dim", &dim, "width of each residual Linear block (default 1024)", 1);
+    app.add_int("--blocks", &blocks, "blocks, each a zeroshard::Unit (default 8)", 1);
+    app.add_int("--steps", &steps, "optimizer steps (default 20)", 1);
+    app.add_text("--nvme-path", &nvme_path, "folder for the state files (default ./offload_demo_nvme)", "DIR");
+    app.add_config_options();
+    if (!app.parse(session.args(), session.rank() == 0)) return 0;
     zs::config::Config cfg = session.config();
     if (!cfg.offload().has_optimizer()) cfg.mutable_offload()->set_optimizer(zs::config::OffloadConfig::NVME);
     if (cfg.offload().nvme_path().empty()) {

@@ -3,10 +3,19 @@
 # configures and builds into build/ (binaries in build/bin/). Idempotent: a second run installs
 # nothing and rebuilds only what changed. Prints each phase and how long it took.
 #
-#   scripts/setup.sh [--tests] [TARGET...]
-#     --tests   also the packages only the tests use: Debian's python3-torch (PyTorch 1.13, ~160 MB),
-#               the real PyTorch the round-trip tests exchange weights and models with
-#     TARGET    build only these CMake targets (e.g. train_gpt: what the demo needs); default all
+#   scripts/setup.sh [--tests] [--container] [--cuda] [--packages-only | --list-packages] [TARGET...]
+#     --tests          also the packages only the tests use: Debian's python3-torch (PyTorch 1.13,
+#                      ~160 MB), the real PyTorch the round-trip tests exchange weights and models with,
+#                      and docker-compose (Compose v1), which checks docker/docker-compose.yml
+#     --container      also what a cluster container runs (openssh-server for mpirun between
+#                      containers, docker/entrypoint.sh), installed without recommended packages
+#     --cuda           the CUDA image's set (docker/Dockerfile.cuda): no Debian LibTorch (it is
+#                      CPU-only; pass a CUDA LibTorch with ZS_CMAKE_ARGS=-DCMAKE_PREFIX_PATH=...), plus
+#                      NCCL (libnccl2, libnccl-dev) from the CUDA apt repository
+#     --packages-only  install the missing packages, then stop (no configure, no build)
+#     --list-packages  print the package list, one per line, and stop (installs nothing):
+#                      scripts/docker-cluster-check.sh gives it to debootstrap
+#     TARGET           build only these CMake targets (e.g. train_gpt: what the demo needs); default all
 #
 # Environment: ZS_BUILD_DIR (default build), ZS_BUILD_TYPE (default RelWithDebInfo),
 # ZS_JOBS (default: number of cores), ZS_CMAKE_ARGS (extra cmake arguments).
@@ -14,11 +23,23 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 with_tests=0
+container=0
+cuda=0
+packages_only=0
+list_only=0
 targets=()
 for arg in "$@"; do
   case "$arg" in
     --tests) with_tests=1 ;;
-    -*) echo "setup: error: unknown option '$arg' (usage: scripts/setup.sh [--tests] [TARGET...])" >&2; exit 2 ;;
+    --container) container=1 ;;
+    --cuda) cuda=1 ;;
+    --packages-only) packages_only=1 ;;
+    --list-packages) list_only=1 ;;
+    -*)
+      echo "setup: error: unknown option '$arg' (usage: scripts/setup.sh [--tests] [--container] [--cuda]" \
+        "[--packages-only | --list-packages] [TARGET...])" >&2
+      exit 2
+      ;;
     *) targets+=("$arg") ;;
   esac
 done
@@ -29,6 +50,7 @@ packages=(
   libopenmpi-dev openmpi-bin            # MPI backend and mpirun
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev                          # command lines (CLI11, header-only)
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
   shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
@@ -36,7 +58,18 @@ packages=(
   fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
   dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
-((with_tests)) && packages+=(python3-torch)  # /usr/bin/python3: PyTorch for the round-trip tests
+# /usr/bin/python3 with PyTorch for the round-trip tests; Compose v1 to check docker/docker-compose.yml.
+((with_tests)) && packages+=(python3-torch docker-compose)
+((container)) && packages+=(openssh-server)  # sshd: mpirun starts the ranks of other containers
+if ((cuda)); then
+  # The CUDA LibTorch comes from PyTorch's zip (docker/Dockerfile.cuda), NCCL from NVIDIA's repository.
+  for i in "${!packages[@]}"; do [[ ${packages[i]} == libtorch-dev ]] && unset 'packages[i]'; done
+  packages+=(libnccl2 libnccl-dev)
+fi
+if ((list_only)); then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 start=$SECONDS
 phase_start=$SECONDS
@@ -65,7 +98,9 @@ if ((${#missing[@]})); then
   # apt-get's own output is long; show how far it is (one updating line on a terminal) and errors.
   tty=0
   [[ -t 1 ]] && tty=1
-  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install -y -q "${missing[@]}" 2>&1 | awk -v tty="$tty" '
+  install_flags=(-y -q)
+  ((container)) && install_flags+=(--no-install-recommends)  # images: only what is needed
+  DEBIAN_FRONTEND=noninteractive "${apt_get[@]}" install "${install_flags[@]}" "${missing[@]}" 2>&1 | awk -v tty="$tty" '
     / newly installed/ { total = $3; print "setup: apt-get: " total " packages to install (with dependencies)"; fflush() }
     /^Unpacking / {
       n++
@@ -76,6 +111,10 @@ if ((${#missing[@]})); then
     /^(E|W): / { print; fflush() }
     END { if (tty && n) print "" }'
   phase_done packages
+fi
+if ((packages_only)); then
+  echo "setup: packages done in $((SECONDS - start)) s (--packages-only: not building)"
+  exit 0
 fi
 
 build_dir=${ZS_BUILD_DIR:-build}

@@ -62,8 +62,8 @@ class MpiWork final : public WorkBase {
 
   void on_timeout() override;
   // Runs the collective on the progress thread and drops the body (with the tensors it captured)
-  // before complete() can mark it done: the watchdog keeps finished Works a while, and their
-  // tensors must not stay alive with them.
+  // before complete() can mark it done: the watchdog keeps finished Work handles until its next
+  // scan, and their buffers must not live that long.
   void run() {
     Body body = std::move(body_);
     body_ = nullptr;

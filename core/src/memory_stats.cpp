@@ -21,15 +21,21 @@ const char* to_string(MemCategory c) {
   return "?";
 }
 
+namespace {
+
+void raise_to(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t p = peak.load();
+  while (value > p && !peak.compare_exchange_weak(p, value)) {
+  }
+}
+
+}  // namespace
+
 void MemoryStats::update_peaks(MemCategory c) {
-  int64_t now = current_[idx(c)].load();
-  int64_t p = peak_[idx(c)].load();
-  while (now > p && !peak_[idx(c)].compare_exchange_weak(p, now)) {
-  }
-  int64_t total = total_current();
-  int64_t tp = total_peak_.load();
-  while (total > tp && !total_peak_.compare_exchange_weak(tp, total)) {
-  }
+  const int64_t now = current_[idx(c)].load();
+  raise_to(peak_[idx(c)], now);
+  raise_to(window_peak_[idx(c)], now);
+  raise_to(total_peak_, total_current());
 }
 
 void MemoryStats::add(MemCategory c, int64_t bytes) {
@@ -62,6 +68,10 @@ int64_t MemoryStats::total_peak() const { return total_peak_.load(); }
 void MemoryStats::reset_peaks() {
   for (size_t i = 0; i < kN; ++i) peak_[i] = current_[i].load();
   total_peak_ = total_current();
+}
+
+void MemoryStats::restart_window() const {
+  for (size_t i = 0; i < kN; ++i) window_peak_[i] = current_[i].load();
 }
 
 std::string MemoryStats::report(const std::string& title) const {

@@ -73,9 +73,9 @@ class SafetensorsFile final : public TensorFile {
     if (info->dtype == dst.scalar_type()) {
       detail::pread_exact(fd_, dst.data_ptr(), bytes, offset, path_, "tensor '" + name + "'");
     } else {
-      std::vector<char> raw(static_cast<size_t>(bytes));
-      detail::pread_exact(fd_, raw.data(), bytes, offset, path_, "tensor '" + name + "'");
-      detail::convert_into(raw.data(), info->dtype, count, dst);
+      const at::Tensor raw = detail::scratch(bytes);
+      detail::pread_exact(fd_, raw.data_ptr(), bytes, offset, path_, "tensor '" + name + "'");
+      detail::convert_into(raw.data_ptr(), info->dtype, count, dst);
     }
     bytes_read_ += bytes;
   }

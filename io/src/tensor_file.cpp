@@ -3,6 +3,7 @@
 
 #include "zeroshard/io/tensor_file.h"
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -62,6 +63,8 @@ void pread_exact(int fd, void* dst, int64_t bytes, int64_t offset, const std::st
     bytes -= n;
   }
 }
+
+at::Tensor scratch(int64_t bytes) { return at::empty({bytes}, at::TensorOptions().dtype(at::kByte)); }
 
 bool convertible(c10::ScalarType from, c10::ScalarType to) {
   auto floating = [](c10::ScalarType t) {

@@ -19,6 +19,10 @@ int64_t file_size(int fd, const std::string& path);
 // the file ends first or the read fails.
 void pread_exact(int fd, void* dst, int64_t bytes, int64_t offset, const std::string& path, const std::string& what);
 
+// Scratch bytes for a read (converting or gathering), from LibTorch's CPU allocator so memory
+// accounting (core/host_memory.h) sees them like every other tensor.
+at::Tensor scratch(int64_t bytes);
+
 // Whether stored `from` can be read into a tensor of `to` (the same dtype, or both among float32,
 // bfloat16, float16, float64).
 bool convertible(c10::ScalarType from, c10::ScalarType to);

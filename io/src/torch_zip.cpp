@@ -144,9 +144,9 @@ class TorchZipFile final : public TensorFile {
     if (s.t.dtype == dst.scalar_type()) {
       detail::pread_exact(fd_, dst.data_ptr(), bytes, offset, path_, what);
     } else {
-      std::vector<char> raw(static_cast<size_t>(bytes));
-      detail::pread_exact(fd_, raw.data(), bytes, offset, path_, what);
-      detail::convert_into(raw.data(), s.t.dtype, count, dst);
+      const at::Tensor raw = detail::scratch(bytes);
+      detail::pread_exact(fd_, raw.data_ptr(), bytes, offset, path_, what);
+      detail::convert_into(raw.data_ptr(), s.t.dtype, count, dst);
     }
     bytes_read_ += bytes;
   }
@@ -157,15 +157,15 @@ class TorchZipFile final : public TensorFile {
     StridedIndex it(s.t, begin);
     for (int64_t i = 0; i < count; ++i, it.next()) lo = std::min(lo, it.index()), hi = std::max(hi, it.index());
     const auto esize = static_cast<int64_t>(c10::elementSize(s.t.dtype));
-    std::vector<char> span(static_cast<size_t>((hi - lo + 1) * esize)), packed(static_cast<size_t>(count * esize));
-    detail::pread_exact(fd_, span.data(), static_cast<int64_t>(span.size()), s.data_start + lo * esize, path_,
+    const at::Tensor span = detail::scratch((hi - lo + 1) * esize), packed = detail::scratch(count * esize);
+    const auto* from = static_cast<const char*>(span.data_ptr());
+    auto* to = static_cast<char*>(packed.data_ptr());
+    detail::pread_exact(fd_, span.data_ptr(), span.numel(), s.data_start + lo * esize, path_,
                         "tensor '" + s.t.name + "'");
     StridedIndex at(s.t, begin);
-    for (int64_t i = 0; i < count; ++i, at.next()) {
-      std::copy_n(span.data() + (at.index() - lo) * esize, esize, packed.data() + i * esize);
-    }
-    detail::convert_into(packed.data(), s.t.dtype, count, dst);
-    bytes_read_ += static_cast<int64_t>(span.size());
+    for (int64_t i = 0; i < count; ++i, at.next()) std::copy_n(from + (at.index() - lo) * esize, esize, to + i * esize);
+    detail::convert_into(packed.data_ptr(), s.t.dtype, count, dst);
+    bytes_read_ += span.numel();
   }
 
   std::string path_;

@@ -4,7 +4,8 @@
 //
 // Prints the command it runs on stderr (with the reasons for the flags it added), then replaces
 // itself with mpirun/srun, so the job's exit status is this command's. --dry-run prints the
-// command on stdout instead. Errors: one line on stderr, exit 2 for a bad command line, 1 else.
+// command on stdout instead. Errors: one line on stderr ("zeroshard-launch: usage error: ..." and
+// exit 2 for a bad command line, "zeroshard-launch: error: ..." and 1 otherwise).
 // --find-batch-size and --auto-micro-batches first run trial jobs (zeroshard/launcher/trial.h):
 // the first prints what it found on stdout and exits 0, the second execs the job as above.
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/launcher/launch.h"
 #include "zeroshard/launcher/trial.h"
@@ -46,6 +48,10 @@ int main(int argc, char** argv) {
     const zl::LaunchOptions options = zl::parse_args(std::vector<std::string>(argv + 1, argv + argc));
     if (options.help) {
       std::fputs(zl::usage().c_str(), stdout);
+      return 0;
+    }
+    if (options.version) {
+      std::printf("%s\n", zeroshard::cli::version_line("zeroshard-launch").c_str());
       return 0;
     }
     zl::Plan plan = zl::build_plan(options, zl::detect_machine());
@@ -86,7 +92,7 @@ int main(int argc, char** argv) {
                  zeroshard::detail::errno_string(err).c_str());
     return 127;
   } catch (const zeroshard::UsageError& e) {
-    std::fprintf(stderr, "zeroshard-launch: error: %s\n", e.message().c_str());
+    std::fprintf(stderr, "zeroshard-launch: usage error: %s\n", e.message().c_str());
     return 2;
   } catch (const zeroshard::Error& e) {
     std::fprintf(stderr, "zeroshard-launch: error: %s\n", e.message().c_str());

@@ -1,15 +1,17 @@
-// Consolidation of a sharded checkpoint into one LibTorch archive, and whole-checkpoint
-// verification (zeroshard-ckpt consolidate / export / verify).
+// Consolidation of a sharded checkpoint into one LibTorch archive or one safetensors file (unit by
+// unit, streaming), and whole-checkpoint verification (zeroshard-ckpt consolidate/export/verify).
 
 #include <ATen/ops/empty.h>
 #include <torch/serialize/output-archive.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
 
 #include "zeroshard/sharding/checkpoint_manifest.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/io/tensor_file.h"
 
 namespace zeroshard::ckpt {
 namespace {
@@ -50,35 +52,67 @@ c10::ScalarType parse_dtype(const std::string& d, const std::string& what) {
   ZS_THROW(CheckpointError, what, " has dtype '", d, "', which consolidation does not handle");
 }
 
-}  // namespace
-
-ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype) {
-  ZS_REQUIRE(dtype == at::kFloat || dtype == at::kBFloat16, UsageError,
-             "consolidate: dtype must be float32 or bfloat16, got ", c10::toString(dtype));
-  const std::string dir = resolve_checkpoint(ckpt_path);
-  const Manifest m = read_manifest(dir);
-  std::map<int, const RankFile*> shard_files;
+// A checkpoint opened for reading whole units: its manifest and a reader per shard file.
+struct OpenCheckpoint {
+  std::string dir;
+  Manifest m;
+  std::map<int, std::unique_ptr<RankFileReader>> shards;  // shard rank -> its file
   const RankFile* rank0 = nullptr;
-  for (const auto& rf : m.rank_files()) {
-    if (rf.holds_shards()) shard_files[rf.shard_rank()] = &rf;
-    if (rf.rank() == 0) rank0 = &rf;
+
+  explicit OpenCheckpoint(const std::string& path) : dir(resolve_checkpoint(path)), m(read_manifest(dir)) {
+    std::map<int, const RankFile*> files;
+    for (const auto& rf : m.rank_files()) {
+      if (rf.holds_shards()) files[rf.shard_rank()] = &rf;
+      if (rf.rank() == 0) rank0 = &rf;
+    }
+    ZS_REQUIRE(static_cast<int>(files.size()) == m.shard_group_size(), CheckpointError, "checkpoint '", dir,
+               "' lists ", files.size(), " shard files, its shard group had ", m.shard_group_size(), " ranks");
+    for (const auto& [sr, rf] : files) shards[sr] = open_rank_file(dir, *rf);
   }
-  ZS_REQUIRE(static_cast<int>(shard_files.size()) == m.shard_group_size(), CheckpointError, "checkpoint '", dir,
-             "' lists ", shard_files.size(), " shard files, its shard group had ", m.shard_group_size(), " ranks");
-  std::map<int, std::unique_ptr<RankFileReader>> readers;
-  for (const auto& [sr, rf] : shard_files) readers[sr] = open_rank_file(dir, *rf);
-  ConsolidateStats stats;
-  ArchiveTree tree;
-  for (int i = 0; i < m.flats_size(); ++i) {
-    const FlatEntry& fe = m.flats(i);
-    // One unit at a time: its full flat buffer from every shard.
+
+  // Unit `fe`'s whole flat parameter (fp32, padded) from every shard: one unit in memory at a time.
+  at::Tensor unit(const FlatEntry& fe) {
     at::Tensor flat = at::empty({fe.padded_numel()}, at::kFloat);
-    for (auto& [sr, r] : readers) {
+    for (auto& [sr, r] : shards) {
       const RankFileSection& sec = r->section(fe.name() + "/param");
       ZS_REQUIRE(sec.bytes == fe.shard_numel() * 4, CheckpointError, "'", r->path(), "' section '", sec.name,
                  "' has ", sec.bytes, " bytes, expected ", fe.shard_numel() * 4);
       r->read(sec, flat.data_ptr<float>() + static_cast<int64_t>(sr) * fe.shard_numel());
     }
+    return flat;
+  }
+
+  // Every buffer, read from rank 0's file, with floating ones converted to `dtype`.
+  void for_each_buffer(c10::ScalarType dtype, const std::function<void(const BufferEntry&, at::Tensor)>& fn) {
+    if (m.buffers_size() == 0) return;
+    ZS_REQUIRE(rank0 != nullptr, CheckpointError, "checkpoint '", dir, "' has no rank 0 file (buffers live there)");
+    std::unique_ptr<RankFileReader> r = open_rank_file(dir, *rank0);
+    for (const BufferEntry& b : m.buffers()) {
+      std::vector<int64_t> shape(b.shape().begin(), b.shape().end());
+      at::Tensor t = at::empty(shape, parse_dtype(b.dtype(), "buffer '" + b.name() + "'"));
+      const RankFileSection& sec = r->section("buffer/" + b.name());
+      ZS_REQUIRE(sec.bytes == static_cast<int64_t>(t.nbytes()), CheckpointError, "buffer '", b.name(), "' in '",
+                 r->path(), "' has ", sec.bytes, " bytes, expected ", t.nbytes());
+      r->read(sec, t.data_ptr());
+      fn(b, t.is_floating_point() ? t.to(dtype) : t);
+    }
+  }
+};
+
+void check_export_dtype(c10::ScalarType dtype, const char* what) {
+  ZS_REQUIRE(dtype == at::kFloat || dtype == at::kBFloat16, UsageError, what,
+             ": dtype must be float32 or bfloat16, got ", c10::toString(dtype));
+}
+
+}  // namespace
+
+ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype) {
+  check_export_dtype(dtype, "consolidate");
+  OpenCheckpoint c(ckpt_path);
+  ConsolidateStats stats;
+  ArchiveTree tree;
+  for (const FlatEntry& fe : c.m.flats()) {
+    const at::Tensor flat = c.unit(fe);
     stats.peak_flat_bytes = std::max<int64_t>(stats.peak_flat_bytes, fe.padded_numel() * 4);
     for (const ParamEntry& p : fe.params()) {
       std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
@@ -92,27 +126,57 @@ ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& ou
       stats.elements += p.numel();
     }
   }
-  if (m.buffers_size() > 0) {
-    ZS_REQUIRE(rank0 != nullptr, CheckpointError, "checkpoint '", dir, "' has no rank 0 file (buffers live there)");
-    RankFileReader r(dir + "/" + rank0->file(), to_record(*rank0));
-    for (const BufferEntry& b : m.buffers()) {
-      std::vector<int64_t> shape(b.shape().begin(), b.shape().end());
-      at::Tensor t = at::empty(shape, parse_dtype(b.dtype(), "buffer '" + b.name() + "'"));
-      const RankFileSection& sec = r.section("buffer/" + b.name());
-      ZS_REQUIRE(sec.bytes == static_cast<int64_t>(t.nbytes()), CheckpointError, "buffer '", b.name(), "' in '",
-                 r.path(), "' has ", sec.bytes, " bytes, expected ", t.nbytes());
-      r.read(sec, t.data_ptr());
-      if (t.is_floating_point()) t = t.to(dtype);
-      tree.write(b.name(), t, true);
-      ++stats.buffers;
-    }
-  }
+  c.for_each_buffer(dtype, [&](const BufferEntry& b, at::Tensor t) {
+    tree.write(b.name(), t, true);
+    ++stats.buffers;
+  });
   tree.finish();
   try {
     tree.archive.save_to(out_path);
   } catch (const c10::Error& e) {
     ZS_THROW(CheckpointError, "cannot write the consolidated model to '", out_path, "': ", e.what_without_backtrace());
   }
+  return stats;
+}
+
+ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype) {
+  check_export_dtype(dtype, "export to safetensors");
+  OpenCheckpoint c(ckpt_path);
+  // Every tensor is declared first (the header comes first); tied names are written once, under
+  // the first name, and listed in the metadata.
+  std::vector<TensorInfo> infos;
+  std::string aliases;
+  for (const FlatEntry& fe : c.m.flats()) {
+    for (const ParamEntry& p : fe.params()) {
+      infos.push_back({p.name(), dtype, std::vector<int64_t>(p.shape().begin(), p.shape().end())});
+      for (const auto& a : p.aliases()) aliases += (aliases.empty() ? "" : ";") + a + "=" + p.name();
+    }
+  }
+  for (const BufferEntry& b : c.m.buffers()) {
+    const c10::ScalarType t = parse_dtype(b.dtype(), "buffer '" + b.name() + "'");
+    infos.push_back({b.name(), c10::isFloatingType(t) ? dtype : t, std::vector<int64_t>(b.shape().begin(), b.shape().end())});
+  }
+  std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                 {"zeroshard.step", std::to_string(c.m.step())},
+                                                 {"zeroshard.version", c.m.zeroshard_version()}};
+  if (!aliases.empty()) metadata["zeroshard.aliases"] = aliases;
+  SafetensorsWriter w(out_path, infos, metadata);
+  ConsolidateStats stats;
+  for (const FlatEntry& fe : c.m.flats()) {
+    const at::Tensor flat = c.unit(fe);
+    stats.peak_flat_bytes = std::max<int64_t>(stats.peak_flat_bytes, fe.padded_numel() * 4);
+    for (const ParamEntry& p : fe.params()) {
+      std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
+      w.write(p.name(), flat.narrow(0, p.offset(), p.numel()).view(shape).to(dtype));
+      stats.parameters += 1 + p.aliases_size();
+      stats.elements += p.numel();
+    }
+  }
+  c.for_each_buffer(dtype, [&](const BufferEntry& b, at::Tensor t) {
+    w.write(b.name(), t);
+    ++stats.buffers;
+  });
+  w.finish();
   return stats;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint.pb.h"
+#include "collective_step.h"
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/io/aio.h"
 #include "zeroshard/sharding/checkpoint.h"
@@ -42,22 +43,6 @@ struct Snapshot {
   std::vector<PendingSection> sections;
   ckpt::Manifest manifest;  // rank 0: all but rank_files
 };
-
-// What one collective step of a save or load left: which ranks failed (entry r is 1 when rank r
-// did) and this rank's error text.
-struct StepOutcome {
-  std::vector<int64_t> failures;
-  std::string error;
-  bool any_failed() const;
-  std::string failed_ranks() const;  // "1, 3"
-};
-
-// Runs `fn` where `participate` is true, catching its error, then agrees over `comm` on who
-// failed (one all-reduce). Collective over `comm`.
-StepOutcome run_step(Communicator& comm, bool participate, const std::string& tag, const std::function<void()>& fn);
-
-// The error text of the lowest failed rank, on every rank (collective; call only when one failed).
-std::string first_error(Communicator& comm, const StepOutcome& outcome, const std::string& tag);
 
 }  // namespace zeroshard::detail
 

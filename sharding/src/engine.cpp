@@ -266,10 +266,7 @@ void detail::ShardingEngineImpl::init_flat_params() {
   Communicator* sync = options.sync_module_states ? comm.get() : nullptr;
   for (auto& u : units) {
     if (u->adopted) continue;  // sharded (and synchronised) at construction
-    for (auto& f : u->flats) {
-      f->init_from_params(sync);
-      f->free_full();  // every unit starts resharded; forward gathers it
-    }
+    for (auto& f : u->flats) f->init_from_params(sync);  // resharded: forward gathers it
   }
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> buffers = model->buffers();

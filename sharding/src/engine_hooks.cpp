@@ -98,6 +98,8 @@ void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs) 
   unit->engine->post_forward(unit, outputs);
 }
 
+bool unit_in_backward(UnitState* unit) { return unit->engine->in_backward(); }
+
 }  // namespace detail
 
 using detail::UnitState;

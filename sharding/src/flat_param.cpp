@@ -81,21 +81,36 @@ void FlatParam::init_from_params(Communicator* sync_from) {
   check_params();
   device_ = slots_.front().param.device();
   c10::AutoGradMode no_grad(false);
-  at::Tensor flat = at::zeros({padded_}, at::TensorOptions().dtype(at::kFloat).device(device_));
-  for (const ParamSlot& s : slots_) flat.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));
-  if (sync_from != nullptr && sync_from->size() > 1) sync_from->broadcast(flat, 0, name_ + ".sync")->wait();
-  const int rank = shard_group_->rank();
-  if (aliased_) {
-    shard_ = flat;
-    full_ = shard_;
-  } else {
-    shard_ = flat.narrow(0, rank * shard_numel_, shard_numel_).clone();
-    full_ = param_dtype_ == c10::kFloat ? flat : flat.to(param_dtype_);
-    full_allocated_ = true;
-    mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
+  const bool sync = sync_from != nullptr && sync_from->size() > 1;
+  const int64_t lo = aliased_ ? 0 : static_cast<int64_t>(shard_group_->rank()) * shard_numel_;
+  const int64_t hi = lo + (aliased_ ? padded_ : shard_numel_);
+  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  shard_ = at::zeros({hi - lo}, fp32);
+  // Each parameter (rank 0's values when syncing) gives this rank's part of it to the shard and
+  // lets go of its storage at once: building a unit holds its bytes once, never the parameters and
+  // a whole flat copy of them together (the rank's shards plus one unit, measured in
+  // test_pretrained).
+  for (ParamSlot& s : slots_) {
+    at::Tensor p = s.param.detach().contiguous();
+    if (sync) sync_from->broadcast(p, 0, name_ + ".sync." + s.name)->wait();
+    const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+    if (a < b) shard_.narrow(0, a - lo, b - a).copy_(p.reshape({-1}).narrow(0, a - s.offset, b - a));
+    s.param.set_data(at::empty({0}, p.options()));
   }
   mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  if (aliased_) {
+    full_ = shard_;
+    point_params_at(full_);
+    drop_param_grads();
+    return;
+  }
+  // The gathered buffer exists from now on (the parameters are views of it), its storage freed
+  // until a forward gathers it.
+  full_ = at::empty({padded_}, fp32.dtype(param_dtype_));
+  full_allocated_ = true;
+  mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
   point_params_at(full_);
+  free_full();
   drop_param_grads();
 }
 

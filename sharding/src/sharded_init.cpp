@@ -80,10 +80,7 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   detail::check_same_description(*session.world(), desc.str(), detail::concat("units at construction (", name, ")"));
   for (const auto& f : flats) f->check_params();
   Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
-  for (const auto& f : flats) {
-    f->init_from_params(sync);
-    f->free_full();
-  }
+  for (const auto& f : flats) f->init_from_params(sync);  // leaves the unit resharded
   units[module] = std::move(flats);
   ++count;
 }

@@ -35,4 +35,6 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return d.max().item<double>();
 }
 
+void barrier() { world()->barrier()->wait(); }
+
 }  // namespace zeroshard::test

@@ -17,6 +17,8 @@ Session& session();
 std::shared_ptr<Communicator> world();
 int rank();
 int world_size();
+// Waits until every rank got here (the world's barrier).
+void barrier();
 
 // Options for communicators tests create themselves: short timeout, no job abort.
 CommOptions test_comm_options(const std::string& name);

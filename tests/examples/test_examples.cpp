@@ -1,6 +1,6 @@
-// The training examples' shared pieces: the shipped configs are valid, the GPT's parameter count
-// formula matches the model it builds (so the 1B config really is 1.21B parameters), the batch
-// arithmetic refuses what does not divide, and the metrics lines are valid JSON values.
+// The training examples and the training library's small pieces: the shipped configs are valid,
+// the GPT's parameter count formula matches the model it builds (so the 1B config really is 1.21B
+// parameters), the batch arithmetic refuses what does not divide, the flags parse.
 
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/randint.h>
@@ -12,8 +12,8 @@
 #include <unordered_set>
 
 #include "common/test_util.h"
-#include "common/training.h"
 #include "gpt/gpt_model.h"
+#include "zeroshard/train/trainer.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 
@@ -85,14 +85,14 @@ TEST(GptModel, ForwardShapesAndContextLimit) {
 }
 
 TEST(BatchPlan, GlobalBatchMustDivide) {
-  zs::Config cfg;
-  cfg.mutable_train()->set_batch_size(32);
-  cfg.mutable_train()->set_micro_batches(2);
-  ex::BatchPlan p = ex::plan_batches(cfg, 4);
+  zs::TrainOptions o;
+  o.batch_size = 32;
+  o.micro_batches = 2;
+  zs::BatchPlan p = zs::plan_batches(o, 4);
   EXPECT_EQ(p.micro_batch_size, 4);
   EXPECT_EQ(p.micro_batches, 2);
   try {
-    ex::plan_batches(cfg, 3);
+    zs::plan_batches(o, 3);
     FAIL() << "32 is not a multiple of 3 x 2";
   } catch (const zs::ConfigError& e) {
     const std::string w = e.what();
@@ -102,17 +102,54 @@ TEST(BatchPlan, GlobalBatchMustDivide) {
   }
 }
 
-TEST(ExampleArgs, ParsesFlagsAndRejectsUnknownOnes) {
-  ex::ExampleArgs a = ex::parse_example_args({"prog", "--metrics-out", "m.jsonl", "--check-loss-decreases"}, "usage", false);
+TEST(TrainFlags, ParsesFlagsAndRejectsUnknownOnes) {
+  zs::TrainFlags a = zs::parse_train_flags({"prog", "--metrics-out", "m.jsonl", "--check-loss-decreases"}, "usage");
   EXPECT_EQ(a.metrics_out, "m.jsonl");
   EXPECT_TRUE(a.check_loss_decreases);
-  EXPECT_THROW(ex::parse_example_args({"prog", "--min-accuracy", "0.9"}, "usage", false), zs::UsageError)
-      << "only classifiers take --min-accuracy";
-  EXPECT_DOUBLE_EQ(ex::parse_example_args({"prog", "--min-accuracy", "0.9"}, "usage", true).min_accuracy, 0.9);
-  EXPECT_THROW(ex::parse_example_args({"prog", "--min-accuracy", "2"}, "usage", true), zs::UsageError);
-  EXPECT_THROW(ex::parse_example_args({"prog", "--metrics-out"}, "usage", false), zs::UsageError);
-  EXPECT_TRUE(ex::parse_example_args({"prog", "--resume"}, "usage", false).resume);
-  EXPECT_FALSE(ex::parse_example_args({"prog"}, "usage", false).resume);
+  EXPECT_EQ(zs::parse_train_flags({"prog", "--metrics-out=m2.jsonl"}, "usage").metrics_out, "m2.jsonl");
+  EXPECT_THROW(zs::parse_train_flags({"prog", "--min-accuracy", "0.9"}, "usage"), zs::UsageError)
+      << "only programs that declare --min-accuracy take it";
+  const std::vector<zs::ProgramFlag> flags = {{"--min-accuracy", true, "X"}};
+  EXPECT_EQ(zs::parse_train_flags({"prog", "--min-accuracy", "0.9"}, "usage", flags).program.at("--min-accuracy"),
+            "0.9");
+  EXPECT_THROW(zs::parse_train_flags({"prog", "--metrics-out"}, "usage"), zs::UsageError);
+  EXPECT_THROW(zs::parse_train_flags({"prog", "--resume=yes"}, "usage"), zs::UsageError);
+  EXPECT_TRUE(zs::parse_train_flags({"prog", "--resume"}, "usage").resume);
+  EXPECT_FALSE(zs::parse_train_flags({"prog"}, "usage").resume);
+  EXPECT_EQ(zs::parse_train_flags({"prog", "--tensorboard", "tb"}, "usage").tensorboard, "tb");
+  EXPECT_TRUE(zs::parse_train_flags({"prog", "--help"}, "usage").help);
+  EXPECT_TRUE(zs::parse_train_flags({"prog", "--version"}, "usage").version);
+}
+
+// Program flags are checked as their type says, in the shape every zeroshard program uses.
+TEST(TrainFlags, ProgramFlagsAreTyped) {
+  using T = zs::ProgramFlag::Type;
+  const std::vector<zs::ProgramFlag> flags = {{"--min-accuracy", true, "X", "accuracy", T::kNumber, 0, 1},
+                                              {"--epochs-max", true, "N", "epochs", T::kInteger, 1},
+                                              {"--verbose", false, "", "talk"}};
+  auto error = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "prog");
+    try {
+      zs::parse_train_flags(args, "usage", flags);
+    } catch (const zs::UsageError& e) {
+      return e.message();
+    }
+    return std::string();
+  };
+  EXPECT_NE(error({"--min-accuracy", "lots"}).find("--min-accuracy 'lots' is not a number"), std::string::npos);
+  EXPECT_NE(error({"--min-accuracy=1.5"}).find("--min-accuracy must be between 0 and 1, got 1.5"), std::string::npos);
+  EXPECT_NE(error({"--epochs-max", "3x"}).find("--epochs-max '3x' is not an integer"), std::string::npos);
+  EXPECT_NE(error({"--epochs-max", "0"}).find("--epochs-max must be at least 1, got 0"), std::string::npos);
+  EXPECT_NE(error({"--verbose=1"}).find("--verbose takes no value"), std::string::npos);
+  EXPECT_NE(error({"--metrics-ot", "f"}).find("did you mean '--metrics-out'?"), std::string::npos);
+  const zs::TrainFlags f = zs::parse_train_flags({"prog", "--verbose", "--epochs-max=4"}, "usage", flags);
+  EXPECT_EQ(f.program.at("--verbose"), "");
+  EXPECT_EQ(f.program.at("--epochs-max"), "4");
+  const std::string help = zs::train_flags_help("prog", "Trains things.", flags);
+  for (const char* part : {"Trains things.", "mpirun -n N prog [OPTIONS]", "--min-accuracy X", "--verbose",
+                           "--tensorboard DIR", "--config FILE"}) {
+    EXPECT_NE(help.find(part), std::string::npos) << part << " in:\n" << help;
+  }
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 # Checks of docker/ that need no docker engine (none runs in CI, and hadolint is not a Debian 12
 # package):
 #   1. Dockerfiles: every file they COPY or name under scripts/ or docker/ exists; FROM pins a tag;
-#      apt-get installs with -y --no-install-recommends and cleans its lists in the same RUN;
-#      ENTRYPOINT/CMD in exec (JSON) form.
+#      apt-get installs with -y --no-install-recommends and cleans its lists in the same RUN, and so
+#      does scripts/setup.sh (with --container); ENTRYPOINT/CMD in exec (JSON) form.
 #   2. Shell scripts (entrypoint, sbatch, scripts/*.sh, this file, the launcher tests' fake_trial.sh):
 #      bash -n and shellcheck.
-#   3. docker-compose.yml: its Dockerfile exists, its hostnames are the hosts of docker/hostfile,
-#      and zeroshard-launch accepts that hostfile and the compose command line (dry run).
+#   3. docker-compose.yml: Debian 12's Compose v1 (docker-compose 1.29) accepts it (`config -q`,
+#      no daemon needed: file format 2.x, no top-level `name:`), its Dockerfile exists, its
+#      hostnames are the hosts of docker/hostfile, and zeroshard-launch accepts that hostfile and
+#      the compose command line (dry run). A real run: scripts/docker-cluster-check.sh.
 #   4. entrypoint.sh's key exchange: two containers' worth of it started at once agree on one key
 #      and install it with the right permissions.
 #   5. docker/slurm/train.sbatch builds the expected zeroshard-launch / srun command.
@@ -54,6 +56,10 @@ for df in docker/Dockerfile.cpu docker/Dockerfile.cuda; do
         done
         ;;
       RUN)
+        if [[ $rest == *"scripts/setup.sh"* ]]; then
+          [[ $rest == *"--container"* ]] || fail "$df: scripts/setup.sh without --container (sshd, no recommended packages)"
+          [[ $rest == *"rm -rf /var/lib/apt/lists"* ]] || fail "$df: RUN with scripts/setup.sh does not remove /var/lib/apt/lists"
+        fi
         if [[ $rest == *"apt-get install"* ]]; then
           [[ $rest == *"--no-install-recommends"* ]] || fail "$df: apt-get install without --no-install-recommends"
           [[ $rest == *"install -y"* ]] || fail "$df: apt-get install without -y"
@@ -87,6 +93,16 @@ fi
 
 # ---- 3. compose ----
 compose=docker/docker-compose.yml
+if command -v docker-compose >/dev/null; then
+  if out=$(cd docker && docker-compose -f docker-compose.yml -p zeroshard config -q 2>&1); then
+    pass "$compose: $(docker-compose version --short 2>/dev/null || echo docker-compose) accepts it"
+  else
+    fail "docker-compose (Compose v1, Debian 12's) rejects $compose: $out"
+  fi
+else
+  fail "docker-compose is not installed (scripts/setup.sh --tests installs it)"
+fi
+grep -qE '^name:' "$compose" && fail "$compose: a top-level 'name:' key, which Compose v1 rejects (use -p NAME)"
 dockerfile=$(grep -oE 'dockerfile: *[^ ]+' "$compose" | head -1 | sed 's/dockerfile: *//')
 [[ -f $dockerfile ]] || fail "$compose: dockerfile '$dockerfile' does not exist"
 hostnames=$(grep -oE 'hostname: *[A-Za-z0-9_-]+' "$compose" | sed 's/hostname: *//' | sort | tr '\n' ' ')

@@ -215,16 +215,26 @@ TEST(LaunchArgs, ErrorsNameTheArgument) {
   EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--gpus-per-nod=2", "prog"}); }),
                        "did you mean '--gpus-per-node'?"));
   EXPECT_FALSE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--zzzzzzzzzzzz", "prog"}); }), "did you mean"));
-  EXPECT_EQ(error_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }), "-n must be at least 1, got 0");
-  EXPECT_EQ(error_of<zs::UsageError>([] { zl::parse_args({"-n", "-3", "prog"}); }), "-n must be at least 1, got -3");
-  EXPECT_EQ(error_of<zs::UsageError>([] { zl::parse_args({"-n", "two", "prog"}); }), "-n takes a whole number, got 'two'");
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }), "-n must be at least 1, got 0"));
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "-3", "prog"}); }), "-n must be at least 1, got -3"));
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "two", "prog"}); }), "-n 'two' is not an integer"));
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "2x", "prog"}); }), "-n '2x' is not an integer"));
   EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "2"}); }), "no program to run"));
   EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "2", "--"}); }), "no program to run"));
   EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n"}); }), "-n needs a value"));
-  EXPECT_EQ(error_of<zs::UsageError>([] { zl::parse_args({"--bind-to", "cores", "prog"}); }),
-            "--bind-to takes one of core, socket, none; got 'cores'");
-  EXPECT_EQ(error_of<zs::UsageError>([] { zl::parse_args({"--dry-run=yes", "prog"}); }),
-            "--dry-run takes no value, got '--dry-run=yes'");
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--bind-to", "cores", "prog"}); }),
+                       "--bind-to 'cores' is not one of core, socket, none"));
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--dry-run=yes", "prog"}); }),
+                       "--dry-run takes no value (got '--dry-run=yes')"));
+  // Every usage error ends with the usage line.
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }),
+                       "(usage: zeroshard-launch -n N [OPTIONS] [--] PROGRAM [ARGS...]; zeroshard-launch --help lists"));
+  // --flag=value and --flag value alike; -np as mpirun spells it; the last repeat wins.
+  EXPECT_EQ(zl::parse_args({"--np=3", "--hostfile=h", "prog"}).np, 3);
+  EXPECT_EQ(zl::parse_args({"-np", "3", "prog"}).np, 3);
+  EXPECT_EQ(zl::parse_args({"-n", "3", "-n", "4", "prog"}).np, 4);
+  EXPECT_EQ(zl::parse_args({"--launcher-arg", "--mca", "--launcher-arg=x", "prog"}).launcher_args, (Args{"--mca", "x"}));
+  EXPECT_TRUE(zl::parse_args({"--version"}).version);
   EXPECT_TRUE(zl::parse_args({"--help"}).help);
   // The program's own options are not ours, with or without `--`.
   zl::LaunchOptions o = zl::parse_args({"-n", "2", "prog", "--hostfle", "-n", "5"});

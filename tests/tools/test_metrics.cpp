@@ -172,3 +172,65 @@ TEST(MetricsWriter, EachLineIsOnDiskWhenWriteReturns) {
   EXPECT_TRUE(read_lines(path).empty());
   std::remove(path.c_str());
 }
+
+// The line kinds the examples write: an evaluation line, and a step line with the memory after the
+// step ("mem") and the step's peak ("mem_peak"), both by category.
+TEST(MetricsWriter, EvalAndPeakMemoryLines) {
+  const std::string path = temp_path("kinds.jsonl");
+  zs::MetricsWriter w(path);
+  w.write_eval(0, "val_loss", 5.5);
+  w.write_eval(10, "test_accuracy", std::numeric_limits<double>::quiet_NaN());
+  EXPECT_THROW(w.write_eval(1, "", 1.0), zs::UsageError);
+  zs::StepMetrics m;
+  m.step = 1;
+  m.loss = 2;
+  m.mem = {{"gathered params", 0}};
+  m.mem_peak = {{"gathered params", 4096}};
+  w.write_step(m);
+  const std::vector<std::string> lines = read_lines(path);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "{\"eval\":\"val_loss\",\"step\":0,\"value\":5.5}");
+  EXPECT_EQ(lines[1], "{\"eval\":\"test_accuracy\",\"step\":10,\"value\":null}");
+  EXPECT_EQ(lines[2], "{\"step\":1,\"loss\":2,\"mem\":{\"gathered params\":0},\"mem_peak\":{\"gathered params\":4096}}");
+  std::remove(path.c_str());
+}
+
+// record_memory: each call's "mem_peak" is the peak since the previous call (one step's), while
+// the run's peaks (the memory summary's) are left alone.
+TEST(MetricsWriter, RecordMemoryGivesEachStepItsOwnPeak) {
+  zs::MemoryStats mem;
+  const auto gathered = zs::MemCategory::kGatheredParams, sharded = zs::MemCategory::kShardedParams;
+  auto bytes = [](const std::vector<std::pair<std::string, int64_t>>& v, const std::string& name) {
+    for (const auto& [k, b] : v) {
+      if (k == name) return b;
+    }
+    ADD_FAILURE() << "no category '" << name << "'";
+    return int64_t{-1};
+  };
+  mem.add(sharded, 100);
+  // Step 1 gathers 1000 bytes and frees them again.
+  mem.add(gathered, 1000);
+  mem.sub(gathered, 1000);
+  zs::StepMetrics step1;
+  zs::record_memory(step1, mem);
+  EXPECT_EQ(step1.mem.size(), static_cast<size_t>(zs::MemCategory::kCount));
+  EXPECT_EQ(bytes(step1.mem, "gathered params"), 0);
+  EXPECT_EQ(bytes(step1.mem_peak, "gathered params"), 1000);
+  EXPECT_EQ(bytes(step1.mem_peak, "sharded params"), 100);
+  // Step 2 needs only 300.
+  mem.add(gathered, 300);
+  mem.sub(gathered, 300);
+  zs::StepMetrics step2;
+  zs::record_memory(step2, mem);
+  EXPECT_EQ(bytes(step2.mem_peak, "gathered params"), 300);
+  EXPECT_EQ(bytes(step2.mem_peak, "sharded params"), 100);  // held throughout: its current value
+  // Nothing in step 3; an explicit restart (after an evaluation) drops what came before it.
+  mem.add(gathered, 700);
+  mem.sub(gathered, 700);
+  mem.restart_window();
+  zs::StepMetrics step3;
+  zs::record_memory(step3, mem);
+  EXPECT_EQ(bytes(step3.mem_peak, "gathered params"), 0);
+  EXPECT_EQ(mem.peak(gathered), 1000);  // the run's peak is untouched
+  EXPECT_EQ(mem.total_peak(), 1100);
+}

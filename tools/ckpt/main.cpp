@@ -4,10 +4,12 @@
 //   zeroshard-ckpt verify PATH                     every file's size and CRC-32C, every section's
 //   zeroshard-ckpt consolidate PATH OUT [--dtype float32|bfloat16]
 //                                                  full unsharded state dict for torch::load
-//   zeroshard-ckpt export PATH OUT                 bf16 weights for inference + OUT.config.txt
+//   zeroshard-ckpt export PATH OUT [--format torch|safetensors] [--dtype bfloat16|float32]
+//                                                  weights for inference (default bf16; safetensors
+//                                                  when OUT ends in .safetensors) + OUT.config.txt
 //
 // PATH is a step directory (step-N) or a checkpoint root (its `latest`). Exit code 0 on success,
-// 1 with a one-line error otherwise.
+// 1 with a one-line error otherwise, 2 for a bad command line.
 
 #include <c10/util/Exception.h>
 
@@ -17,66 +19,90 @@
 #include <vector>
 
 #include "zeroshard/sharding/checkpoint_format.h"
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: zeroshard-ckpt info PATH\n"
-    "       zeroshard-ckpt verify PATH\n"
-    "       zeroshard-ckpt consolidate PATH OUT [--dtype float32|bfloat16]\n"
-    "       zeroshard-ckpt export PATH OUT\n"
-    "PATH: a checkpoint step directory or a checkpoint root (uses its `latest`)\n";
+struct Args {
+  std::string command, path, out, dtype, format;
+};
 
-int run(const std::vector<std::string>& a) {
-  ZS_REQUIRE(a.size() >= 2, zs::UsageError, "missing command\n", kUsage);
-  const std::string& cmd = a[0];
-  const std::string& path = a[1];
-  if (cmd == "info" && a.size() == 2) {
-    const std::string dir = zs::ckpt::resolve_checkpoint(path);
+// Returns false after --help/--version.
+bool parse(int argc, char** argv, Args& a) {
+  zs::cli::App app("zeroshard-ckpt", "Inspect, verify and convert zeroshard checkpoints (no MPI, no engine).");
+  app.usage("zeroshard-ckpt info|verify PATH | consolidate|export PATH OUT [OPTIONS]");
+  app.footer(
+      "Commands:\n"
+      "  info PATH              the manifest, readably\n"
+      "  verify PATH            every file's size and CRC-32C, every section's\n"
+      "  consolidate PATH OUT   the full unsharded state dict, a LibTorch archive for torch::load\n"
+      "                         (default float32)\n"
+      "  export PATH OUT        weights for inference (default bfloat16; safetensors when OUT ends in\n"
+      "                         .safetensors) and OUT.config.txt, the run's config\n"
+      "PATH: a checkpoint step directory or a checkpoint root (uses its `latest`).");
+  app.add_choice("COMMAND", &a.command, {"info", "verify", "consolidate", "export"}, "what to do (below)")->required();
+  app.add_text("PATH", &a.path, "checkpoint step directory or root", "")->required();
+  app.add_text("OUT", &a.out, "output file (consolidate, export)", "");
+  app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16"}, "dtype of the written weights");
+  app.add_choice("--format", &a.format, {"torch", "safetensors"}, "export's file format (default: by OUT's name)");
+  app.then([&] {
+    const bool writes = a.command == "consolidate" || a.command == "export";
+    if (writes && a.out.empty()) app.fail(a.command + " needs OUT, the file to write");
+    if (!writes && !a.out.empty()) app.fail(a.command + " takes only PATH; got '" + a.out + "' too");
+    if (!writes && !a.dtype.empty()) app.fail("--dtype applies to consolidate and export");
+    if (a.command != "export" && !a.format.empty()) app.fail("--format applies to export");
+  });
+  return app.parse(argc, argv);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int run(const Args& a) {
+  if (a.command == "info") {
+    const std::string dir = zs::ckpt::resolve_checkpoint(a.path);
     std::printf("checkpoint      %s\n%s", dir.c_str(), zs::ckpt::describe_checkpoint(dir).c_str());
     return 0;
   }
-  if (cmd == "verify" && a.size() == 2) {
-    std::printf("%s", zs::ckpt::verify_checkpoint(path).c_str());
-    std::printf("checkpoint %s verified\n", zs::ckpt::resolve_checkpoint(path).c_str());
+  if (a.command == "verify") {
+    std::printf("%s", zs::ckpt::verify_checkpoint(a.path).c_str());
+    std::printf("checkpoint %s verified\n", zs::ckpt::resolve_checkpoint(a.path).c_str());
     return 0;
   }
-  if ((cmd == "consolidate" || cmd == "export") && a.size() >= 3) {
-    c10::ScalarType dtype = cmd == "export" ? at::kBFloat16 : at::kFloat;
-    for (size_t i = 3; i < a.size(); ++i) {
-      if (cmd == "consolidate" && a[i] == "--dtype" && i + 1 < a.size()) {
-        const std::string& d = a[++i];
-        ZS_REQUIRE(d == "float32" || d == "bfloat16", zs::UsageError, "--dtype ", d, ": allowed float32, bfloat16");
-        dtype = d == "float32" ? at::kFloat : at::kBFloat16;
-      } else {
-        ZS_THROW(zs::UsageError, "unexpected argument '", a[i], "'\n", kUsage);
-      }
-    }
-    const auto st = zs::ckpt::consolidate(path, a[2], dtype);
-    std::printf("wrote %s: %lld parameter names, %lld elements (%s), %lld buffers; largest unit %.3f MiB\n",
-                a[2].c_str(), static_cast<long long>(st.parameters), static_cast<long long>(st.elements),
-                c10::toString(dtype), static_cast<long long>(st.buffers), st.peak_flat_bytes / 1048576.0);
-    if (cmd == "export") {
-      const zs::ckpt::SavedRun run = zs::ckpt::saved_run(path);
-      std::ofstream cfg(a[2] + ".config.txt");
-      cfg << "# zeroshard config of the run that saved step " << run.step << "\n" << run.config_text;
-      ZS_REQUIRE(cfg.good(), zs::CheckpointError, "cannot write '", a[2], ".config.txt'");
-      std::printf("wrote %s.config.txt\n", a[2].c_str());
-    }
-    return 0;
+  const bool exporting = a.command == "export";
+  const std::string dtype_name = a.dtype.empty() ? (exporting ? "bfloat16" : "float32") : a.dtype;
+  const c10::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
+  const bool safetensors = exporting && (a.format.empty() ? ends_with(a.out, ".safetensors") : a.format == "safetensors");
+  const std::string& out = a.out;
+  const auto st = safetensors ? zs::ckpt::export_safetensors(a.path, out, dtype) : zs::ckpt::consolidate(a.path, out, dtype);
+  std::printf("wrote %s (%s): %lld parameter names, %lld elements (%s), %lld buffers; largest unit %.3f MiB\n",
+              out.c_str(), safetensors ? "safetensors" : "LibTorch archive", static_cast<long long>(st.parameters),
+              static_cast<long long>(st.elements), c10::toString(dtype), static_cast<long long>(st.buffers),
+              st.peak_flat_bytes / 1048576.0);
+  if (exporting) {
+    const zs::ckpt::SavedRun run = zs::ckpt::saved_run(a.path);
+    std::ofstream cfg(out + ".config.txt");
+    cfg << "# zeroshard config of the run that saved step " << run.step << "\n" << run.config_text;
+    ZS_REQUIRE(cfg.good(), zs::CheckpointError, "cannot write '", out, ".config.txt'");
+    std::printf("wrote %s.config.txt\n", out.c_str());
   }
-  ZS_THROW(zs::UsageError, "bad command line\n", kUsage);
+  return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
   try {
+    Args args;
+    if (!parse(argc, argv, args)) return 0;
     return run(args);
+  } catch (const zs::UsageError& e) {
+    std::fprintf(stderr, "zeroshard-ckpt: usage error: %s\n", e.message().c_str());
+    return 2;
   } catch (const zs::Error& e) {
     std::fprintf(stderr, "zeroshard-ckpt: %s\n", e.message().c_str());
   } catch (const std::exception& e) {

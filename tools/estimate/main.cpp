@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
@@ -23,19 +24,13 @@ namespace zs = zeroshard;
 
 namespace {
 
-const char* kUsage =
-    "usage: zeroshard-estimate (--params P [--unit-params U] | --gpt LAYERS,D_MODEL,VOCAB,SEQ[,HEADS])\n"
-    "                          [--world N] [--ranks-per-node R] [--micro-batch B] [--config FILE] [--set KEY=VALUE]...\n"
-    "P and U accept 1.3e9-style numbers. Strategy, precision, optimizer, offload and activation\n"
-    "checkpointing come from the config (docs/config.md).\n";
-
 // "1.3e9" or "1300000000" -> 1300000000; UsageError naming the option otherwise.
 int64_t parse_count(const std::string& option, const std::string& text, int64_t min) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   ZS_REQUIRE(!text.empty() && end != nullptr && *end == '\0' && std::isfinite(v) && v >= static_cast<double>(min) &&
                  v < 9.0e18 && std::nearbyint(v) == v,
-             zs::UsageError, option, " '", text, "': expected a whole number >= ", min, " (1.3e9 style allowed)");
+             zs::UsageError, option, " '", text, "' is not a whole number >= ", min, " (1.3e9 style allowed)");
   return static_cast<int64_t>(v);
 }
 
@@ -57,41 +52,50 @@ zs::GptShape parse_gpt(const std::string& text) {
 
 std::string mib(int64_t bytes) { return zs::format_mib(bytes, 2); }
 
-int run(int argc, char** argv) {
-  const zs::CommandLine cl = zs::parse_command_line(argc, argv);
+struct Args {
   int64_t params = 0, unit_params = 0, micro_batch = 1;
   int world = 1, ranks_per_node = 0;
   bool have_gpt = false;
   zs::GptShape gpt;
-  const auto& rest = cl.rest;
-  for (size_t i = 1; i < rest.size(); ++i) {
-    const std::string& arg = rest[i];
-    auto value = [&]() -> std::string {
-      ZS_REQUIRE(i + 1 < rest.size(), zs::UsageError, arg, " needs a value\n", kUsage);
-      return rest[++i];
-    };
-    if (arg == "--params") {
-      params = parse_count(arg, value(), 1);
-    } else if (arg == "--unit-params") {
-      unit_params = parse_count(arg, value(), 1);
-    } else if (arg == "--gpt") {
-      gpt = parse_gpt(value());
-      have_gpt = true;
-    } else if (arg == "--world") {
-      world = static_cast<int>(parse_count(arg, value(), 1));
-    } else if (arg == "--ranks-per-node") {
-      ranks_per_node = static_cast<int>(parse_count(arg, value(), 1));
-    } else if (arg == "--micro-batch") {
-      micro_batch = parse_count(arg, value(), 1);
-    } else if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else {
-      ZS_THROW(zs::UsageError, "unknown argument '", arg, "'\n", kUsage);
-    }
-  }
-  ZS_REQUIRE(have_gpt != (params > 0), zs::UsageError, "give exactly one of --params and --gpt\n", kUsage);
-  ZS_REQUIRE(unit_params == 0 || params > 0, zs::UsageError, "--unit-params goes with --params (--gpt knows its units)");
+};
+
+// The command line after --config/--set. Returns false after --help/--version.
+bool parse(const std::vector<std::string>& rest, Args& a) {
+  zs::cli::App app("zeroshard-estimate",
+                   "Per-rank memory of a training setup before running it: every strategy x offload mode (the "
+                   "configured one marked '*'), the configured setup by category, and for --gpt the activations.");
+  app.usage("zeroshard-estimate (--params P | --gpt LAYERS,D_MODEL,VOCAB,SEQ[,HEADS]) [OPTIONS]");
+  app.footer("Strategy, precision, optimizer, offload and activation checkpointing come from the config\n"
+             "(docs/config.md). Formulas: docs/tools.md.");
+  app.add_custom("--params", "P", "parameters of the model, e.g. 1.3e9",
+                 [&](const std::string& v) { a.params = parse_count("--params", v, 1); });
+  app.add_custom("--unit-params", "U", "parameters of the largest unit (e.g. a transformer block), with --params",
+                 [&](const std::string& v) { a.unit_params = parse_count("--unit-params", v, 1); });
+  app.add_custom("--gpt", "LAYERS,D_MODEL,VOCAB,SEQ[,HEADS]", "a GPT-style model (its units and activations)",
+                 [&](const std::string& v) {
+                   a.gpt = parse_gpt(v);
+                   a.have_gpt = true;
+                 });
+  app.add_int("--world", &a.world, "ranks in the job (default 1)", 1);
+  app.add_int("--ranks-per-node", &a.ranks_per_node, "ranks per node (default: --world)", 1);
+  app.add_int("--micro-batch", &a.micro_batch, "sequences per micro-batch, for the activations (default 1)", 1);
+  app.add_config_options();
+  app.then([&] {
+    if (a.have_gpt == (a.params > 0)) app.fail("give exactly one of --params and --gpt");
+    if (a.unit_params != 0 && a.params == 0) app.fail("--unit-params goes with --params (--gpt knows its units)");
+  });
+  return app.parse(rest);
+}
+
+int run(int argc, char** argv) {
+  const zs::CommandLine cl = zs::parse_command_line(argc, argv);
+  Args args;
+  if (!parse(cl.rest, args)) return 0;
+  const int64_t params = args.params, unit_params = args.unit_params, micro_batch = args.micro_batch;
+  const int world = args.world;
+  int ranks_per_node = args.ranks_per_node;
+  const bool have_gpt = args.have_gpt;
+  const zs::GptShape gpt = args.gpt;
   if (ranks_per_node == 0) ranks_per_node = world;
   const zs::Config cfg = zs::build_config(cl);
   const zs::EstimateOptions options = zs::EstimateOptions::from_config(cfg, world, ranks_per_node);
@@ -124,7 +128,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const zs::UsageError& e) {
-    std::fprintf(stderr, "zeroshard-estimate: error: %s\n", e.message().c_str());
+    std::fprintf(stderr, "zeroshard-estimate: usage error: %s\n", e.message().c_str());
     return 2;
   } catch (const zs::Error& e) {
     std::fprintf(stderr, "zeroshard-estimate: error: %s\n", e.message().c_str());

@@ -1,9 +1,12 @@
-// The line-chart rasteriser: white canvas, title, axes with nice ticks and labels, light grid,
-// one 2-pixel line per series, a legend when there is more than one series.
+// The line-chart rasteriser: white canvas, title, axes with nice ticks and labels (as many as their
+// size allows without overlapping), light grid, an optional right-hand axis, one 2-pixel line per
+// series (with point markers when asked) or stacked bands, a legend under the title when there is
+// more than one series.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 #include "plot.h"
@@ -102,6 +105,22 @@ struct Range {
   bool valid() const { return lo <= hi; }
 };
 
+std::string legend_name(const Series& s) { return s.right_axis ? s.name + " (right axis)" : s.name; }
+
+// A stacked chart's series with y replaced by the running sum (a missing value counts as 0).
+std::vector<Series> stack(const Chart& chart) {
+  std::vector<Series> out = chart.series;
+  for (size_t k = 0; k < out.size(); ++k) {
+    ZS_REQUIRE(out[k].x == out[0].x && out[k].y.size() == out[k].x.size() && !out[k].right_axis, UsageError,
+               "stacked chart '", chart.title, "': series '", out[k].name, "' is not on the first series' steps");
+    for (size_t i = 0; i < out[k].y.size(); ++i) {
+      if (!std::isfinite(out[k].y[i])) out[k].y[i] = 0;
+      if (k > 0) out[k].y[i] += out[k - 1].y[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<uint32_t>& palette() {
@@ -165,99 +184,227 @@ std::string tick_label(double value, double step) {
   return mant + "e" + (neg ? "-" : "") + exp;
 }
 
-Image render(const Chart& chart) {
-  ZS_REQUIRE(chart.width >= 200 && chart.height >= 150, UsageError, "chart size ", chart.width, "x", chart.height,
-             " is too small; at least 200x150");
-  Range xr, yr;
-  for (const Series& s : chart.series) {
+std::vector<double> fitting_ticks(double lo, double hi, int pixels, int max_target, bool integer, int gap,
+                                  const std::function<int(const std::string&)>& extent) {
+  if (integer && hi - lo < 1) lo -= 1, hi += 1;  // one step: 0, 1, 2 rather than 0.9, 1, 1.1
+  std::vector<double> best;
+  for (int target = std::max(1, max_target); target >= 1; --target) {
+    std::vector<double> t = nice_ticks(lo, hi, target);
+    const double step = t.size() > 1 ? t[1] - t[0] : 1;
+    if (integer && step < 1 - 1e-9) continue;
+    best = t;
+    if (t.size() < 2) break;
+    int longest = 0;
+    for (double v : t) longest = std::max(longest, extent(tick_label(v, step)));
+    if (static_cast<double>(pixels) / static_cast<double>(t.size() - 1) >= longest + gap) break;
+  }
+  return best.empty() ? nice_ticks(lo, hi, 1) : best;
+}
+
+namespace {
+
+// Tick labels along one axis, centred on their ticks, left out where one would come within `gap`
+// pixels of the previous one (only when even the fewest nice ticks are too dense).
+struct AxisLabels {
+  std::vector<Box> boxes;
+  void place(Box b, bool horizontal, int gap) {
+    if (!boxes.empty()) {
+      const Box& p = boxes.back();
+      const bool clash = horizontal ? b.x0 < p.x1 + gap && p.x0 < b.x1 + gap : b.y0 < p.y1 + gap && p.y0 < b.y1 + gap;
+      if (clash) return;
+    }
+    boxes.push_back(std::move(b));
+  }
+};
+
+// Where everything goes: text size, plot area, ticks, legend entries.
+struct Frame {
+  int scale = 1, th = 7, cell = 6;
+  int left = 0, top = 0, right = 0, bottom = 0;
+  std::vector<double> xt, yt, y2t;
+  bool has_y2 = false;
+  int y2label_w = 0;
+  std::vector<std::pair<int, int>> legend;  // top-left corner of each series' entry
+  int width_of(const std::string& s) const { return Canvas::text_width(s, scale); }
+  int px(double x) const {
+    return left + static_cast<int>(std::lround((x - xt.front()) / (xt.back() - xt.front()) * (right - left)));
+  }
+  int py(const std::vector<double>& t, double y) const {
+    return bottom - static_cast<int>(std::lround((y - t.front()) / (t.back() - t.front()) * (bottom - top)));
+  }
+  static double step(const std::vector<double>& t) { return t.size() > 1 ? t[1] - t[0] : 1; }
+};
+
+Frame plan(const Chart& chart, const std::vector<Series>& series) {
+  Range xr, yr, y2r;
+  for (const Series& s : series) {
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
       xr.add(s.x[i]);
-      yr.add(s.y[i]);
+      (s.right_axis ? y2r : yr).add(s.y[i]);
     }
   }
   ZS_REQUIRE(xr.valid(), UsageError, "chart '", chart.title, "' has no finite point to draw");
   if (chart.y_from_zero) yr.add(0);
-  const std::vector<double> xt = nice_ticks(xr.lo, xr.hi, 8), yt = nice_ticks(yr.lo, yr.hi, 6);
-  const double x0 = xt.front(), x1 = xt.back(), y0 = yt.front(), y1 = yt.back();
-  const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1, ystep = yt.size() > 1 ? yt[1] - yt[0] : 1;
-
-  const int scale = chart.width >= 640 ? 2 : 1;
-  const int th = Canvas::text_height(scale);
-  int ylabel_w = 0;
-  for (double v : yt) ylabel_w = std::max(ylabel_w, Canvas::text_width(tick_label(v, ystep), scale));
-  int legend_w = 0;
-  if (chart.series.size() > 1) {
-    for (const Series& s : chart.series) legend_w = std::max(legend_w, Canvas::text_width(s.name, scale));
-    legend_w += 14 * scale + 8;
+  if (!yr.valid()) yr = y2r;  // only right-axis series: the left axis mirrors the right one
+  Frame f;
+  f.has_y2 = y2r.valid();
+  f.scale = chart.width >= 640 ? 2 : 1;
+  f.th = Canvas::text_height(f.scale);
+  f.cell = 6 * f.scale;
+  const int th = f.th;
+  // The legend (more than one series): rows of [swatch name] under the title, wrapped at the
+  // right margin, so it takes height rather than the width the x axis needs.
+  const int legend_x0 = 12 + th + 10, title_bottom = 14 + 2 * th;
+  int legend_rows = 0;
+  if (series.size() > 1) {
+    int x = legend_x0;
+    legend_rows = 1;
+    for (const Series& s : series) {
+      const int w = 14 * f.scale + f.width_of(legend_name(s));
+      if (x > legend_x0 && x + w > chart.width - 16) x = legend_x0, ++legend_rows;
+      f.legend.emplace_back(x, title_bottom + 10 + (legend_rows - 1) * (th + 8));
+      x += w + 3 * f.cell;
+    }
   }
-  const int left = 12 + th + 10 + ylabel_w + 8;
-  const int right = chart.width - 16 - (legend_w > 0 ? legend_w + 16 : 0);
-  const int top = 14 + 2 * th + 14;
-  const int bottom = chart.height - (10 + th + 10 + th + 12);
-  ZS_REQUIRE(right - left >= 40 && bottom - top >= 40, UsageError, "chart '", chart.title, "' does not fit in ",
-             chart.width, "x", chart.height, " (labels or legend too wide); make it larger");
-  auto px = [&](double x) { return left + static_cast<int>(std::lround((x - x0) / (x1 - x0) * (right - left))); };
-  auto py = [&](double y) { return bottom - static_cast<int>(std::lround((y - y0) / (y1 - y0) * (bottom - top))); };
+  f.top = title_bottom + 14 + legend_rows * (th + 8) + (legend_rows > 0 ? 4 : 0);
+  f.bottom = chart.height - (10 + th + 10 + th + 12);
+  ZS_REQUIRE(f.bottom - f.top >= 40, UsageError, "chart '", chart.title, "' does not fit in ", chart.width, "x",
+             chart.height, " (with its legend); make it larger");
+  // y ticks first (they depend on the height only), then the margins their labels need, then x.
+  auto height_of = [th](const std::string&) { return th; };
+  auto width_of = [&f](const std::string& s) { return f.width_of(s); };
+  f.yt = fitting_ticks(yr.lo, yr.hi, f.bottom - f.top, 6, false, th, height_of);
+  if (f.has_y2) f.y2t = fitting_ticks(y2r.lo, y2r.hi, f.bottom - f.top, 6, false, th, height_of);
+  int ylabel_w = 0;
+  for (double v : f.yt) ylabel_w = std::max(ylabel_w, f.width_of(tick_label(v, Frame::step(f.yt))));
+  for (double v : f.y2t) f.y2label_w = std::max(f.y2label_w, f.width_of(tick_label(v, Frame::step(f.y2t))));
+  const int y2_block = f.has_y2 ? 8 + f.y2label_w + 10 + th + 4 : 0;
+  // The x labels are centred on their ticks: the first and last need half their width beside the
+  // plot area. Ticks, then margins; again if the margins moved.
+  f.left = 12 + th + 10 + ylabel_w + 8;
+  f.right = chart.width - 16 - y2_block;
+  for (int pass = 0; pass < 3; ++pass) {
+    ZS_REQUIRE(f.right - f.left >= 40, UsageError, "chart '", chart.title, "' does not fit in ", chart.width, "x",
+               chart.height, " (its tick labels are too wide); make it wider");
+    f.xt = fitting_ticks(xr.lo, xr.hi, f.right - f.left, 10, chart.x_integer, 2 * f.cell, width_of);
+    const int first_half = f.width_of(tick_label(f.xt.front(), Frame::step(f.xt))) / 2 + 4;
+    const int last_half = f.width_of(tick_label(f.xt.back(), Frame::step(f.xt))) / 2 + 4;
+    if (f.left >= first_half && chart.width - f.right >= last_half) break;
+    f.left = std::max(f.left, first_half);
+    f.right = std::min(f.right, chart.width - last_half);
+  }
+  return f;
+}
 
+// Title, axis names, grid, axes, ticks and their labels; fills `layout`'s label boxes.
+void draw_frame(Canvas& c, const Chart& chart, const Frame& f, ChartLayout& layout) {
+  const int scale = f.scale, th = f.th;
+  // The title at twice the labels' size, or at their size when that does not fit.
+  const int title_scale = Canvas::text_width(chart.title, 2 * scale) <= chart.width - 24 ? 2 * scale : scale;
+  c.text((chart.width - Canvas::text_width(chart.title, title_scale)) / 2, 14 + (2 * scale - title_scale) * 7 / 2,
+         chart.title, title_scale, kInk);
+  c.text((f.left + f.right - f.width_of(chart.x_label)) / 2, chart.height - 12 - th, chart.x_label, scale, kInk);
+  c.text_up(12, (f.top + f.bottom - f.width_of(chart.y_label)) / 2, chart.y_label, scale, kInk);
+  if (f.has_y2) {
+    c.text_up(f.right + 8 + f.y2label_w + 10, (f.top + f.bottom - f.width_of(chart.y2_label)) / 2, chart.y2_label,
+              scale, kInk);
+  }
+  AxisLabels xl, yl, y2l;
+  for (double v : f.xt) {
+    const int x = f.px(v);
+    c.vline(x, f.top, f.bottom, kGrid);
+    c.vline(x, f.bottom, f.bottom + 5, kAxis);
+    const std::string label = tick_label(v, Frame::step(f.xt));
+    const int x0 = x - f.width_of(label) / 2;
+    xl.place({x0, f.bottom + 9, x0 + f.width_of(label) - 1, f.bottom + 9 + th - 1, label}, true, f.cell);
+  }
+  for (double v : f.yt) {
+    const int y = f.py(f.yt, v);
+    c.hline(f.left, f.right, y, kGrid);
+    c.hline(f.left - 5, f.left, y, kAxis);
+    const std::string label = tick_label(v, Frame::step(f.yt));
+    yl.place({f.left - 8 - f.width_of(label), y - th / 2, f.left - 9, y - th / 2 + th - 1, label}, false, 2);
+  }
+  for (double v : f.y2t) {
+    const int y = f.py(f.y2t, v);
+    c.hline(f.right, f.right + 5, y, kAxis);
+    const std::string label = tick_label(v, Frame::step(f.y2t));
+    y2l.place({f.right + 8, y - th / 2, f.right + 7 + f.width_of(label), y - th / 2 + th - 1, label}, false, 2);
+  }
+  for (const AxisLabels* axis : {&xl, &yl, &y2l}) {
+    for (const Box& b : axis->boxes) c.text(b.x0, b.y0, b.text, scale, kInk);
+  }
+  c.vline(f.left, f.top, f.bottom, kAxis);
+  c.hline(f.left, f.right, f.bottom, kAxis);
+  if (f.has_y2) c.vline(f.right, f.top, f.bottom, kAxis);
+  layout = ChartLayout{f.left, f.top, f.right, f.bottom, f.xt, f.yt, f.y2t, xl.boxes, yl.boxes, y2l.boxes};
+}
+
+// Stacked series k: the band between series k - 1 (or 0) and series k, column by column.
+void draw_band(Canvas& c, const Frame& f, const std::vector<Series>& series, size_t k, uint32_t colour) {
+  const Series& s = series[k];
+  const size_t n = s.x.size();
+  for (size_t i = 0; i + 1 < n || (n == 1 && i == 0); ++i) {
+    const size_t j = n == 1 ? i : i + 1;  // a single point: a narrow bar
+    const double below = k > 0 ? series[k - 1].y[i] : 0, below_next = k > 0 ? series[k - 1].y[j] : 0;
+    const int xa = f.px(s.x[i]), xb = j > i ? f.px(s.x[j]) : xa + 2;
+    for (int x = j > i ? xa : xa - 2; x <= xb; ++x) {
+      const double t = xb > xa ? static_cast<double>(x - xa) / (xb - xa) : 0;
+      const int hi = f.py(f.yt, s.y[i] + t * (s.y[j] - s.y[i])), lo = f.py(f.yt, below + t * (below_next - below));
+      if (lo > hi) c.vline(x, hi, lo - 1, colour);
+    }
+  }
+}
+
+// A line through the finite points (gaps at the others), with markers when asked or where a
+// point stands alone.
+void draw_line(Canvas& c, const Frame& f, const Series& s, uint32_t colour) {
+  const std::vector<double>& ticks = s.right_axis ? f.y2t : f.yt;
+  bool have_prev = false;
+  int prev_x = 0, prev_y = 0;
+  for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+    if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) {
+      have_prev = false;
+      continue;
+    }
+    const int x = f.px(s.x[i]), y = f.py(ticks, s.y[i]);
+    const bool next_finite = i + 1 < s.y.size() && std::isfinite(s.y[i + 1]) && std::isfinite(s.x[i + 1]);
+    if (have_prev) c.line(prev_x, prev_y, x, y, colour, 2);
+    if (s.markers || (!have_prev && !next_finite)) c.rect(x - 2, y - 2, x + 3, y + 3, colour);
+    have_prev = true;
+    prev_x = x, prev_y = y;
+  }
+}
+
+}  // namespace
+
+Image render(const Chart& chart, ChartLayout* layout) {
+  ZS_REQUIRE(chart.width >= 200 && chart.height >= 150, UsageError, "chart size ", chart.width, "x", chart.height,
+             " is too small; at least 200x150");
+  const std::vector<Series> series = chart.stacked ? stack(chart) : chart.series;
+  const Frame f = plan(chart, series);
   Canvas c(chart.width, chart.height);
   c.rect(0, 0, chart.width - 1, chart.height - 1, kBackground);
-  // Title, axis labels.
-  c.text((chart.width - Canvas::text_width(chart.title, 2 * scale)) / 2, 14, chart.title, 2 * scale, kInk);
-  c.text((left + right - Canvas::text_width(chart.x_label, scale)) / 2, chart.height - 12 - th, chart.x_label, scale, kInk);
-  c.text_up(12, (top + bottom - Canvas::text_width(chart.y_label, scale)) / 2, chart.y_label, scale, kInk);
-  // Grid and ticks.
-  for (double v : xt) {
-    const int x = px(v);
-    c.vline(x, top, bottom, kGrid);
-    c.vline(x, bottom, bottom + 5, kAxis);
-    const std::string label = tick_label(v, xstep);
-    c.text(x - Canvas::text_width(label, scale) / 2, bottom + 9, label, scale, kInk);
-  }
-  for (double v : yt) {
-    const int y = py(v);
-    c.hline(left, right, y, kGrid);
-    c.hline(left - 5, left, y, kAxis);
-    const std::string label = tick_label(v, ystep);
-    c.text(left - 8 - Canvas::text_width(label, scale), y - th / 2, label, scale, kInk);
-  }
-  c.vline(left, top, bottom, kAxis);
-  c.hline(left, right, bottom, kAxis);
-  // Series, clipped to the plot area.
-  c.clip(left + 1, top, right, bottom - 1);
-  for (size_t k = 0; k < chart.series.size(); ++k) {
-    const Series& s = chart.series[k];
+  ChartLayout drawn;
+  draw_frame(c, chart, f, drawn);
+  c.clip(f.left + 1, f.top, f.right - (f.has_y2 ? 1 : 0), f.bottom - 1);  // series stay in the plot area
+  for (size_t k = 0; k < series.size(); ++k) {
     const uint32_t colour = palette()[k % palette().size()];
-    bool have_prev = false;
-    int prev_x = 0, prev_y = 0;
-    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) {
-        have_prev = false;
-        continue;
-      }
-      const int x = px(s.x[i]), y = py(s.y[i]);
-      const bool next_finite = i + 1 < s.y.size() && std::isfinite(s.y[i + 1]) && std::isfinite(s.x[i + 1]);
-      if (have_prev) {
-        c.line(prev_x, prev_y, x, y, colour, 2);
-      } else if (!next_finite) {
-        c.rect(x - 2, y - 2, x + 2, y + 2, colour);  // an isolated point
-      }
-      have_prev = true;
-      prev_x = x, prev_y = y;
+    if (chart.stacked) {
+      draw_band(c, f, series, k, colour);
+    } else {
+      draw_line(c, f, series[k], colour);
     }
   }
   c.unclip();
-  // Legend.
-  if (legend_w > 0) {
-    int y = top;
-    const int x = right + 16;
-    for (size_t k = 0; k < chart.series.size(); ++k) {
-      const uint32_t colour = palette()[k % palette().size()];
-      c.rect(x, y + th / 2 - scale, x + 10 * scale, y + th / 2 + scale - 1, colour);
-      c.text(x + 14 * scale, y, chart.series[k].name, scale, kInk);
-      y += th + 8;
-    }
+  for (size_t k = 0; k < f.legend.size(); ++k) {
+    const auto [x, y] = f.legend[k];
+    const uint32_t colour = palette()[k % palette().size()];
+    c.rect(x, y + f.th / 2 - f.scale, x + 10 * f.scale, y + f.th / 2 + f.scale - 1, colour);
+    c.text(x + 14 * f.scale, y, legend_name(series[k]), f.scale, kInk);
   }
+  if (layout != nullptr) *layout = std::move(drawn);
   return c.take();
 }
 

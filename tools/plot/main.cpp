@@ -2,9 +2,11 @@
 //
 //   zeroshard-plot run.jsonl [--out DIR] [--prefix NAME] [--size WIDTHxHEIGHT]
 //
-// Writes DIR/NAME_loss.png, and NAME_lr.png, NAME_throughput.png, NAME_memory.png, NAME_comm.png
-// for what the run logged (default DIR: the metrics file's folder; NAME: its name without the
-// extension). Prints the files written. Errors: one line naming FILE:LINE, exit 1 (2 for usage).
+// Writes DIR/NAME_loss.png (training loss with the evaluations), and NAME_lr.png,
+// NAME_throughput.png, NAME_memory.png, NAME_comm.png for what the run logged (default DIR: the
+// metrics file's folder; NAME: its name without the extension). Prints each file written with the
+// series drawn in it, and a note on stderr for lines of a kind it does not know (skipped). Errors:
+// one line naming FILE:LINE, exit 1 (2 for usage).
 
 #include <cmath>
 #include <cstdio>
@@ -21,7 +23,8 @@ namespace {
 
 const char* kUsage =
     "usage: zeroshard-plot METRICS.jsonl [--out DIR] [--prefix NAME] [--size WIDTHxHEIGHT]\n"
-    "Writes NAME_loss.png (and _lr, _throughput, _memory, _comm when logged) into DIR.\n";
+    "Writes NAME_loss.png (training loss and evaluations; and _lr, _throughput, _memory, _comm when\n"
+    "logged) into DIR (default: the file's folder; NAME: its name without the extension).\n";
 
 struct Args {
   std::string metrics, out, prefix;
@@ -77,10 +80,19 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
     const zp::MetricsLog log = zp::read_metrics(a.metrics);
+    for (const std::string& note : log.notes) std::fprintf(stderr, "zeroshard-plot: note: %s\n", note.c_str());
+    if (log.skipped_lines > static_cast<int64_t>(log.notes.size())) {
+      std::fprintf(stderr, "zeroshard-plot: note: %lld line(s) of unknown kinds skipped in all\n",
+                   static_cast<long long>(log.skipped_lines));
+    }
     const auto files = zp::plot_metrics(log, a.out, a.prefix, a.width, a.height);
-    std::printf("%s: %zu steps (%g to %g)%s\n", a.metrics.c_str(), log.steps(), log.step.front(), log.step.back(),
+    std::printf("%s: %zu steps (%g to %g), %zu evaluation series%s\n", a.metrics.c_str(), log.steps(),
+                log.step.front(), log.step.back(), log.evals.size(),
                 log.has_summary ? ", with summary" : ", no summary line (run unfinished?)");
-    for (const auto& f : files) std::printf("wrote %s\n", f.c_str());
+    for (const auto& f : files) {
+      std::printf("wrote %s\n", f.path.c_str());
+      for (const auto& s : f.series) std::printf("  %s\n", s.c_str());
+    }
     return 0;
   } catch (const zeroshard::UsageError& e) {
     std::fprintf(stderr, "zeroshard-plot: error: %s\n", e.message().c_str());

@@ -1,9 +1,11 @@
 // Reading a metrics JSON-lines file (zeroshard/train/metrics.h) into columns, and the charts of a run.
+// The line kinds and what each chart shows: plot.h and docs/tools.md.
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <limits>
@@ -27,21 +29,81 @@ double number_or_nan(const JsonValue& line, const char* key, const std::string& 
   return v->number;
 }
 
-void add_memory(MetricsLog& log, const JsonValue& mem, const std::string& where) {
-  ZS_REQUIRE(mem.is_object(), Error, where, ": \"mem\" is a ", JsonValue::type_name(mem.type),
+// One step line's "mem" or "mem_peak" object into `columns` (category -> bytes per step).
+void add_memory(MetricsLog& log, std::map<std::string, std::vector<double>>& columns, const char* key,
+                const JsonValue& mem, const std::string& where) {
+  ZS_REQUIRE(mem.is_object(), Error, where, ": \"", key, "\" is a ", JsonValue::type_name(mem.type),
              "; expected an object of category -> bytes");
   const size_t row = log.step.size() - 1;
   for (const auto& [category, bytes] : mem.members) {
-    ZS_REQUIRE(bytes.is_number() || bytes.is_null(), Error, where, ": \"mem\".\"", category, "\" is a ",
+    ZS_REQUIRE(bytes.is_number() || bytes.is_null(), Error, where, ": \"", key, "\".\"", category, "\" is a ",
                JsonValue::type_name(bytes.type), "; expected a number of bytes");
-    auto it = log.mem.find(category);
-    if (it == log.mem.end()) {
+    if (std::find(log.mem_categories.begin(), log.mem_categories.end(), category) == log.mem_categories.end()) {
       log.mem_categories.push_back(category);
-      it = log.mem.emplace(category, std::vector<double>(row, kNaN)).first;
     }
-    it->second.resize(row, kNaN);
-    it->second.push_back(bytes.is_null() ? kNaN : bytes.number);
+    std::vector<double>& column = columns[category];
+    column.resize(row, kNaN);
+    column.push_back(bytes.is_null() ? kNaN : bytes.number);
   }
+}
+
+// A finite number under `key`, or the error naming the line kind.
+double required_number(const JsonValue& line, const char* key, const char* kind, const std::string& where) {
+  const JsonValue* v = line.find(key);
+  ZS_REQUIRE(v != nullptr, Error, where, ": no \"", key, "\" key in ", kind);
+  ZS_REQUIRE(v->is_number() && std::isfinite(v->number), Error, where, ": \"", key, "\" is a ",
+             JsonValue::type_name(v->type), "; expected a number");
+  return v->number;
+}
+
+void add_step(MetricsLog& log, const JsonValue& v, const std::string& where, int& last_step_line, int number) {
+  const char* kind = "a step line (a step line has \"step\" and \"loss\"; the last line may be {\"summary\": true, ...})";
+  const double step = required_number(v, "step", kind, where);
+  ZS_REQUIRE(log.step.empty() || step > log.step.back(), Error, where, ": step ", step, " does not follow step ",
+             log.step.empty() ? 0 : log.step.back(), " (line ", last_step_line, "); steps must increase");
+  const bool tokens = v.find("tokens_per_s") != nullptr, samples = v.find("samples_per_s") != nullptr;
+  ZS_REQUIRE(!(tokens && samples), Error, where, ": both \"tokens_per_s\" and \"samples_per_s\"; log one");
+  if (tokens || samples) {
+    const std::string key = tokens ? "tokens_per_s" : "samples_per_s";
+    ZS_REQUIRE(log.throughput_key.empty() || log.throughput_key == key, Error, where, ": \"", key,
+               "\" but earlier lines have \"", log.throughput_key, "\"; a run logs one of them");
+    log.throughput_key = key;
+  }
+  log.step.push_back(step);
+  log.loss.push_back(number_or_nan(v, "loss", where));
+  log.lr.push_back(number_or_nan(v, "lr", where));
+  log.throughput.push_back(log.throughput_key.empty() ? kNaN : number_or_nan(v, log.throughput_key.c_str(), where));
+  log.comm_bytes.push_back(number_or_nan(v, "comm_bytes", where));
+  if (const JsonValue* mem = v.find("mem")) add_memory(log, log.mem, "mem", *mem, where);
+  if (const JsonValue* peak = v.find("mem_peak")) add_memory(log, log.mem_peak, "mem_peak", *peak, where);
+  last_step_line = number;
+}
+
+void add_eval(MetricsLog& log, const JsonValue& v, const std::string& where) {
+  const char* kind = "an evaluation line ({\"eval\": NAME, \"step\": S, \"value\": V})";
+  const JsonValue& name = *v.find("eval");
+  ZS_REQUIRE(name.type == JsonValue::Type::kString && !name.string.empty(), Error, where,
+             ": \"eval\" is a ", JsonValue::type_name(name.type), "; expected the evaluation's name");
+  const double step = required_number(v, "step", kind, where);
+  ZS_REQUIRE(v.find("value") != nullptr, Error, where, ": no \"value\" key in ", kind);
+  const double value = number_or_nan(v, "value", where);
+  auto it = std::find_if(log.evals.begin(), log.evals.end(), [&](const EvalSeries& e) { return e.name == name.string; });
+  if (it == log.evals.end()) it = log.evals.insert(log.evals.end(), EvalSeries{name.string, {}, {}});
+  ZS_REQUIRE(it->step.empty() || step > it->step.back(), Error, where, ": evaluation \"", name.string, "\" at step ",
+             step, " does not follow its step ", it->step.empty() ? 0 : it->step.back(), "; steps must increase");
+  it->step.push_back(step);
+  it->value.push_back(value);
+}
+
+// A line of a kind this reader does not know: counted; the first few named in a note.
+void skip_unknown(MetricsLog& log, const JsonValue& v, const std::string& where) {
+  constexpr size_t kMaxNotes = 3;
+  ++log.skipped_lines;
+  if (log.notes.size() >= kMaxNotes) return;
+  std::string keys;
+  for (const auto& [key, value] : v.members) keys += (keys.empty() ? "" : ", ") + key;
+  log.notes.push_back(where + ": skipped a line of a kind this zeroshard-plot does not know (keys: " +
+                      (keys.empty() ? "none" : keys) + "); it reads step, eval and summary lines");
 }
 
 }  // namespace
@@ -63,35 +125,18 @@ MetricsLog parse_metrics(const std::string& text, const std::string& path) {
     if (const JsonValue* s = v.find("summary"); s != nullptr && s->type == JsonValue::Type::kBool && s->boolean) {
       summary_line = number;
       log.has_summary = true;
-      continue;
+    } else if (v.find("eval") != nullptr) {
+      add_eval(log, v, where);
+    } else if (v.find("loss") != nullptr) {
+      add_step(log, v, where, last_step_line, number);
+    } else {
+      skip_unknown(log, v, where);
     }
-    const JsonValue* step = v.find("step");
-    ZS_REQUIRE(step != nullptr, Error, where, ": no \"step\" key; a step line has \"step\" and \"loss\" (the last "
-               "line may be {\"summary\": true, ...})");
-    ZS_REQUIRE(step->is_number() && std::isfinite(step->number), Error, where, ": \"step\" is a ",
-               JsonValue::type_name(step->type), "; expected a number");
-    ZS_REQUIRE(v.find("loss") != nullptr, Error, where, ": no \"loss\" key in a step line");
-    ZS_REQUIRE(log.step.empty() || step->number > log.step.back(), Error, where, ": step ", step->number,
-               " does not follow step ", log.step.empty() ? 0 : log.step.back(), " (line ", last_step_line,
-               "); steps must increase");
-    const bool tokens = v.find("tokens_per_s") != nullptr, samples = v.find("samples_per_s") != nullptr;
-    ZS_REQUIRE(!(tokens && samples), Error, where, ": both \"tokens_per_s\" and \"samples_per_s\"; log one");
-    if (tokens || samples) {
-      const std::string key = tokens ? "tokens_per_s" : "samples_per_s";
-      ZS_REQUIRE(log.throughput_key.empty() || log.throughput_key == key, Error, where, ": \"", key,
-                 "\" but earlier lines have \"", log.throughput_key, "\"; a run logs one of them");
-      log.throughput_key = key;
-    }
-    log.step.push_back(step->number);
-    log.loss.push_back(number_or_nan(v, "loss", where));
-    log.lr.push_back(number_or_nan(v, "lr", where));
-    log.throughput.push_back(log.throughput_key.empty() ? kNaN : number_or_nan(v, log.throughput_key.c_str(), where));
-    log.comm_bytes.push_back(number_or_nan(v, "comm_bytes", where));
-    if (const JsonValue* mem = v.find("mem")) add_memory(log, *mem, where);
-    last_step_line = number;
   }
   ZS_REQUIRE(!log.step.empty(), Error, path, ": no step lines (lines like {\"step\": 1, \"loss\": 2.3, ...})");
-  for (auto& [category, values] : log.mem) values.resize(log.step.size(), kNaN);
+  for (auto* columns : {&log.mem, &log.mem_peak}) {
+    for (auto& [category, values] : *columns) values.resize(log.step.size(), kNaN);
+  }
   return log;
 }
 
@@ -115,10 +160,15 @@ MetricsLog read_metrics(const std::string& path) {
 namespace {
 
 bool any_finite(const std::vector<double>& v) {
+  return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+double max_finite(const std::vector<double>& v) {
+  double m = 0;
   for (double x : v) {
-    if (std::isfinite(x)) return true;
+    if (std::isfinite(x)) m = std::max(m, x);
   }
-  return false;
+  return m;
 }
 
 // Bytes as MiB or GiB, whichever reads better for the largest value.
@@ -127,63 +177,99 @@ std::pair<double, std::string> byte_unit(double max_bytes) {
   return {1.0 / (1 << 20), "MiB"};
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Training loss and the evaluations: losses share its axis, other results (accuracy) get the
+// right-hand one.
+Chart loss_chart(const MetricsLog& log) {
+  Chart c;
+  c.title = "loss";
+  c.y_label = "loss";
+  c.series.push_back({"train loss", log.step, log.loss});
+  std::string right_names;
+  for (const EvalSeries& e : log.evals) {
+    if (!any_finite(e.value)) continue;
+    const bool right = !ends_with(e.name, "loss");
+    c.series.push_back({e.name, e.step, e.value, right, /*markers=*/true});
+    if (right) right_names += (right_names.empty() ? "" : ", ") + e.name;
+  }
+  c.y2_label = right_names;
+  if (!log.evals.empty()) c.title = "loss and evaluation";
+  return c;
+}
+
+// Memory by category, stacked (categories of equal size would hide each other as lines): each
+// step's peak when logged ("mem_peak"; the top of the stack is then the sum of the categories'
+// peaks, at least the step's peak), else the bytes after each step. Categories that are zero (or
+// absent) throughout are left out.
+Chart memory_chart(const MetricsLog& log) {
+  const bool peaks = !log.mem_peak.empty();
+  const auto& columns = peaks ? log.mem_peak : log.mem;
+  std::vector<double> sum(log.steps(), 0.0);
+  for (const auto& [category, v] : columns) {
+    for (size_t i = 0; i < v.size() && i < sum.size(); ++i) sum[i] += std::isfinite(v[i]) ? v[i] : 0;
+  }
+  const auto [factor, unit] = byte_unit(max_finite(sum));
+  Chart c;
+  c.title = peaks ? "peak memory per step" : "memory after each step";
+  c.y_label = unit;
+  c.y_from_zero = true;
+  c.stacked = true;
+  for (const std::string& category : log.mem_categories) {
+    auto it = columns.find(category);
+    if (it == columns.end() || max_finite(it->second) <= 0) continue;
+    std::vector<double> y = it->second;
+    for (double& x : y) x *= factor;
+    c.series.push_back({category, log.step, y});
+  }
+  if (c.series.empty()) c.series.push_back({"all categories", log.step, std::vector<double>(log.steps(), 0.0)});
+  return c;
+}
+
 }  // namespace
 
-std::vector<std::string> plot_metrics(const MetricsLog& log, const std::string& out_dir, const std::string& prefix,
-                                      int width, int height) {
-  std::vector<std::string> written;
+std::vector<PlotFile> plot_metrics(const MetricsLog& log, const std::string& out_dir, const std::string& prefix,
+                                   int width, int height) {
+  std::vector<PlotFile> written;
   auto emit = [&](const std::string& name, Chart chart) {
     chart.width = width;
     chart.height = height;
     chart.x_label = "step";
-    const std::string path = (out_dir.empty() ? std::string(".") : out_dir) + "/" + prefix + "_" + name + ".png";
-    write_png(render(chart), path);
-    written.push_back(path);
+    chart.x_integer = true;
+    PlotFile file{(out_dir.empty() ? std::string(".") : out_dir) + "/" + prefix + "_" + name + ".png", {}, {}};
+    write_png(render(chart, &file.layout), file.path);
+    for (const Series& s : chart.series) {
+      size_t points = 0;
+      for (double y : s.y) points += std::isfinite(y) ? 1 : 0;
+      file.series.push_back(s.name + ": " + std::to_string(points) + " points" + (s.right_axis ? ", right axis" : ""));
+    }
+    written.push_back(std::move(file));
   };
-  auto single = [&](const std::string& title, const std::string& y_label, const std::vector<double>& y, bool zero) {
+  auto single = [&](const std::string& title, const std::string& y_label, const std::string& name,
+                    const std::vector<double>& y, bool zero) {
     Chart c;
     c.title = title;
     c.y_label = y_label;
     c.y_from_zero = zero;
-    c.series.push_back({title, log.step, y});
+    c.series.push_back({name, log.step, y});
     return c;
   };
   ZS_REQUIRE(any_finite(log.loss), Error, log.path, ": every \"loss\" is null (non-finite); nothing to plot");
-  emit("loss", single("loss", "loss", log.loss, false));
-  if (any_finite(log.lr)) emit("lr", single("learning rate", "lr", log.lr, true));
+  emit("loss", loss_chart(log));
+  if (any_finite(log.lr)) emit("lr", single("learning rate", "learning rate", "lr", log.lr, true));
   if (any_finite(log.throughput)) {
     const bool tokens = log.throughput_key == "tokens_per_s";
-    emit("throughput", single(tokens ? "throughput (tokens/s)" : "throughput (samples/s)",
-                              tokens ? "tokens/s" : "samples/s", log.throughput, true));
+    emit("throughput", single("throughput", tokens ? "tokens/s" : "samples/s", log.throughput_key, log.throughput,
+                              true));
   }
-  double max_mem = 0;
-  for (const auto& [category, v] : log.mem) {
-    for (double x : v) {
-      if (std::isfinite(x)) max_mem = std::max(max_mem, x);
-    }
-  }
-  if (!log.mem_categories.empty()) {
-    const auto [factor, unit] = byte_unit(max_mem);
-    Chart c;
-    c.title = "memory by category";
-    c.y_label = unit;
-    c.y_from_zero = true;
-    for (const std::string& category : log.mem_categories) {
-      std::vector<double> y = log.mem.at(category);
-      for (double& x : y) x *= factor;
-      c.series.push_back({category, log.step, y});
-    }
-    emit("memory", c);
-  }
+  if (!log.mem_categories.empty()) emit("memory", memory_chart(log));
   if (any_finite(log.comm_bytes)) {
-    double max_comm = 0;
-    for (double x : log.comm_bytes) {
-      if (std::isfinite(x)) max_comm = std::max(max_comm, x);
-    }
-    const auto [factor, unit] = byte_unit(max_comm);
+    const auto [factor, unit] = byte_unit(max_finite(log.comm_bytes));
     std::vector<double> y = log.comm_bytes;
     for (double& x : y) x *= factor;
-    emit("comm", single("communication per step", unit, y, true));
+    emit("comm", single("communication per step", unit + " per step", "comm_bytes", y, true));
   }
   return written;
 }

@@ -13,10 +13,12 @@
 #include <ATen/ops/zeros.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <string>
 #include <thread>
 
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
@@ -30,22 +32,25 @@ struct Options {
   int hang_rank = -1;
 };
 
-Options parse(const std::vector<std::string>& args) {
+// The command line after the Session took --config/--set. Returns nullopt after --help/--version.
+std::optional<Options> parse(const zs::Session& s) {
   Options o;
-  for (size_t i = 1; i < args.size(); ++i) {
-    auto value = [&]() -> std::string {
-      ZS_REQUIRE(i + 1 < args.size(), zs::UsageError, args[i], " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--elements") {
-      o.elements = std::stoll(value());
-    } else if (args[i] == "--hang-rank") {
-      o.hang_rank = std::stoi(value());
-    } else {
-      ZS_THROW(zs::UsageError, "unknown argument '", args[i],
-               "'; usage: zeroshard-selftest [--elements N] [--hang-rank R] [--config FILE] [--set key=value]");
+  zs::cli::App app("zeroshard-selftest",
+                   "Checks every collective of the world communicator on every dtype, element by element, "
+                   "then times a 64 MiB all-gather and reduce-scatter.");
+  app.usage("mpirun -n N zeroshard-selftest [OPTIONS]");
+  app.add_int("--elements", &o.elements, "elements per collective (default 100003)", 1);
+  app.add_int("--hang-rank", &o.hang_rank,
+              "rank R skips one all_reduce (tag 'selftest.hang'): shows the watchdog ending the job", 0)
+      ->type_name("R");
+  app.add_config_options();
+  app.then([&] {
+    if (o.hang_rank >= s.world_size()) {
+      app.fail("--hang-rank " + std::to_string(o.hang_rank) + " but the job has " + std::to_string(s.world_size()) +
+               " rank(s)");
     }
-  }
+  });
+  if (!app.parse(s.args(), s.rank() == 0)) return std::nullopt;
   return o;
 }
 
@@ -101,7 +106,9 @@ double time_ms(const std::function<void()>& fn, int iters) {
 
 int main(int argc, char** argv) {
   return zs::run_main(argc, argv, [](zs::Session& s) {
-    Options opt = parse(s.args());
+    const std::optional<Options> parsed = parse(s);
+    if (!parsed) return 0;  // --help, --version
+    const Options& opt = *parsed;
     zs::Communicator& world = *s.world();
     if (s.rank() == 0) {
       std::printf("zeroshard communicator self-test: %d rank(s) on backend %s, %lld elements\n", world.size(),

@@ -25,16 +25,35 @@ JsonObject MetricsWriter::step_object(const StepMetrics& m) {
   if (m.lr) o.add("lr", *m.lr);
   if (m.tokens_per_s) o.add("tokens_per_s", *m.tokens_per_s);
   if (m.samples_per_s) o.add("samples_per_s", *m.samples_per_s);
-  if (!m.mem.empty()) {
+  auto add_bytes = [&o](const char* key, const std::vector<std::pair<std::string, int64_t>>& by_category) {
+    if (by_category.empty()) return;
     JsonObject mem;
-    for (const auto& [category, bytes] : m.mem) mem.add(category, bytes);
-    o.add("mem", mem);
-  }
+    for (const auto& [category, bytes] : by_category) mem.add(category, bytes);
+    o.add(key, mem);
+  };
+  add_bytes("mem", m.mem);
+  add_bytes("mem_peak", m.mem_peak);
   if (m.comm_bytes) o.add("comm_bytes", *m.comm_bytes);
   return o.merge(m.extra);
 }
 
 void MetricsWriter::write_step(const StepMetrics& m) { write_line(step_object(m)); }
+
+void MetricsWriter::write_eval(int64_t step, const std::string& name, double value) {
+  ZS_REQUIRE(!name.empty(), UsageError, "an evaluation line needs a name (e.g. \"val_loss\")");
+  write_line(JsonObject().add("eval", name).add("step", step).add("value", value));
+}
+
+void record_memory(StepMetrics& m, const MemoryStats& mem) {
+  m.mem.clear();
+  m.mem_peak.clear();
+  for (int c = 0; c < static_cast<int>(MemCategory::kCount); ++c) {
+    const auto category = static_cast<MemCategory>(c);
+    m.mem.emplace_back(to_string(category), mem.current(category));
+    m.mem_peak.emplace_back(to_string(category), mem.window_peak(category));
+  }
+  mem.restart_window();
+}
 
 void MetricsWriter::write_summary(const JsonObject& fields) {
   JsonObject o;

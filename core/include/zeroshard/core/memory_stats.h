@@ -2,6 +2,11 @@
 // Per-rank memory accounting by category, with current and peak bytes. The engine records every
 // allocation it makes for model state and communication, so the report shows where bytes live
 // (and the ZeRO formula can be checked against it). Thread-safe (atomics).
+//
+// Two kinds of peak: peak()/total_peak() are the high-water marks since construction or
+// reset_peaks() (the memory summary and out-of-memory report show them); window_peak() is the
+// high-water mark since the last restart_window(), which a reader uses to see what one interval
+// needed (the metrics file's per-step peak, zeroshard/train/metrics.h) without lowering the others.
 
 #include <array>
 #include <atomic>
@@ -39,6 +44,10 @@ class MemoryStats {
   int64_t total_current() const;
   int64_t total_peak() const;  // peak of the sum, not the sum of peaks
   void reset_peaks();
+  // Per-category peak since the last restart_window() (or construction). One reader owns the
+  // window; restarting it changes no other figure, so it is allowed through a const reference.
+  int64_t window_peak(MemCategory c) const { return window_peak_[idx(c)].load(); }
+  void restart_window() const;
   // A table: category, current, peak (MiB and bytes).
   std::string report(const std::string& title) const;
 
@@ -49,6 +58,7 @@ class MemoryStats {
   std::array<std::atomic<int64_t>, kN> current_{};
   std::array<std::atomic<int64_t>, kN> peak_{};
   std::atomic<int64_t> total_peak_{0};
+  mutable std::array<std::atomic<int64_t>, kN> window_peak_{};
 };
 
 }  // namespace zeroshard

@@ -52,7 +52,8 @@ struct LaunchOptions {
   Launcher launcher = Launcher::kAuto;
   std::vector<std::string> launcher_args;  // --launcher-arg, passed verbatim before the program
   bool dry_run = false;
-  bool help = false;
+  bool help = false;                        // --help: print usage() and exit
+  bool version = false;                     // --version: print the version line and exit
   TrialMode trial_mode = TrialMode::kNone;  // --find-batch-size[=START] / --auto-micro-batches
   int find_batch_start = 0;                 // START; 0 = the configured micro-batch
   std::vector<std::string> program;  // the program and its arguments
@@ -61,10 +62,12 @@ struct LaunchOptions {
 // The usage text printed by --help.
 std::string usage();
 
-// Parses the arguments after argv[0]. Options end at `--` or at the first argument that is not
-// an option (that argument starts the program). Throws UsageError for an unknown option (naming
-// the nearest known one), a missing or malformed value, -n below 1, a bad --env name,
-// --find-batch-size with --auto-micro-batches, or no program (unless --help).
+// Parses the arguments after argv[0] (with zeroshard/base/cli.h, so every zeroshard program's
+// command line behaves alike). Options end at `--` or at the first argument that is not an option
+// (that argument starts the program); `-np N` is taken as `-n N`. Throws UsageError for an
+// unknown option (naming the nearest known one), a missing or malformed value, -n below 1, a bad
+// --env name, --find-batch-size with --auto-micro-batches, or no program (unless --help or
+// --version).
 LaunchOptions parse_args(const std::vector<std::string>& args);
 
 struct HostEntry {

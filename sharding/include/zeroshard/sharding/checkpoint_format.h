@@ -65,6 +65,13 @@ struct ConsolidateStats {
 // writer keeps every tensor until it saves: peak host memory is the whole model in `dtype`.
 ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype);
 
+// Writes the checkpoint's parameters and buffers as a safetensors file (zeroshard/io/tensor_file.h)
+// in `dtype` (kFloat or kBFloat16; integer buffers keep theirs), streaming: one unit is assembled
+// at a time and written, so host memory stays near the largest unit, not the model. Tied
+// parameters are written once, under their first name; the metadata entry "zeroshard.aliases"
+// lists the other names ("alias=name;..."). The file appears only when complete.
+ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype);
+
 // Checks every rank file's size and CRC and every section's CRC; returns a line per file.
 std::string verify_checkpoint(const std::string& ckpt_path);
 

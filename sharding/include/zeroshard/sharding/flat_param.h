@@ -50,8 +50,10 @@ class FlatParam {
 
   // Takes the parameters' current values (rank 0's, broadcast over `sync_from` when given, so all
   // ranks start equal), keeps this rank's shard, and makes every parameter a view of the flat
-  // buffer. Afterwards the unit is gathered (call free_full() to reshard). Collective over
-  // `sync_from` when it is given.
+  // buffer. Afterwards the unit is resharded (the next forward gathers it), except when aliased
+  // (the parameters are views of the shard). Collective over `sync_from` when it is given (one
+  // broadcast per parameter). Each parameter's own storage is released as soon as its part is in
+  // the shard, so building a unit never needs its bytes twice.
   void init_from_params(Communicator* sync_from);
   // UsageError naming the parameter unless all are fp32 and on one device. Changes nothing.
   void check_params() const;

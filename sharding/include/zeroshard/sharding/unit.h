@@ -36,6 +36,8 @@ bool is_declared_unit(const torch::nn::Module* module);
 UnitState* find_managed_unit(const torch::nn::Module* module);
 void unit_pre_forward(UnitState* unit);
 void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs);
+// Whether a backward pass through the unit's engine runs (a forward now is a recomputation).
+bool unit_in_backward(UnitState* unit);
 // The dtype a unit's floating inputs are cast to, or nullopt (no mixed precision / no casting).
 c10::optional<c10::ScalarType> unit_input_dtype(UnitState* unit);
 

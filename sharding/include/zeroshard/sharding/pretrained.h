@@ -1,0 +1,66 @@
+#pragma once
+// Pretrained weights into a sharded model: each rank reads, from the file, only the elements of
+// each tensor that fall into its own shards (and the buffers, which every rank keeps whole), so no
+// rank ever holds the whole model. Formats: whatever open_tensor_file reads (zeroshard/io/
+// tensor_file.h): Python's torch.save(model.state_dict()), safetensors, TorchScript/LibTorch
+// archives such as zeroshard-ckpt consolidate writes.
+//
+//   zeroshard::ShardedInit init(session, options);      // the model is sharded as it is built
+//   MyModel model(...);
+//   zeroshard::ShardingEngine engine(init, model.ptr());
+//   zeroshard::load_pretrained(engine, "model.safetensors");   // collective
+//
+// Names: a file tensor's name goes through strip_prefix, add_prefix and rename (in that order)
+// and must then equal a model parameter's or buffer's qualified name (named_parameters(),
+// named_buffers()). Tied parameters (one tensor under several names, e.g. a token embedding and
+// the output projection) are loaded from whichever of their names the file has; a file that holds
+// several of those names must hold them as one tensor (tied in the file too) in strict mode.
+// Values are converted to the model's dtypes (bf16/fp16/fp64 files into fp32 master shards).
+//
+// strict (the default): every parameter and buffer of the model must be in the file, every tensor
+// of the file in the model, with equal shapes; otherwise one CheckpointError names the file and
+// lists what is missing, unexpected and of another shape (the first few of each, with both
+// shapes), and nothing is loaded. Not strict: what matches is loaded, the rest is reported
+// (PretrainedReport) and logged. A truncated or corrupt file names the file and the tensor.
+// Collective over all ranks of the engine: a failure on any rank fails the call on every rank.
+// Call it between optimizer steps (no gradients pending); optimizer state is left as it is.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zeroshard {
+
+class ShardingEngine;
+
+namespace config {
+class ModelConfig;
+}  // namespace config
+
+struct PretrainedOptions {
+  bool strict = true;
+  std::string strip_prefix;  // removed from the start of file names (when present)
+  std::string add_prefix;    // then added
+  std::map<std::string, std::string> rename;  // then: file name -> model name
+  // model.init_strict, init_strip_prefix, init_add_prefix, init_rename ("a=b,c=d"; ConfigError
+  // naming model.init_rename for a malformed list).
+  static PretrainedOptions from_config(const config::ModelConfig& cfg);
+};
+
+struct PretrainedReport {
+  std::string path;
+  std::string format;                    // "torch", "torchscript", "safetensors"
+  int64_t tensors_loaded = 0;            // model parameters (tied ones once) and buffers
+  int64_t elements_read = 0;             // by this rank
+  int64_t bytes_read = 0;                // by this rank, of tensor data
+  std::vector<std::string> missing;      // model names not in the file (not strict)
+  std::vector<std::string> unexpected;   // file names (as mapped) not in the model (not strict)
+  std::vector<std::string> mismatched;   // "name: file [..], model [..]" (not strict)
+  std::string summary() const;           // one line for logs
+};
+
+PretrainedReport load_pretrained(ShardingEngine& engine, const std::string& path,
+                                 const PretrainedOptions& options = {});
+
+}  // namespace zeroshard

@@ -1,0 +1,190 @@
+// Trainer::fit: the whole run a training program asks for (trainer.h), and the memory trial.
+
+#include <ATen/ops/tensor.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/host_memory.h"
+#include "zeroshard/core/memory_report.h"
+#include "zeroshard/core/session.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/train/report.h"
+#include "zeroshard/train/trainer.h"
+
+namespace zeroshard {
+namespace {
+
+std::string describe_precision(const ShardingOptions& o) {
+  if (o.autocast) return std::string("fp32 weights, autocast ") + c10::toString(o.autocast_dtype);
+  return std::string("compute ") + c10::toString(o.param_dtype);
+}
+
+// "validation loss 2.2610" or "test accuracy 0.8123, test loss 0.5011".
+std::string format_eval(const EvalSpec& eval, const std::vector<double>& values) {
+  std::string out;
+  char buf[64];
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%.4f", values[i]);
+    out += (i ? ", " : "") + eval.metrics[i].label + " " + buf;
+  }
+  return out;
+}
+
+int64_t limited(int64_t n, int64_t a, int64_t b) {
+  if (a > 0) n = std::min(n, a);
+  if (b > 0) n = std::min(n, b);
+  return n;
+}
+
+}  // namespace
+
+std::string Trainer::header(const TrainTask& task, int64_t steps) const {
+  const BatchPlan& plan = start_.plan;
+  std::ostringstream os;
+  os << task.name << ": " << session_.world_size() << " rank(s) on " << session_.device().str() << ", "
+     << to_string(engine_.options().strategy) << ", " << describe_precision(engine_.options()) << "; "
+     << format_params(engine_.num_params()) << " parameters";
+  for (const std::string& line : task.describe) os << "\n  " << line;
+  os << "\n  batch: " << plan.global_batch << " " << task.sample_noun << " per step (" << plan.micro_batch_size
+     << " per rank x " << plan.micro_batches << " micro-batch(es)); " << steps << " steps";
+  if (start_.options.steps == 0) os << " (" << start_.options.epochs << " epoch(s))";
+  os << "; " << optimizer_->describe() << ", " << scheduler_.describe();
+  return os.str();
+}
+
+TrainResult Trainer::fit(const TrainTask& task) {
+  ZS_REQUIRE(task.train != nullptr && task.loss, UsageError, "Trainer::fit needs TrainTask::train and TrainTask::loss");
+  const TrainOptions& o = start_.options;
+  const BatchPlan& plan = start_.plan;
+  const TrainFlags& flags = start_.flags;
+  BatchStream stream(task.train, limited(task.train->size(), task.train_samples, o.limit_train_samples), session_, o,
+                     plan.micro_batch_size);
+  const int64_t steps_per_epoch = stream.batches_per_epoch() / plan.micro_batches;
+  const bool by_epochs = o.steps == 0;
+  ZS_REQUIRE(steps_per_epoch > 0 || !by_epochs, ConfigError, "one epoch holds ", stream.batches_per_epoch(),
+             " micro-batches per rank, fewer than train.micro_batches = ", plan.micro_batches,
+             "; set train.steps or use more data");
+  const int64_t steps = by_epochs ? o.epochs * steps_per_epoch : o.steps;
+  // One micro-batch: the next batch of this rank's stream through the sharded model.
+  auto micro_loss = [&](int) {
+    Batch b = stream.next();
+    return engine_.forward([&] { return task.loss(b); });
+  };
+  TrainResult result;
+  if (flags.memory_trial) {
+    result.exit_status = run_memory_trial(micro_loss);
+    return result;
+  }
+
+  ReportOptions ro;
+  ro.total_steps = steps;
+  ro.items_name = task.items;
+  ro.log_interval = o.log_interval;
+  ro.metrics_path = flags.metrics_out;
+  ro.tensorboard_dir = flags.tensorboard.empty() ? session_.config().logging().tensorboard_dir() : flags.tensorboard;
+  ro.reduce_dtype = engine_.options().reduce_dtype;
+  TrainingReport report(session_, engine_, ro);
+  report.note(header(task, steps));
+
+  const bool evaluating = task.eval.data != nullptr;
+  int64_t last_eval_step = -1;
+  auto eval_now = [&](int64_t step, const std::string& label) {
+    std::vector<double> values = evaluate(task.eval);
+    for (size_t i = 0; i < values.size(); ++i) {
+      // The line is printed once, with every metric; each metric is its own metrics-file line.
+      report.eval(step, task.eval.metrics[i].name, values[i],
+                  i + 1 == values.size() ? label + ": " + format_eval(task.eval, values) : std::string());
+    }
+    last_eval_step = step;
+    return values;
+  };
+
+  const int64_t start = flags.resume ? resume(stream) : 0;
+  if (start > 0) report.note("resumed at step " + std::to_string(start));
+  if (evaluating) result.initial_eval = result.final_eval = eval_now(start, "step " + std::to_string(start));
+  for (int64_t step = start; step < steps; ++step) {
+    if (by_epochs && step % steps_per_epoch == 0) stream.begin_epoch(step / steps_per_epoch);
+    const StepResult r = this->step(micro_loss);
+    result.final_train_loss = r.loss;
+    report.step(step + 1, r.loss, r.lr, plan.global_batch * task.items_per_sample, r.seconds,
+                {r.grad_norm, r.loss_scale});
+    if (evaluating && by_epochs && (step + 1) % steps_per_epoch == 0) {
+      char label[96];
+      std::snprintf(label, sizeof(label), "epoch %lld/%d (train loss %.4f)",
+                    static_cast<long long>((step + 1) / steps_per_epoch), o.epochs, r.loss);
+      result.final_eval = eval_now(step + 1, label);
+    } else if (evaluating && o.eval_interval > 0 && (step + 1) % o.eval_interval == 0 && step + 1 < steps) {
+      result.final_eval = eval_now(step + 1, "step " + std::to_string(step + 1));
+    }
+    save_if_due(stream, step + 1 == steps);
+  }
+  report.finish_progress();
+  if (evaluating && last_eval_step != steps) result.final_eval = eval_now(steps, "step " + std::to_string(steps));
+  if (task.after_training) task.after_training();
+
+  result.steps = steps;
+  result.train_seconds = train_seconds_;
+  result.skipped_steps = scaler_.skipped_steps();
+  const int64_t items = (steps - start) * plan.global_batch * task.items_per_sample;
+  result.items_per_s = train_seconds_ > 0 ? static_cast<double>(items) / train_seconds_ : 0;
+  const bool tokens = task.items == "tok";
+  std::ostringstream text;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "done: %lld steps in %.1f s of training, %.0f %s/s",
+                static_cast<long long>(steps), train_seconds_, result.items_per_s,
+                tokens ? "tokens" : task.sample_noun.c_str());
+  text << buf;
+  std::vector<std::pair<std::string, double>> values = {{"steps", static_cast<double>(steps)},
+                                                        {"train_seconds", train_seconds_},
+                                                        {tokens ? "tokens_per_s" : "samples_per_s", result.items_per_s}};
+  for (size_t i = 0; i < result.initial_eval.size(); ++i) {
+    const EvalSpec::Metric& m = task.eval.metrics[i];
+    std::snprintf(buf, sizeof(buf), "%s%s %.4f -> %.4f", i ? ", " : "; ", m.label.c_str(), result.initial_eval[i],
+                  result.final_eval[i]);
+    text << buf;
+    values.emplace_back("initial_" + m.name, result.initial_eval[i]);
+    values.emplace_back("final_" + m.name, result.final_eval[i]);
+  }
+  std::snprintf(buf, sizeof(buf), "; last train loss %.4f", result.final_train_loss);
+  text << buf;
+  values.emplace_back("final_train_loss", result.final_train_loss);
+  values.emplace_back("skipped_steps", static_cast<double>(result.skipped_steps));
+  report.summary(values, text.str());
+  if (flags.memory_summary && session_.rank() == 0) std::printf("%s", memory_summary().c_str());
+
+  for (const auto& check : task.checks) result.exit_status |= check(result) ? 0 : 1;
+  if (flags.check_loss_decreases) {
+    ZS_REQUIRE(evaluating, UsageError, "--check-loss-decreases needs a held-out set (TrainTask::eval)");
+    const double before = result.initial_eval[0], after = result.final_eval[0];
+    const bool ok = after < 0.9 * before;
+    if (session_.rank() == 0) {
+      std::printf("CHECK %s: %s %.4f -> %.4f (%s 90%% of the initial value)\n", ok ? "PASSED" : "FAILED",
+                  task.eval.metrics[0].label.c_str(), before, after, ok ? "below" : "not below");
+    }
+    result.exit_status |= ok ? 0 : 1;
+  }
+  std::fflush(stdout);
+  return result;
+}
+
+// --memory-trial (docs/memory.md): kMemoryTrialSteps steps, then the highest peak over the ranks.
+int Trainer::run_memory_trial(const std::function<at::Tensor(int)>& micro_loss) {
+  for (int i = 0; i < kMemoryTrialSteps; ++i) step(micro_loss);
+  const DeviceMemoryUse use = device_memory_use();
+  ZS_REQUIRE(use.known, ConfigError, "--memory-trial cannot measure memory on ", session_.device().str(),
+             ": set memory.track_allocations=true");
+  at::Tensor peak = at::tensor(std::vector<int64_t>{use.peak}, at::kLong);
+  session_.world()->all_reduce(peak, ReduceOp::kMax, "train.memory_trial")->wait();
+  if (session_.rank() == 0) {
+    std::printf("zeroshard-memory-trial: fits micro_batch_size=%lld peak_bytes=%lld limit_bytes=%lld\n",
+                static_cast<long long>(start_.plan.micro_batch_size), static_cast<long long>(peak.item<int64_t>()),
+                static_cast<long long>(use.limit));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,174 @@
+// Trainer: construction from the config, one optimizer step, evaluation, checkpoints (trainer.h).
+// The whole run (fit) is in fit.cpp.
+
+#include "zeroshard/train/trainer.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Optional.h>
+#include <google/protobuf/text_format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/host_memory.h"
+#include "zeroshard/core/session.h"
+#include "zeroshard/offload/offload_optimizer.h"
+#include "zeroshard/sharding/checkpoint.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/pretrained.h"
+
+namespace zeroshard {
+
+Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
+    : session_(s),
+      engine_(engine),
+      start_(start),
+      optimizer_(make_engine_optimizer(s.config(), s.rank(), &engine.memory())),
+      scheduler_(s.config().scheduler(), s.config().optimizer().lr()),
+      scaler_(s.config().precision().loss_scale(), GradScaler::uses_fp16(s.config().precision()), s.world()) {
+  const Config& cfg = s.config();
+  if (!cfg.checkpoint().dir().empty()) {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(cfg, &text);
+    checkpointer_ = std::make_unique<Checkpointer>(engine, CheckpointOptions::from_config(cfg.checkpoint()), text);
+  }
+  if (!cfg.model().init_from().empty() && !start.flags.resume) {
+    load_pretrained(engine, cfg.model().init_from(), PretrainedOptions::from_config(cfg.model()));
+  }
+  // Training draws from a stream of its own on every rank (dropout masks differ across ranks);
+  // the model was built under runtime.seed, the same on every rank.
+  at::manual_seed(cfg.runtime().seed() + 1 + static_cast<uint64_t>(s.rank()));
+}
+
+Trainer::~Trainer() = default;
+
+Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_loss) {
+  static const int kPhase = memory_phase_id("training step, outside the engine");
+  MemoryPhase phase(kPhase);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double lr = scheduler_.lr_at(steps_);
+  optimizer_->set_lr(lr);
+  const int micro_batches = start_.plan.micro_batches;
+  at::Tensor loss_sum;  // on the loss's device: read once per step, not per micro-batch
+  for (int m = 0; m < micro_batches; ++m) {
+    c10::optional<ShardingEngine::NoSync> hold;
+    if (start_.options.no_sync && m + 1 < micro_batches) hold.emplace(engine_);  // reduce once, after the last
+    at::Tensor loss = micro_loss(m);
+    const at::Tensor detached = loss.detach().to(at::kFloat);
+    loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
+    scaler_.scale(loss / micro_batches).backward();
+  }
+  bool stepped = false;
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  const double loss_scale = scaler_.scale();
+  if (scaler_.unscale_and_check(engine_.param_shards())) {
+    // The norm is measured every step (reported); gradients change only when clipping is on.
+    const double clip = start_.options.grad_clip_norm;
+    grad_norm = engine_.clip_grad_norm(clip > 0 ? clip : std::numeric_limits<double>::infinity());
+    engine_.step(*optimizer_);
+    stepped = true;
+  }
+  scaler_.update();
+  engine_.zero_grad();
+  ++steps_;
+  const double mean = loss_sum.to(at::kDouble).cpu().item<double>() / micro_batches;
+  const double loss = all_reduce_sum(session_, {mean}, "train.loss")[0] / session_.world_size();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  train_seconds_ += seconds;
+  return {loss, lr, !stepped, seconds, grad_norm, loss_scale};
+}
+
+std::vector<double> Trainer::evaluate(const EvalSpec& eval) {
+  ZS_REQUIRE(eval.data != nullptr && eval.per_sample && !eval.metrics.empty(), UsageError,
+             "Trainer::evaluate needs a dataset, per_sample and at least one metric");
+  int64_t samples = eval.data->size();
+  if (eval.samples > 0) samples = std::min(samples, eval.samples);
+  if (start_.options.limit_eval_samples > 0) samples = std::min(samples, start_.options.limit_eval_samples);
+  DistributedSampler sampler(samples, session_.world_size(), session_.rank(), {/*shuffle=*/false, 0, /*drop_last=*/false});
+  DataLoader loader(eval.data, loader_options(start_.options, start_.plan.micro_batch_size, /*drop_last=*/false,
+                                              session_.device()));
+  loader.start(sampler.indices());
+  const size_t n = eval.metrics.size();
+  std::vector<double> sums(n + 1, 0.0);  // the metrics, then the sample count
+  engine_.model().eval();
+  {
+    at::NoGradGuard no_grad;
+    int64_t position = 0;  // in this rank's list of sample indices
+    for (int64_t k = 0; start_.options.eval_batches == 0 || k < start_.options.eval_batches; ++k) {
+      c10::optional<Batch> b = loader.next();
+      if (!b) break;
+      const std::vector<at::Tensor> values = engine_.forward([&] { return eval.per_sample(*b); });
+      ZS_REQUIRE(values.size() == n, UsageError, "EvalSpec::per_sample returned ", values.size(),
+                 " tensors for ", n, " metrics");
+      // The sampler pads the last ranks' lists with repeats so every rank runs as many forwards:
+      // those count 0.
+      const at::Tensor keep = at::arange(b->size(), at::kLong) + position < sampler.num_unique_samples();
+      for (size_t i = 0; i < n; ++i) {
+        const at::Tensor v = values[i].detach().to(at::kDouble).cpu().reshape({-1});
+        ZS_REQUIRE(v.numel() == b->size(), UsageError, "EvalSpec::per_sample: metric '", eval.metrics[i].name,
+                   "' has ", v.numel(), " values for a batch of ", b->size(), " samples (one per sample)");
+        sums[i] += v.masked_select(keep).sum().item<double>();
+      }
+      sums[n] += keep.sum().item<double>();
+      position += b->size();
+    }
+  }
+  engine_.model().train();
+  const std::vector<double> totals = all_reduce_sum(session_, sums, "train.eval");
+  ZS_REQUIRE(totals[n] > 0, DataError, "the held-out set is empty");
+  std::vector<double> means(n);
+  for (size_t i = 0; i < n; ++i) means[i] = totals[i] / totals[n];
+  return means;
+}
+
+int64_t Trainer::resume(BatchStream& stream) {
+  ZS_REQUIRE(checkpointer_ != nullptr, UsageError, "--resume needs a checkpoint directory: --set checkpoint.dir=DIR");
+  const TrainingState st = checkpointer_->load(*optimizer_);
+  if (st.grad_scaler) scaler_.load_state(*st.grad_scaler);
+  auto it = st.per_rank.find("data");
+  if (it != st.per_rank.end()) {
+    stream.seek(it->second);
+  } else {
+    ZS_LOG(kWarn) << "checkpoint " << st.path << " has no data position for this rank (saved at another world "
+                  << "size): the data stream starts again at epoch 0";
+  }
+  steps_ = st.step;
+  return st.step;
+}
+
+void Trainer::save_if_due(const BatchStream& stream, bool last_step) {
+  if (!checkpointer_) return;
+  const int interval = start_.options.checkpoint_interval;
+  if (!last_step && (interval <= 0 || steps_ % interval != 0)) return;
+  TrainingState st;
+  st.step = steps_;
+  st.grad_scaler = scaler_.state();
+  st.per_rank["data"] = stream.position();
+  checkpointer_->save(*optimizer_, st);
+  if (last_step) checkpointer_->wait();
+}
+
+std::vector<double> all_reduce_sum(Session& s, std::vector<double> values, const char* tag) {
+  at::Tensor t = at::tensor(values, at::kDouble);
+  s.world()->all_reduce(t, ReduceOp::kSum, tag)->wait();
+  const double* p = t.data_ptr<double>();
+  return std::vector<double>(p, p + values.size());
+}
+
+std::string format_params(int64_t n) {
+  char buf[32];
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) std::snprintf(buf, sizeof(buf), "%.2fB", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(n));
+  return buf;
+}
+
+}  // namespace zeroshard
