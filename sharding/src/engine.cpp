@@ -324,6 +324,7 @@ ShardingEngine::~ShardingEngine() {
 
 double ShardingEngine::clip_grad_norm(double max_norm) {
   ZS_REQUIRE(max_norm > 0, UsageError, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  impl_->require_finished_backward("clip_grad_norm()");
   std::vector<at::Tensor> grads;
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
@@ -382,6 +383,7 @@ Session& ShardingEngine::session() { return impl_->session; }
 torch::nn::Module& ShardingEngine::model() { return *impl_->model; }
 
 void ShardingEngine::step(ShardedOptimizer& optimizer) {
+  impl_->require_finished_backward("step()");
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
       ZS_REQUIRE(!f->has_grad_buffer() && !f->reduce_pending(), UsageError, "step() with gradients of unit '",

@@ -14,6 +14,7 @@
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/core/host_memory.h"
 
 namespace zeroshard {
@@ -317,6 +318,15 @@ namespace zeroshard {
 
 void ShardingEngine::begin_root() {
   ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
+  if (impl_->in_backward()) {
+    // Only a backward that threw leaves this set at a forward (a successful one clears it at
+    // its end); every rank that threw at the same point resets alike.
+    ZS_LOG(kWarn) << "the last backward did not finish (it threw): dropping the gradients since the last "
+                     "step and resharding every unit before this forward";
+    impl_->reset_after_error(/*drop_grads=*/true);
+  } else if (impl_->forward_failed) {
+    impl_->reset_after_error(/*drop_grads=*/false);
+  }
   impl_->root_active = true;
   impl_->outer_forward_phase = current_memory_phase();
   if (impl_->options.autocast) {
@@ -330,13 +340,74 @@ void ShardingEngine::begin_root() {
 }
 
 void ShardingEngine::abort_root() noexcept {
-  // The memory phase stays where the forward failed, for an out-of-memory report.
+  // The memory phase stays where the forward failed, for an out-of-memory report, until the next
+  // forward or reset_after_error restores the caller's. A forward produces no gradients: those
+  // accumulated before it (no_sync micro-batches, earlier backward passes) stay.
   impl_->root_active = false;
   impl_->autocast.reset();
+  impl_->forward_failed = true;
   try {
     for (auto& u : impl_->units) impl_->reshard(u.get());
   } catch (...) {
   }
+}
+
+void ShardingEngine::reset_after_error() {
+  ZS_REQUIRE(!impl_->root_active, UsageError, "reset_after_error() called inside engine.forward()");
+  impl_->reset_after_error(/*drop_grads=*/true);
+}
+
+void detail::ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
+  // Each step below waits for collectives this rank issued before the failure; ranks that failed
+  // at the same point issued the same ones, so every wait completes.
+  const c10::Stream compute = streams->current();
+  for (auto& u : units) {
+    try {
+      complete_gather(u.get());
+    } catch (...) {  // a failed gather: its communicator reports it at the next use
+      u->gathers.clear();
+      u->gathered_on_side_stream = false;
+    }
+  }
+  if (drop_grads) {
+    try {
+      // Reductions ran on the reduce-scatter stream: compute must not reuse their memory before.
+      streams->wait(compute, streams->reduce_scatter());
+      retired_grads.release_after_wait(compute);
+    } catch (...) {
+    }
+    for (auto& u : units) {
+      for (auto& f : u->flats) {
+        f->abandon_reduce();
+        f->drop_grad_shard();
+      }
+    }
+  }
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      try {
+        if (!f->aliased()) f->free_full();  // NO_SHARD gathers again at the next forward
+      } catch (...) {
+      }
+    }
+    u->pre_backward_done = false;
+    u->post_backward_done = false;
+    u->grads_seen = 0;
+  }
+  reducing.clear();
+  replica_reducing.clear();
+  root_active = false;
+  autocast.reset();
+  if (callback_queued) set_memory_phase(outer_backward_phase);
+  if (forward_failed) set_memory_phase(outer_forward_phase);
+  callback_queued = false;
+  forward_failed = false;
+}
+
+void detail::ShardingEngineImpl::require_finished_backward(const char* what) const {
+  ZS_REQUIRE(!in_backward(), UsageError, what, ": the last backward did not finish (it threw), so the gradients "
+             "are partial; skip this step: the next engine.forward() (or engine.reset_after_error()) drops them "
+             "and makes the engine usable again");
 }
 
 void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {

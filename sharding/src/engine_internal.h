@@ -80,8 +80,15 @@ struct ShardingEngineImpl {
   int inflight_gathers() const;
   bool reshard_after_forward() const;
   // A backward pass through this engine is running (set by the first pre-backward hook, cleared by
-  // the final callback).
+  // the final callback). Still true after a backward that threw: LibTorch drops the final
+  // callback of a failed graph task, so nothing cleared it.
   bool in_backward() const { return callback_queued; }
+  // Returns the engine to its state between steps after a forward or backward that threw (see
+  // ShardingEngine::reset_after_error). `drop_grads`: also drop every gradient (buffers, pending
+  // reductions, shards). Waits for the collectives in flight; never throws.
+  void reset_after_error(bool drop_grads) noexcept;
+  // UsageError when a backward started and did not finish (it threw): `what` names the caller.
+  void require_finished_backward(const char* what) const;
 
   Session& session;
   std::shared_ptr<torch::nn::Module> model;
@@ -98,6 +105,7 @@ struct ShardingEngineImpl {
   bool recording_order = true;  // until the first backward completes
   bool root_active = false;
   bool callback_queued = false;
+  bool forward_failed = false;  // abort_root ran; the memory phase is still the failing unit's
   // The callers' memory phases, restored when engine.forward / the backward pass ends.
   int outer_forward_phase = 0;
   int outer_backward_phase = 0;

@@ -119,6 +119,16 @@ class ShardingEngine {
   void step(ShardedOptimizer& optimizer);
   // Frees the gradient shards (the next backward allocates fresh ones).
   void zero_grad();
+  // After a forward or backward that threw (a user hook, an out-of-memory in a unit): waits for
+  // the collectives the failed pass issued, drops every gradient accumulated since the last
+  // zero_grad() (gradient buffers, pending reductions, gradient shards: a failed backward leaves
+  // them partial), reshards every unit and clears the per-pass state. The next forward() does
+  // this by itself (keeping the gradients after a failed forward, which made none), so calling it
+  // is only needed to drop the gradients earlier. step() and clip_grad_norm() after a backward
+  // that threw refuse to run until then. With several ranks, every rank must have failed at the
+  // same point (a throw on one rank alone leaves the others waiting in a collective: let the
+  // watchdog end the job).
+  void reset_after_error();
 
   // This rank's trainable shards with their gradients, in a fixed order.
   std::vector<ParamShard> param_shards();
