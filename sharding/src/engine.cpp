@@ -61,6 +61,8 @@ void detail::ShardingEngineImpl::setup_groups() {
     comm = init->groups.comm;
     shard_group = init->groups.shard_group;
     replicate_group = init->groups.replicate_group;
+    host_shard_group = init->groups.host_shard_group;
+    host_replicate_group = init->groups.host_replicate_group;
     return;
   }
   const bool on_cuda = !model->parameters().empty() && model->parameters().front().is_cuda();
@@ -68,6 +70,8 @@ void detail::ShardingEngineImpl::setup_groups() {
   comm = g.comm;
   shard_group = g.shard_group;
   replicate_group = g.replicate_group;
+  host_shard_group = g.host_shard_group;
+  host_replicate_group = g.host_replicate_group;
 }
 
 namespace {
@@ -132,6 +136,7 @@ void detail::ShardingEngineImpl::discover_units() {
     u->module = module;
     u->is_root = is_root;
     u->engine = this;
+    u->ordinal = static_cast<int>(units.size());
     const std::string what = is_root ? std::string("outside units (root module)") : "unit '" + u->name + "'";
     u->phase_forward = memory_phase_id("forward: " + what);
     u->phase_backward = memory_phase_id("backward: " + what);

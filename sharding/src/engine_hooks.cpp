@@ -182,13 +182,15 @@ void detail::ShardingEngineImpl::pre_forward(UnitState* u) {
   ZS_REQUIRE(root_active || u->is_root || in_backward(), UsageError, "unit '", u->name,
              "' was called outside the engine's forward: run the model inside engine.forward([&] { ... })");
   set_memory_phase(in_backward() ? u->phase_recompute : u->phase_forward);
+  if (!in_backward()) forward_sequence.push_back(u->ordinal);
   if (recording_order && u->forward_index < 0) {
     u->forward_index = static_cast<int>(forward_order.size());
     forward_order.push_back(u);
   }
   issue_gather(u);
-  // During a recomputation the next unit in forward order has already finished its backward.
-  if (options.forward_prefetch && !in_backward()) prefetch(u->forward_index + 1);
+  // During a recomputation the next unit in forward order has already finished its backward. A
+  // unit missing from the recorded order (re-recorded from the last forward) prefetches nothing.
+  if (options.forward_prefetch && !in_backward() && u->forward_index >= 0) prefetch(u->forward_index + 1);
   wait_gather(u);
 }
 
@@ -215,6 +217,8 @@ void detail::ShardingEngineImpl::pre_backward(UnitState* u) {
     outer_backward_phase = current_memory_phase();
     callback_queued = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+    // Before the backward's first collective: every rank ran the same units (unit_order.cpp).
+    check_unit_order_at_backward();
   }
   set_memory_phase(u->phase_backward);
   issue_gather(u);
@@ -288,6 +292,9 @@ void detail::ShardingEngineImpl::finalize_backward() {
   for (auto& u : units) {
     if (u->pre_backward_done && !u->post_backward_done) post_backward(u.get());
   }
+  // Replicas that ran different units paired their all-reduces wrongly: say so before their
+  // results become gradients.
+  finish_replica_order_check();
   const c10::Stream compute = streams->current();
   if (no_sync_depth == 0) {
     streams->wait(streams->reduce_scatter(), compute);
@@ -327,6 +334,8 @@ void ShardingEngine::begin_root() {
   } else if (impl_->forward_failed) {
     impl_->reset_after_error(/*drop_grads=*/false);
   }
+  impl_->forward_sequence.clear();
+  impl_->sequence_checked = false;
   impl_->root_active = true;
   impl_->outer_forward_phase = current_memory_phase();
   if (impl_->options.autocast) {
@@ -361,6 +370,13 @@ void detail::ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
   // Each step below waits for collectives this rank issued before the failure; ranks that failed
   // at the same point issued the same ones, so every wait completes.
   const c10::Stream compute = streams->current();
+  if (replica_order_check.work) {  // issued by every replica at the same point
+    try {
+      replica_order_check.work->wait();
+    } catch (...) {
+    }
+    replica_order_check = OrderExchange{};
+  }
   for (auto& u : units) {
     try {
       complete_gather(u.get());
@@ -415,6 +431,8 @@ void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
   impl_->autocast.reset();
   impl_->post_forward(impl_->root, outputs);
   set_memory_phase(impl_->outer_forward_phase);
+  // No backward follows a forward without grad: its unit sequence is checked now.
+  if (!c10::GradMode::is_enabled()) impl_->check_unit_order_without_grad();
 }
 
 }  // namespace zeroshard

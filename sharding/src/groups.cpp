@@ -46,6 +46,7 @@ ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, 
   const int n = g.comm->size(), r = g.comm->rank();
   if (n == 1) {
     g.shard_group = g.comm;
+    g.host_shard_group = session.world();
     return g;
   }
   // One all-gather of every rank's strategy, hybrid group size and node, so that every rank
@@ -88,6 +89,18 @@ ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, 
     g.replicate_group = g.comm;
   } else if (plan.replicas > 1) {
     g.replicate_group = g.comm->split(plan.replica_group_color(r), r);
+  }
+  if (!on_cuda) {
+    g.host_shard_group = g.shard_group;
+    g.host_replicate_group = g.replicate_group;
+  } else {
+    const std::shared_ptr<Communicator>& w = session.world();
+    g.host_shard_group = plan.shard_group_size == n ? w : w->split(plan.shard_group_color(r), r);
+    if (plan.replicas == n) {
+      g.host_replicate_group = w;
+    } else if (plan.replicas > 1) {
+      g.host_replicate_group = w->split(plan.replica_group_color(r), r);
+    }
   }
   return g;
 }

@@ -1,5 +1,5 @@
-// The engine after a forward or backward that threw: it must be usable again, and the step after
-// it equal a clean run's.
+// The engine after a forward or backward that threw (it must be usable again, and the step after
+// it equal a clean run's), and ranks that run different units (a clear error on every rank).
 
 #include <stdexcept>
 
@@ -12,6 +12,8 @@ namespace {
 struct Trap {
   int block = -1;
   bool in_backward = false;
+  int skip_block = -1;  // this block is not run at all (a data-dependent branch)
+  bool swap_last_two = false;  // the last two blocks run in the other order
 };
 
 // A block that can throw from inside its forward, or from inside its backward (a gradient hook
@@ -43,7 +45,11 @@ struct TrapNetImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     x = input(x);
-    for (auto& b : blocks) x = b(x);
+    std::vector<size_t> order = {0, 1, 2};
+    if (trap_->swap_last_two) std::swap(order[1], order[2]);
+    for (size_t i : order) {
+      if (static_cast<int>(i) != trap_->skip_block) x = blocks[i](x);
+    }
     return output(x);
   }
   std::shared_ptr<Trap> trap_;
@@ -188,4 +194,110 @@ TEST(Recovery, BackwardThrowsInsideNoSync) {
             }),
             "<no exception>");
   EXPECT_EQ(opt->steps(), 1);
+}
+
+// Ranks that run different units (rank 1 skips block 1 in its second step, a data-dependent
+// branch): every rank gets the same clear error at the start of backward, naming the unit and
+// the ranks, nothing hangs, and the engine runs normally afterwards.
+TEST(UnitOrder, RankSkippingAUnitIsAnErrorOnEveryRank) {
+  ZS_REQUIRE_RANKS(2);
+  torch::manual_seed(11);
+  auto trap = std::make_shared<Trap>();
+  TrapNet model = keep_alive(TrapNet(trap));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
+  auto opt = zs::make_sgd(zs::SgdOptions{});
+  forward_backward(engine, model, 0);  // records the order: <root>, b0, b1, b2
+  engine.step(*opt);
+  engine.zero_grad();
+  if (zs::test::rank() == 1) trap->skip_block = 1;
+  const std::string msg = usage_error_of([&] { forward_backward(engine, model, 1); });
+  trap->skip_block = -1;
+  EXPECT_TRUE(contains(msg, "ranks ran different units")) << msg;
+  EXPECT_TRUE(contains(msg, "unit #3 of the forward")) << msg;
+  EXPECT_TRUE(contains(msg, "rank 0 ran unit 'b1'")) << msg;
+  EXPECT_TRUE(contains(msg, "rank 1 ran unit 'b2'")) << msg;
+  // The failed backward is reset by the next forward; every rank is in step again.
+  EXPECT_EQ(usage_error_of([&] {
+              forward_backward(engine, model, 2);
+              engine.step(*opt);
+            }),
+            "<no exception>");
+  EXPECT_EQ(opt->steps(), 2);
+}
+
+// The check also runs after a forward without grad (evaluation), where no backward follows.
+TEST(UnitOrder, CheckedAfterAForwardWithoutGrad) {
+  ZS_REQUIRE_RANKS(2);
+  torch::manual_seed(11);
+  auto trap = std::make_shared<Trap>();
+  TrapNet model = keep_alive(TrapNet(trap));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
+  forward_backward(engine, model, 0);
+  if (zs::test::rank() == 1) trap->skip_block = 0;
+  const std::string msg = usage_error_of([&] {
+    torch::NoGradGuard no_grad;
+    engine.forward([&] { return model->forward(torch::randn({2, 7})); });
+  });
+  trap->skip_block = -1;
+  EXPECT_TRUE(contains(msg, "rank 0 ran unit 'b0'")) << msg;
+  EXPECT_TRUE(contains(msg, "rank 1 ran unit 'b1'")) << msg;
+  EXPECT_EQ(usage_error_of([&] { forward_backward(engine, model, 1); }), "<no exception>");
+}
+
+// When every rank changes its order alike (all skip block 1), the prefetch order is re-recorded:
+// the skipped block is gathered (prefetched from the old order) in the step where the change
+// happens, and not in the next one.
+TEST(UnitOrder, ChangedOrderIsReRecordedForPrefetch) {
+  ZS_REQUIRE_RANKS(2);  // at one rank fp32 gathers are views: nothing is counted
+  torch::manual_seed(11);
+  auto trap = std::make_shared<Trap>();
+  TrapNet model = keep_alive(TrapNet(trap));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
+  forward_backward(engine, model, 0);  // records <root>, b0, b1, b2
+  engine.zero_grad();
+  trap->skip_block = 1;
+  auto gathered_in_step = [&](int64_t step) {
+    engine.reset_comm_counters();
+    forward_backward(engine, model, step);
+    engine.zero_grad();
+    return engine.comm_counters().all_gather_elements;
+  };
+  const int64_t changed = gathered_in_step(1), next = gathered_in_step(2);
+  trap->skip_block = -1;
+  const auto sizes = expected_unit_sizes(*model, engine.unit_names(), engine.shard_group_size());
+  EXPECT_EQ(changed - next, sizes.at("b1").padded_trainable)
+      << "gathered " << changed << " elements in the step that skipped b1 first, " << next << " in the next";
+  EXPECT_EQ(engine.memory().current(MemCategory::kGatheredParams), 0) << "a skipped unit left gathered";
+}
+
+// Replicas (NO_SHARD) that run units in different orders with the same count: their all-reduces
+// pair up gradients of different (equal-sized) units without any error from the communicator.
+// The replica check, issued at the start of backward and verified at its end, makes that an error
+// on every rank, before the results become gradients; the engine then runs normally.
+TEST(UnitOrder, ReplicasRunningUnitsInAnotherOrderAreAnError) {
+  ZS_REQUIRE_RANKS(2);
+  torch::manual_seed(11);
+  auto trap = std::make_shared<Trap>();
+  TrapNet model = keep_alive(TrapNet(trap));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kNoShard));
+  auto opt = zs::make_sgd(zs::SgdOptions{});
+  forward_backward(engine, model, 0);
+  engine.step(*opt);
+  engine.zero_grad();
+  if (zs::test::rank() == 1) trap->swap_last_two = true;
+  const std::string msg = usage_error_of([&] { forward_backward(engine, model, 1); });
+  trap->swap_last_two = false;
+  EXPECT_TRUE(contains(msg, "ranks ran different units")) << msg;
+  EXPECT_TRUE(contains(msg, "across replicas")) << msg;
+  EXPECT_TRUE(contains(msg, "ranks {1} ran one sequence of 4 unit(s)")) << msg;
+  EXPECT_TRUE(contains(msg, zs::test::world_size() == 2 ? "ranks {0} ran one sequence of 4 unit(s)"
+                                                         : "ranks {0, 2, 3} ran one sequence of 4 unit(s)"))
+      << msg;
+  EXPECT_TRUE(contains(msg, zs::test::rank() == 1 ? "'b0', 'b2', 'b1'" : "'b0', 'b1', 'b2'")) << msg;
+  EXPECT_EQ(usage_error_of([&] {
+              forward_backward(engine, model, 2);
+              engine.step(*opt);
+            }),
+            "<no exception>");
+  EXPECT_EQ(opt->steps(), 2);
 }
