@@ -229,6 +229,7 @@ std::string App::hint() const {
 void App::fail(const std::string& message) const {
   const std::string h = hint();
   const bool has_hint = message.size() >= h.size() && message.compare(message.size() - h.size(), h.size(), h) == 0;
+  if (caller_file_ != nullptr) throw UsageError(message + (has_hint ? "" : h), caller_file_, caller_line_);
   ZS_THROW(UsageError, message, has_hint ? "" : h);
 }
 
@@ -271,16 +272,21 @@ void App::fail_parse(const CLI::ParseError& e) const {
   fail(what);
 }
 
-bool App::parse(const std::vector<std::string>& args, bool print) {
+bool App::parse(const std::vector<std::string>& args, bool print, const char* caller_file, int caller_line) {
   std::vector<const char*> argv;
   argv.push_back(args.empty() ? program_.c_str() : args[0].c_str());
   for (size_t i = 1; i < args.size(); ++i) argv.push_back(args[i].c_str());
-  return parse(static_cast<int>(argv.size()), argv.data(), print);
+  return parse(static_cast<int>(argv.size()), argv.data(), print, caller_file, caller_line);
 }
 
-bool App::parse(int argc, const char* const* argv, bool print) {
+bool App::parse(int argc, const char* const* argv, bool print, const char* caller_file, int caller_line) {
+  caller_file_ = caller_file;
+  caller_line_ = caller_line;
   try {
     app_->parse(argc, argv);
+  } catch (const UsageError& e) {
+    // From a value's conversion or a check across options: located at the caller, like fail()'s.
+    throw UsageError(e.message(), caller_file_, caller_line_);
   } catch (const CLI::CallForHelp&) {
     if (print) std::fputs(help().c_str(), stdout);
     return false;

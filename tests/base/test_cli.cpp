@@ -158,3 +158,21 @@ TEST(Cli, ParseFunctionsAlone) {
   EXPECT_CONTAINS(usage_error_of([] { zc::parse_size("--s", "0"); }), "--s '0' is not a size");
   EXPECT_CONTAINS(usage_error_of([] { zc::parse_size("--s", "1.5"); }), "--s '1.5' is not a size");
 }
+
+// A usage error names the line that called parse() (the program's), whatever raised it: an
+// unknown option, a bad value's conversion, or a check across options.
+TEST(Cli, ErrorsAreLocatedAtTheParseCall) {
+  for (const Args& bad : {Args{"--no-such"}, Args{"--elements", "x"}, Args{"--reps", "11"}}) {
+    Prog p;
+    Args a = bad;
+    a.insert(a.begin(), "prog");
+    const int line = __LINE__ + 2;
+    try {
+      p.app.parse(a, false);
+      ADD_FAILURE() << "no usage error for " << bad[0];
+    } catch (const zeroshard::UsageError& e) {
+      EXPECT_EQ(e.line(), line) << e.what();
+      EXPECT_EQ(e.file(), std::string(__FILE__)) << e.what();
+    }
+  }
+}

@@ -62,11 +62,11 @@ void add_train_flags(cli::App& app, TrainFlags& f, const std::vector<ProgramFlag
 }  // namespace
 
 TrainFlags parse_train_flags(const std::vector<std::string>& args, const std::string& usage,
-                             const std::vector<ProgramFlag>& program_flags) {
+                             const std::vector<ProgramFlag>& program_flags, const char* caller_file, int caller_line) {
   TrainFlags f;
   cli::App app(program_name(args.empty() ? "train" : args[0]), usage);
   add_train_flags(app, f, program_flags);
-  if (!app.parse(args, /*print=*/false)) {
+  if (!app.parse(args, /*print=*/false, caller_file, caller_line)) {
     f.help = app.given("--help");
     f.version = !f.help;
   }
@@ -82,8 +82,10 @@ std::string train_flags_help(const std::string& program, const std::string& usag
 }
 
 std::optional<TrainStart> start_training(Session& s, const std::string& usage,
-                                         const std::vector<ProgramFlag>& program_flags) {
-  TrainStart start{parse_train_flags(s.args(), usage, program_flags), TrainOptions::from_config(s.config()), {}};
+                                         const std::vector<ProgramFlag>& program_flags, const char* caller_file,
+                                         int caller_line) {
+  TrainStart start{parse_train_flags(s.args(), usage, program_flags, caller_file, caller_line),
+                   TrainOptions::from_config(s.config()), {}};
   if (start.flags.help || start.flags.version) {
     const std::string program = program_name(s.args().empty() ? "train" : s.args()[0]);
     if (s.rank() == 0) {

@@ -85,8 +85,11 @@ class App {
   // Parses `args` (argv[0] first, as Session::args() gives them). Returns true to run the
   // program; false after --help or --version, whose text went to stdout when `print` (pass
   // `rank == 0` in a job, so one rank prints). Throws UsageError for anything else.
-  bool parse(const std::vector<std::string>& args, bool print = true);
-  bool parse(int argc, const char* const* argv, bool print = true);
+  // A UsageError it throws names the caller's line (the program's parse call), not this file's.
+  bool parse(const std::vector<std::string>& args, bool print = true, const char* caller_file = __builtin_FILE(),
+             int caller_line = __builtin_LINE());
+  bool parse(int argc, const char* const* argv, bool print = true, const char* caller_file = __builtin_FILE(),
+             int caller_line = __builtin_LINE());
 
   // With prefix_command(): the command after the options (empty when none was given).
   const std::vector<std::string>& rest() const { return rest_; }
@@ -109,6 +112,8 @@ class App {
   std::string hint() const;  // " (usage: ...; PROGRAM --help lists the options)"
 
   std::string program_;
+  const char* caller_file_ = nullptr;  // where parse() was called from, for fail()'s location
+  int caller_line_ = 0;
   std::string synopsis_;
   std::unique_ptr<CLI::App> app_;
   bool prefix_ = false;

@@ -84,9 +84,11 @@ struct TrainFlags {
 // Parses `args` (argv[0] first, as Session::args() gives them) with zeroshard/base/cli.h: the
 // common flags above and the program's, as `--flag value` or `--flag=value`. `usage` is the
 // program's description, the first paragraph of --help. UsageError naming an unknown flag (and
-// the nearest one), a missing value, or a value that is not of the flag's type or range.
+// the nearest one), a missing value, or a value that is not of the flag's type or range, located
+// at the caller's line (the program's), not this library's.
 TrainFlags parse_train_flags(const std::vector<std::string>& args, const std::string& usage,
-                             const std::vector<ProgramFlag>& program_flags = {});
+                             const std::vector<ProgramFlag>& program_flags = {},
+                             const char* caller_file = __builtin_FILE(), int caller_line = __builtin_LINE());
 // The --help text of a training program (what start_training prints).
 std::string train_flags_help(const std::string& program, const std::string& usage,
                              const std::vector<ProgramFlag>& program_flags = {});
@@ -103,8 +105,10 @@ struct TrainStart {
 // prints the help or the version and it returns nullopt for --help / --version), intra-op threads (this host's cores shared by its
 // ranks), the batch plan, and for --memory-trial the plan line (so a trial that runs out of memory
 // building the model has still said its batch).
+// A usage error in the flags names the caller's line.
 std::optional<TrainStart> start_training(Session& s, const std::string& usage,
-                                         const std::vector<ProgramFlag>& program_flags = {});
+                                         const std::vector<ProgramFlag>& program_flags = {},
+                                         const char* caller_file = __builtin_FILE(), int caller_line = __builtin_LINE());
 
 // ---- the task -------------------------------------------------------------------------------
 
