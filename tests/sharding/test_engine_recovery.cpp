@@ -75,6 +75,7 @@ struct RunResult {
   std::map<std::string, at::Tensor> state;
   std::string failure;     // what the failing pass threw
   std::string step_error;  // what step() said right after it
+  std::map<std::string, int64_t> left_after_reset;  // explicit reset: engine bytes still accounted
 };
 
 // Four steps of SGD with momentum; the failing step (if any) is skipped after its exception, as a
@@ -102,7 +103,13 @@ RunResult train(Strategy strategy, const Failure& f, bool run_failing_step) {
       }
       trap->block = -1;
       r.step_error = usage_error_of([&] { engine.step(*opt); });
-      if (f.explicit_reset) engine.reset_after_error();
+      if (f.explicit_reset) {
+        engine.reset_after_error();
+        for (MemCategory c : {MemCategory::kGatheredParams, MemCategory::kGradBuffers, MemCategory::kGradShards,
+                              MemCategory::kCommBuffers}) {
+          r.left_after_reset[zs::to_string(c)] = engine.memory().current(c);
+        }
+      }
       continue;
     }
     forward_backward(engine, model, step);
@@ -129,6 +136,9 @@ void expect_recovers(Strategy strategy, const Failure& f) {
   } else {
     // A failed forward made no gradients: step() runs (on the gradients of earlier steps: none).
     EXPECT_EQ(failed.step_error, "<no exception>") << what;
+  }
+  for (const auto& [category, bytes] : failed.left_after_reset) {
+    EXPECT_EQ(bytes, 0) << what << ": " << category << " still accounted after reset_after_error()";
   }
   ASSERT_EQ(failed.state.size(), clean.state.size()) << what;
   for (const auto& [name, t] : clean.state) {
@@ -187,6 +197,11 @@ TEST(Recovery, BackwardThrowsInsideNoSync) {
   }
   for (const zs::ParamShard& p : engine.param_shards()) {
     EXPECT_FALSE(p.grad.defined()) << p.name << ": gradient shard kept after reset_after_error()";
+  }
+  // The engine's accounting agrees: nothing gathered, no gradient or comm buffer left.
+  for (MemCategory c : {MemCategory::kGatheredParams, MemCategory::kGradBuffers, MemCategory::kGradShards,
+                        MemCategory::kCommBuffers}) {
+    EXPECT_EQ(engine.memory().current(c), 0) << zs::to_string(c) << " after reset_after_error()";
   }
   EXPECT_EQ(usage_error_of([&] {
               forward_backward(engine, model, 2);
