@@ -47,16 +47,28 @@ __attribute__((target("sse4.2"))) uint32_t crc_hw(const unsigned char* p, size_t
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t bytes, uint32_t crc) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = ~crc;
+bool crc32c_sse42_available() {
 #if defined(__x86_64__)
   static const bool hw = __builtin_cpu_supports("sse4.2");
-  c = hw ? crc_hw(p, bytes, c) : crc_table(p, bytes, c);
+  return hw;
 #else
-  c = crc_table(p, bytes, c);
+  return false;
 #endif
-  return ~c;
+}
+
+uint32_t crc32c_table(const void* data, size_t bytes, uint32_t crc) {
+  return ~crc_table(static_cast<const unsigned char*>(data), bytes, ~crc);
+}
+
+uint32_t crc32c_sse42(const void* data, size_t bytes, uint32_t crc) {
+#if defined(__x86_64__)
+  if (crc32c_sse42_available()) return ~crc_hw(static_cast<const unsigned char*>(data), bytes, ~crc);
+#endif
+  return crc32c_table(data, bytes, crc);
+}
+
+uint32_t crc32c(const void* data, size_t bytes, uint32_t crc) {
+  return crc32c_sse42_available() ? crc32c_sse42(data, bytes, crc) : crc32c_table(data, bytes, crc);
 }
 
 }  // namespace zeroshard

@@ -61,8 +61,9 @@ class MpiWork final : public WorkBase {
   }
 
   void on_timeout() override;
-  // The body (and the tensors it captured) is released as soon as it ran: the watchdog keeps
-  // finished Work handles until its next scan, and their buffers must not live that long.
+  // Runs the collective on the progress thread and drops the body (with the tensors it captured)
+  // before complete() can mark it done: the watchdog keeps finished Work handles until its next
+  // scan, and their buffers must not live that long.
   void run() {
     Body body = std::move(body_);
     body_ = nullptr;

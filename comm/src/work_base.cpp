@@ -41,12 +41,18 @@ void WorkBase::complete() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
-    done_ = true;
-    done_flag_.store(true, std::memory_order_release);
     release.swap(keep_alive_);
   }
+  // The tensors go before any waiter can see the collective done: once wait() returns, the
+  // communicator holds none of them, so memory measured after a wait is the caller's own.
+  release.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;  // failed meanwhile (a watchdog timeout): the failure stands
+    done_ = true;
+    done_flag_.store(true, std::memory_order_release);
+  }
   cv_.notify_all();
-  // `release` drops the tensors here, outside the lock.
 }
 
 void WorkBase::fail(std::exception_ptr error) {

@@ -31,7 +31,8 @@ class WorkBase : public Work {
   bool started() const;
   Clock::time_point started_at() const;
   std::chrono::milliseconds comm_timeout() const { return comm_timeout_; }
-  // Success: releases the kept tensors and wakes waiters. No effect after fail().
+  // Success: releases the kept tensors, then marks the Work done and wakes waiters (so a waiter
+  // never sees it done while the communicator still holds its tensors). No effect after fail().
   void complete();
   // Failure: records the first error, releases the kept tensors and wakes waiters.
   void fail(std::exception_ptr error);

@@ -54,7 +54,7 @@ c10::optional<c10::ScalarType> autocast_dtype(c10::DeviceType device) {
   return dtype_of(device);
 }
 
-AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype) : device_(device) {
+AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool cache_casts) : device_(device) {
   ZS_REQUIRE(device == c10::DeviceType::CPU || device == c10::DeviceType::CUDA, UsageError,
              "autocast supports CPU and CUDA, not ", c10::DeviceTypeName(device));
   ZS_REQUIRE(dtype == c10::kBFloat16 || (device == c10::DeviceType::CUDA && dtype == c10::kHalf), UsageError,
@@ -62,12 +62,15 @@ AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype) : de
              device == c10::DeviceType::CPU ? "BFloat16" : "Half or BFloat16", ", not ", c10::toString(dtype));
   prev_enabled_ = enabled(device);
   prev_dtype_ = dtype_of(device);
+  prev_cache_ = at::autocast::is_autocast_cache_enabled();
   set(device, true, dtype);
+  at::autocast::set_autocast_cache_enabled(prev_cache_ && cache_casts);
   at::autocast::increment_nesting();
 }
 
 AutocastGuard::~AutocastGuard() {
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_autocast_cache_enabled(prev_cache_);
   set(device_, prev_enabled_, prev_dtype_);
 }
 

@@ -101,6 +101,25 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   return out;
 }
 
+std::vector<SavedCheckpoint> list_checkpoints_by_save(const std::string& dir) {
+  std::vector<SavedCheckpoint> out;
+  for (const auto& [step, path] : list_checkpoints(dir)) {
+    SavedCheckpoint c;
+    c.step = step;
+    c.path = path;
+    std::ifstream in(path + "/" + kManifestName, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    Manifest m;
+    if (m.ParseFromString(ss.str())) c.sequence = m.save_sequence();  // unreadable: as old as can be
+    out.push_back(std::move(c));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const SavedCheckpoint& a, const SavedCheckpoint& b) {
+    return a.sequence != b.sequence ? a.sequence < b.sequence : a.step < b.step;
+  });
+  return out;
+}
+
 std::string resolve_checkpoint(const std::string& path) {
   ZS_REQUIRE(is_dir(path), CheckpointError, "checkpoint path '", path, "' ",
              exists(path) ? "is not a directory" : "does not exist");
@@ -108,10 +127,10 @@ std::string resolve_checkpoint(const std::string& path) {
   std::ifstream latest(path + "/" + kLatestName);
   std::string name;
   if (latest >> name && exists(path + "/" + name + "/" + kManifestName)) return path + "/" + name;
-  const auto all = list_checkpoints(path);
+  const auto all = list_checkpoints_by_save(path);
   ZS_REQUIRE(!all.empty(), CheckpointError, "'", path,
              "' is not a checkpoint: it has no manifest.pb and no complete step-* checkpoint inside");
-  return all.back().second;
+  return all.back().path;
 }
 
 std::string describe_manifest(const Manifest& m) {

@@ -4,8 +4,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
+#include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -21,6 +25,7 @@ namespace zeroshard {
 namespace fs = std::filesystem;
 using detail::PendingSection;
 using detail::Snapshot;
+
 
 // Sync saves write straight from the live tensors (training waits); async saves copy them first.
 Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState& st) {
@@ -197,6 +202,10 @@ void Checkpointer::Impl::prepare_dir(const std::string& root, const std::string&
 }
 
 int64_t Checkpointer::Impl::write_rank_file(const Snapshot& s, const std::string& tmp) {
+  std::error_code ec;
+  ZS_REQUIRE(fs::is_directory(tmp, ec), CheckpointError, "'", tmp, "', which rank 0 just created, does not exist "
+             "on rank ", s.rank, ": checkpoint.dir must be one directory every rank sees (a filesystem all nodes "
+             "share, e.g. NFS or Lustre); node-local directories cannot hold a sharded checkpoint");
   RankFileWriter w(tmp + "/" + ckpt::rank_file_name(s.rank), s.rank, s.shard_rank, io);
   for (const PendingSection& p : s.sections) {
     if (p.tensor.defined()) {
@@ -212,47 +221,99 @@ int64_t Checkpointer::Impl::write_rank_file(const Snapshot& s, const std::string
   return rf.bytes();
 }
 
+namespace {
+
+// Each rank's record of its file, written next to it: missing or unreadable means that rank
+// wrote where rank 0 cannot see (checkpoint.dir not shared), never an empty record.
+void read_rank_records(ckpt::Manifest& m, const std::string& tmp, int world) {
+  for (int r = 0; r < world; ++r) {
+    const std::string meta = tmp + "/rank-" + std::to_string(r) + ".meta";
+    std::ifstream in(meta, std::ios::binary);
+    ZS_REQUIRE(in.good(), CheckpointError, "rank ", r, "'s record '", meta, "' is missing although rank ", r,
+               " reported its file written: rank 0 does not see what rank ", r, " wrote, so checkpoint.dir is not "
+               "one directory every rank shares (use a filesystem all nodes mount, e.g. NFS or Lustre)");
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ckpt::RankFile* rf = m.add_rank_files();
+    ZS_REQUIRE(!data.empty() && rf->ParseFromString(data) && rf->rank() == r && !rf->file().empty(), CheckpointError,
+               "rank ", r, "'s record '", meta, "' is ", data.empty() ? "empty" : "not a record of rank " + std::to_string(r),
+               " (", data.size(), " bytes): the save cannot be completed");
+    fs::remove(meta);
+  }
+}
+
+// Puts the complete checkpoint `tmp` in place of `final_dir`, the same step saved before, so that
+// a complete checkpoint of the step exists at every moment and `latest` never names a missing
+// directory: one atomic exchange of the two directories (renameat2 RENAME_EXCHANGE; Linux 3.15,
+// local filesystems), after which `tmp` holds the old one. Where the filesystem cannot exchange
+// (NFS: EINVAL), `latest` first names the most recently saved other checkpoint (or goes, when
+// there is none) while the old one moves aside and the new one in.
+void replace_checkpoint(const std::string& root, const std::string& tmp, const std::string& final_dir, int64_t step) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    return;
+  }
+  const int err = errno;
+  ZS_REQUIRE(err == EINVAL || err == ENOSYS || err == ENOTSUP, CheckpointError, "cannot exchange '", tmp, "' with '",
+             final_dir, "': ", std::strerror(err));
+  std::string other;
+  for (const auto& c : ckpt::list_checkpoints_by_save(root)) {
+    if (c.path != final_dir) other = fs::path(c.path).filename().string();
+  }
+  std::error_code ec;
+  if (other.empty()) {
+    fs::remove(root + "/" + ckpt::kLatestName, ec);
+  } else {
+    write_file_atomic(*default_file_io(), root, ckpt::kLatestName, other + "\n");
+  }
+  const std::string old = root + "/.old-" + ckpt::step_dir_name(step);
+  fs::remove_all(old, ec);
+  fs::rename(final_dir, old, ec);
+  ZS_REQUIRE(!ec, CheckpointError, "cannot move the earlier '", final_dir, "' aside: ", ec.message());
+  fs::rename(tmp, final_dir, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::rename(old, final_dir, ignored);  // put the earlier one back
+    ZS_THROW(CheckpointError, "cannot rename '", tmp, "' to '", final_dir, "': ", ec.message(),
+             "; the earlier checkpoint of this step is back in place");
+  }
+  fs::remove_all(old, ec);
+}
+
+}  // namespace
+
 void Checkpointer::Impl::commit(const Snapshot& s, const std::string& root, const std::string& tmp,
                                 const std::string& final_dir) {
   ckpt::Manifest m = s.manifest;
-  for (int r = 0; r < s.world; ++r) {
-    const std::string meta = tmp + "/rank-" + std::to_string(r) + ".meta";
-    std::ifstream in(meta, std::ios::binary);
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    ZS_REQUIRE(m.add_rank_files()->ParseFromString(data), CheckpointError, "cannot read '", meta, "'");
-    fs::remove(meta);
-  }
+  read_rank_records(m, tmp, s.world);
   m.set_created_unix_s(
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const auto saved = ckpt::list_checkpoints_by_save(root);
+  m.set_save_sequence(saved.empty() ? 1 : std::max<int64_t>(saved.back().sequence, 0) + 1);
   write_file_atomic(*io, tmp, ckpt::kManifestName, m.SerializeAsString());
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {  // the same step saved again: replace it
-    const std::string old = root + "/.old-" + ckpt::step_dir_name(s.step);
-    fs::remove_all(old, ec);
-    fs::rename(final_dir, old, ec);
-    ZS_REQUIRE(!ec, CheckpointError, "cannot move the earlier '", final_dir, "' aside: ", ec.message());
-    fs::rename(tmp, final_dir, ec);
-    std::error_code ignored;
-    fs::remove_all(old, ignored);
+    replace_checkpoint(root, tmp, final_dir, s.step);
   } else {
     fs::rename(tmp, final_dir, ec);
+    ZS_REQUIRE(!ec, CheckpointError, "cannot rename '", tmp, "' to '", final_dir, "': ", ec.message());
   }
-  ZS_REQUIRE(!ec, CheckpointError, "cannot rename '", tmp, "' to '", final_dir, "': ", ec.message());
   fsync_dir(root);
   write_file_atomic(*io, root, ckpt::kLatestName, ckpt::step_dir_name(s.step) + "\n");
   apply_retention(root, final_dir);
 }
 
-// Keeps the newest keep_last checkpoints and removes the debris of saves that died.
+// Keeps the keep_last most recently saved checkpoints (not the highest steps: after resuming from
+// an older step those belong to the abandoned run) and removes the debris of saves that died.
 void Checkpointer::Impl::apply_retention(const std::string& root, const std::string& final_dir) {
   std::error_code ec;
-  auto all = ckpt::list_checkpoints(root);
+  const auto all = ckpt::list_checkpoints_by_save(root);
   for (size_t i = 0; i + static_cast<size_t>(o.keep_last) < all.size(); ++i) {
-    if (all[i].second != final_dir) fs::remove_all(all[i].second, ec);
+    if (all[i].path != final_dir) fs::remove_all(all[i].path, ec);
   }
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(".tmp-step-", 0) == 0) fs::remove_all(e.path(), ec);
+    if (name.rfind(".tmp-step-", 0) == 0 || name.rfind(".old-step-", 0) == 0) fs::remove_all(e.path(), ec);
   }
 }
 

@@ -1,6 +1,7 @@
 // ShardingEngine: construction (groups, units, structure check, flat parameters) and the
 // optimizer side (clipping, step, zero_grad, state). The forward/backward lifecycle is in
 // engine_hooks.cpp.
+#include "buffers.h"
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
 
@@ -14,6 +15,7 @@
 #include <functional>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -59,6 +61,8 @@ void detail::ShardingEngineImpl::setup_groups() {
     comm = init->groups.comm;
     shard_group = init->groups.shard_group;
     replicate_group = init->groups.replicate_group;
+    host_shard_group = init->groups.host_shard_group;
+    host_replicate_group = init->groups.host_replicate_group;
     return;
   }
   const bool on_cuda = !model->parameters().empty() && model->parameters().front().is_cuda();
@@ -66,15 +70,11 @@ void detail::ShardingEngineImpl::setup_groups() {
   comm = g.comm;
   shard_group = g.shard_group;
   replicate_group = g.replicate_group;
+  host_shard_group = g.host_shard_group;
+  host_replicate_group = g.host_replicate_group;
 }
 
 namespace {
-
-int64_t count_params(torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const auto& p : m.parameters()) n += p.numel();
-  return n;
-}
 
 bool is_container(const torch::nn::Module& m) {
   return dynamic_cast<const torch::nn::SequentialImpl*>(&m) != nullptr ||
@@ -83,6 +83,52 @@ bool is_container(const torch::nn::Module& m) {
 
 }  // namespace
 
+// The modules the auto-wrap policy makes units (declared Units are units anyway). MODULE_TYPE:
+// every module whose Module::name() is one of the types. SIZE_BASED, FSDP's rule, bottom-up: a
+// module is wrapped when the parameters under it that no unit below it took reach
+// auto_wrap_min_params; never the root, never a Sequential or ModuleList itself (their children
+// are the candidates), wherever the module is held (a container, or a std::vector of blocks
+// registered on their parent). A policy that picks nothing is a ConfigError.
+std::unordered_set<const torch::nn::Module*> detail::ShardingEngineImpl::auto_wrap_picks() const {
+  std::unordered_set<const torch::nn::Module*> picked;
+  const AutoWrapPolicy policy = options.auto_wrap_policy;
+  if (policy == AutoWrapPolicy::kModuleType) {
+    ZS_REQUIRE(!options.auto_wrap_module_types.empty(), ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE needs "
+               "the module types to wrap (sharding.auto_wrap_module_types, e.g. \"torch::nn::Linear,GptBlock\"); "
+               "none were given");
+    for (const auto& m : model->modules(/*include_self=*/false)) {
+      for (const auto& t : options.auto_wrap_module_types) {
+        if (m->name() == t || m->name() == t + "Impl") picked.insert(m.get());
+      }
+    }
+    if (picked.empty()) {
+      std::ostringstream types;
+      for (const auto& t : options.auto_wrap_module_types) types << " '" << t << "'";
+      ZS_THROW(ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE matched no module of type", types.str(),
+               " (types are Module::name() values such as torch::nn::Linear or MyBlock)");
+    }
+  } else if (policy == AutoWrapPolicy::kSizeBased) {
+    int64_t largest = 0;  // the most parameters a candidate held, for the error below
+    std::function<int64_t(torch::nn::Module&, bool)> decide = [&](torch::nn::Module& m, bool is_root) {
+      int64_t remaining = 0;
+      for (const auto& p : m.named_parameters(/*recurse=*/false)) remaining += p.value().numel();
+      for (const auto& c : m.children()) remaining += decide(*c, false);
+      if (is_root || is_container(m)) return remaining;
+      if (detail::is_declared_unit(&m)) return int64_t{0};
+      largest = std::max(largest, remaining);
+      if (remaining < options.auto_wrap_min_params) return remaining;
+      picked.insert(&m);
+      return int64_t{0};
+    };
+    decide(*model, true);
+    ZS_REQUIRE(!picked.empty(), ConfigError, "sharding.auto_wrap_policy = SIZE_BASED picked no module: none holds "
+               "sharding.auto_wrap_min_params = ", options.auto_wrap_min_params, " parameters outside the units "
+               "below it (the most any holds is ", largest, "); lower auto_wrap_min_params, or declare the blocks "
+               "as zeroshard::Unit and use auto_wrap_policy = NONE");
+  }
+  return picked;
+}
+
 void detail::ShardingEngineImpl::discover_units() {
   auto make_unit = [&](torch::nn::Module* module, std::string name, bool is_root) {
     auto u = std::make_unique<detail::UnitState>();
@@ -90,6 +136,7 @@ void detail::ShardingEngineImpl::discover_units() {
     u->module = module;
     u->is_root = is_root;
     u->engine = this;
+    u->ordinal = static_cast<int>(units.size());
     const std::string what = is_root ? std::string("outside units (root module)") : "unit '" + u->name + "'";
     u->phase_forward = memory_phase_id("forward: " + what);
     u->phase_backward = memory_phase_id("backward: " + what);
@@ -98,22 +145,9 @@ void detail::ShardingEngineImpl::discover_units() {
     return units.back().get();
   };
   root = make_unit(model.get(), "<root>", true);
-  ZS_REQUIRE(options.auto_wrap_policy != AutoWrapPolicy::kModuleType || !options.auto_wrap_module_types.empty(),
-             ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE needs the module types to wrap "
-             "(ShardingOptions::auto_wrap_module_types, e.g. {\"torch::nn::Linear\"}); none were given");
-  auto wants_unit = [&](torch::nn::Module& parent, torch::nn::Module& child) {
-    if (detail::is_declared_unit(&child)) return true;
-    switch (options.auto_wrap_policy) {
-      case AutoWrapPolicy::kSizeBased:
-        return is_container(parent) && count_params(child) >= options.auto_wrap_min_params;
-      case AutoWrapPolicy::kModuleType:
-        for (const auto& t : options.auto_wrap_module_types) {
-          if (child.name() == t || child.name() == t + "Impl") return true;
-        }
-        return false;
-      default:
-        return false;
-    }
+  const std::unordered_set<const torch::nn::Module*> picked = auto_wrap_picks();
+  auto wants_unit = [&](torch::nn::Module& child) {
+    return detail::is_declared_unit(&child) || picked.count(&child) > 0;
   };
   // Owner of each parameter tensor (first name seen) and the slots per unit.
   struct Seen {
@@ -142,7 +176,7 @@ void detail::ShardingEngineImpl::discover_units() {
           torch::nn::Module& c = *child.value();
           const std::string path = prefix + child.key();
           detail::UnitState* next = owner;
-          if (wants_unit(m, c)) {
+          if (wants_unit(c)) {
             ZS_REQUIRE(detail::find_managed_unit(&c) == nullptr, UsageError, "module '", path,
                        "' is already wrapped by another ShardingEngine; wrap a module once");
             next = make_unit(&c, path, false);
@@ -151,12 +185,6 @@ void detail::ShardingEngineImpl::discover_units() {
         }
       };
   visit(*model, "", root);
-  if (options.auto_wrap_policy == AutoWrapPolicy::kModuleType && units.size() == 1) {
-    std::ostringstream types;
-    for (const auto& t : options.auto_wrap_module_types) types << " '" << t << "'";
-    ZS_THROW(ConfigError, "sharding.auto_wrap_policy = MODULE_TYPE matched no module of type", types.str(),
-             " (types are Module::name() values such as torch::nn::Linear or MyBlock)");
-  }
   // One FlatParam for the trainable parameters of each unit, one for the frozen ones.
   for (auto& u : units) {
     std::vector<ParamSlot> trainable, frozen;
@@ -246,10 +274,19 @@ void detail::ShardingEngineImpl::init_flat_params() {
     for (auto& f : u->flats) f->init_from_params(sync);  // resharded: forward gathers it
   }
   c10::AutoGradMode no_grad(false);
-  for (auto& b : model->buffers()) {
+  std::vector<at::Tensor> buffers = model->buffers();
+  for (auto& b : buffers) {
     if (b.is_floating_point() && b.scalar_type() != options.buffer_dtype) b.set_data(b.to(options.buffer_dtype));
-    if (sync != nullptr && sync->size() > 1 && b.numel() > 0) sync->broadcast(b, 0, "zs.sync_buffer")->wait();
   }
+  if (sync != nullptr) detail::broadcast_buffers(*sync, buffers, 0, "zs.sync_buffers");
+}
+
+void detail::ShardingEngineImpl::sync_buffers_before_forward() {
+  if (options.buffer_sync == BufferSync::kBroadcast) detail::broadcast_buffers(*comm, model->buffers(), 0, "zs.buffers");
+}
+
+void detail::ShardingEngineImpl::sync_buffers_after_step() {
+  if (options.buffer_sync == BufferSync::kAverage) detail::average_buffers(*comm, model->buffers(), "zs.buffers");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -292,6 +329,7 @@ ShardingEngine::~ShardingEngine() {
 
 double ShardingEngine::clip_grad_norm(double max_norm) {
   ZS_REQUIRE(max_norm > 0, UsageError, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  impl_->require_finished_backward("clip_grad_norm()");
   std::vector<at::Tensor> grads;
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
@@ -350,6 +388,7 @@ Session& ShardingEngine::session() { return impl_->session; }
 torch::nn::Module& ShardingEngine::model() { return *impl_->model; }
 
 void ShardingEngine::step(ShardedOptimizer& optimizer) {
+  impl_->require_finished_backward("step()");
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
       ZS_REQUIRE(!f->has_grad_buffer() && !f->reduce_pending(), UsageError, "step() with gradients of unit '",
@@ -371,14 +410,7 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   impl_->mem->set(MemCategory::kOptimizerState, where.device);
   impl_->mem->set(MemCategory::kOffloadHost, where.host);
   impl_->mem->set(MemCategory::kNvme, where.nvme);
-  // Buffers (e.g. BatchNorm running statistics) are averaged so every rank holds the same values.
-  if (impl_->comm->size() > 1) {
-    for (auto& b : impl_->model->buffers()) {
-      if (b.numel() > 0 && c10::isFloatingType(b.scalar_type())) {
-        impl_->comm->all_reduce(b, ReduceOp::kAvg, "zs.buffers")->wait();
-      }
-    }
-  }
+  impl_->sync_buffers_after_step();
 }
 
 void ShardingEngine::zero_grad() {
@@ -387,11 +419,20 @@ void ShardingEngine::zero_grad() {
   }
 }
 
-std::map<std::string, at::Tensor> ShardingEngine::full_state_dict() {
+std::map<std::string, at::Tensor> ShardingEngine::full_state_dict(const StateDictOptions& o) {
   std::map<std::string, at::Tensor> out;
+  const bool keep = !o.rank0_only || impl_->session.rank() == 0;
+  // A copy that owns its memory (a view would keep the whole gathered flat alive), on the CPU
+  // when asked.
+  auto own = [&](const at::Tensor& t) {
+    return o.offload_to_cpu ? t.to(t.options().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true) : t.clone();
+  };
+  c10::AutoGradMode no_grad(false);
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
-      at::Tensor flat = f->gather_values("zs.state_dict");
+      at::Tensor flat = f->gather_values("zs.state_dict");  // collective: every rank gathers
+      if (!keep) continue;
+      if (o.offload_to_cpu) flat = flat.to(at::kCPU);  // one copy of the unit, sliced below
       for (const ParamSlot& s : f->slots()) {
         at::Tensor v = flat.narrow(0, s.offset, s.numel).view(s.shape).clone();
         out[s.name] = v;
@@ -399,7 +440,8 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict() {
       }
     }
   }
-  for (const auto& b : impl_->model->named_buffers()) out[b.key()] = b.value().clone();
+  if (!keep) return out;
+  for (const auto& b : impl_->model->named_buffers()) out[b.key()] = own(b.value());
   return out;
 }
 

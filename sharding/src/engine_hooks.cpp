@@ -14,6 +14,7 @@
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/core/host_memory.h"
 
 namespace zeroshard {
@@ -181,13 +182,15 @@ void detail::ShardingEngineImpl::pre_forward(UnitState* u) {
   ZS_REQUIRE(root_active || u->is_root || in_backward(), UsageError, "unit '", u->name,
              "' was called outside the engine's forward: run the model inside engine.forward([&] { ... })");
   set_memory_phase(in_backward() ? u->phase_recompute : u->phase_forward);
+  if (!in_backward()) forward_sequence.push_back(u->ordinal);
   if (recording_order && u->forward_index < 0) {
     u->forward_index = static_cast<int>(forward_order.size());
     forward_order.push_back(u);
   }
   issue_gather(u);
-  // During a recomputation the next unit in forward order has already finished its backward.
-  if (options.forward_prefetch && !in_backward()) prefetch(u->forward_index + 1);
+  // During a recomputation the next unit in forward order has already finished its backward. A
+  // unit missing from the recorded order (re-recorded from the last forward) prefetches nothing.
+  if (options.forward_prefetch && !in_backward() && u->forward_index >= 0) prefetch(u->forward_index + 1);
   wait_gather(u);
 }
 
@@ -214,6 +217,8 @@ void detail::ShardingEngineImpl::pre_backward(UnitState* u) {
     outer_backward_phase = current_memory_phase();
     callback_queued = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+    // Before the backward's first collective: every rank ran the same units (unit_order.cpp).
+    check_unit_order_at_backward();
   }
   set_memory_phase(u->phase_backward);
   issue_gather(u);
@@ -235,9 +240,11 @@ void detail::ShardingEngineImpl::on_grad_ready(UnitState* u) {
 constexpr size_t kMaxRetiredGradBuffers = 2;
 
 // Reductions run with the reduce-scatter stream current, after it waited for the gradients on the
-// compute stream: the cast to reduce_dtype, the collective's ordering, the reduction's output and
-// its addition into the fp32 gradient shard all live there, so compute never waits for a
-// reduce-scatter during backward; it waits once, in finalize_backward.
+// compute stream: the cast to reduce_dtype, the collectives' ordering, their outputs and the
+// addition into the fp32 gradient shard all live there. The training thread waits for one
+// reduce-scatter at a time (the previous unit's, when the next unit's gradients are ready, so
+// its gradient buffer is freed), and never for a replica all-reduce (HYBRID_SHARD, NO_SHARD):
+// those overlap the rest of backward and are waited for once, in finalize_backward.
 void detail::ShardingEngineImpl::post_backward(UnitState* u) {
   if (u->post_backward_done) return;
   u->post_backward_done = true;
@@ -246,7 +253,7 @@ void detail::ShardingEngineImpl::post_backward(UnitState* u) {
     streams->wait(streams->reduce_scatter(), compute);
     DeviceStreams::Use on_reduce_scatter(*streams, streams->reduce_scatter());
     for (auto& f : u->flats) f->start_reduce(u->name, &counters.reduce_elements);
-    for (UnitState* p : reducing) finish_reduce(p, compute);
+    for (UnitState* p : reducing) advance_reduce(p, compute);
     reducing.assign(1, u);
   }
   if (options.strategy != ShardingStrategy::kNoShard) reshard(u);
@@ -254,15 +261,29 @@ void detail::ShardingEngineImpl::post_backward(UnitState* u) {
   set_memory_phase(root->phase_backward);
 }
 
+void detail::ShardingEngineImpl::retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) {
+  if (!buffers.empty()) retired_grads.release_after(std::move(buffers), streams->mark(streams->reduce_scatter()));
+  if (retired_grads.poll() > kMaxRetiredGradBuffers) retired_grads.release_after_wait(compute, kMaxRetiredGradBuffers);
+}
+
+void detail::ShardingEngineImpl::advance_reduce(UnitState* u, const c10::Stream& compute) {
+  std::vector<at::Tensor> retired;
+  bool replica_pending = false;
+  for (auto& f : u->flats) {
+    replica_pending = f->advance_reduce(u->name, &counters.reduce_elements, &retired) || replica_pending;
+  }
+  retire(std::move(retired), compute);
+  if (replica_pending) {
+    replica_reducing.push_back(u);
+  } else {
+    finish_reduce(u, compute);
+  }
+}
+
 void detail::ShardingEngineImpl::finish_reduce(UnitState* u, const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
   for (auto& f : u->flats) f->finish_reduce(u->name, &counters.reduce_elements, &retired);
-  if (!retired.empty()) {
-    retired_grads.release_after(std::move(retired), streams->mark(streams->reduce_scatter()));
-  }
-  if (retired_grads.poll() > kMaxRetiredGradBuffers) {
-    retired_grads.release_after_wait(compute, kMaxRetiredGradBuffers);
-  }
+  retire(std::move(retired), compute);
 }
 
 void detail::ShardingEngineImpl::finalize_backward() {
@@ -271,6 +292,9 @@ void detail::ShardingEngineImpl::finalize_backward() {
   for (auto& u : units) {
     if (u->pre_backward_done && !u->post_backward_done) post_backward(u.get());
   }
+  // Replicas that ran different units paired their all-reduces wrongly: say so before their
+  // results become gradients.
+  finish_replica_order_check();
   const c10::Stream compute = streams->current();
   if (no_sync_depth == 0) {
     streams->wait(streams->reduce_scatter(), compute);
@@ -289,6 +313,7 @@ void detail::ShardingEngineImpl::finalize_backward() {
     u->grads_seen = 0;
   }
   reducing.clear();
+  replica_reducing.clear();
   callback_queued = false;
   recording_order = false;
   set_memory_phase(outer_backward_phase);
@@ -300,6 +325,17 @@ namespace zeroshard {
 
 void ShardingEngine::begin_root() {
   ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
+  if (impl_->in_backward()) {
+    // Only a backward that threw leaves this set at a forward (a successful one clears it at
+    // its end); every rank that threw at the same point resets alike.
+    ZS_LOG(kWarn) << "the last backward did not finish (it threw): dropping the gradients since the last "
+                     "step and resharding every unit before this forward";
+    impl_->reset_after_error(/*drop_grads=*/true);
+  } else if (impl_->forward_failed) {
+    impl_->reset_after_error(/*drop_grads=*/false);
+  }
+  impl_->forward_sequence.clear();
+  impl_->sequence_checked = false;
   impl_->root_active = true;
   impl_->outer_forward_phase = current_memory_phase();
   if (impl_->options.autocast) {
@@ -308,17 +344,86 @@ void ShardingEngine::begin_root() {
                                                           : c10::DeviceType::CPU,
                                                       impl_->options.autocast_dtype);
   }
+  impl_->sync_buffers_before_forward();
   impl_->pre_forward(impl_->root);
 }
 
 void ShardingEngine::abort_root() noexcept {
-  // The memory phase stays where the forward failed, for an out-of-memory report.
+  // The memory phase stays where the forward failed, for an out-of-memory report, until the next
+  // forward or reset_after_error restores the caller's. A forward produces no gradients: those
+  // accumulated before it (no_sync micro-batches, earlier backward passes) stay.
   impl_->root_active = false;
   impl_->autocast.reset();
+  impl_->forward_failed = true;
   try {
     for (auto& u : impl_->units) impl_->reshard(u.get());
   } catch (...) {
   }
+}
+
+void ShardingEngine::reset_after_error() {
+  ZS_REQUIRE(!impl_->root_active, UsageError, "reset_after_error() called inside engine.forward()");
+  impl_->reset_after_error(/*drop_grads=*/true);
+}
+
+void detail::ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
+  // Each step below waits for collectives this rank issued before the failure; ranks that failed
+  // at the same point issued the same ones, so every wait completes.
+  const c10::Stream compute = streams->current();
+  if (replica_order_check.work) {  // issued by every replica at the same point
+    try {
+      replica_order_check.work->wait();
+    } catch (...) {
+    }
+    replica_order_check = OrderExchange{};
+  }
+  for (auto& u : units) {
+    try {
+      complete_gather(u.get());
+    } catch (...) {  // a failed gather: its communicator reports it at the next use
+      u->gathers.clear();
+      u->gathered_on_side_stream = false;
+    }
+  }
+  if (drop_grads) {
+    try {
+      // Reductions ran on the reduce-scatter stream: compute must not reuse their memory before.
+      streams->wait(compute, streams->reduce_scatter());
+      retired_grads.release_after_wait(compute);
+    } catch (...) {
+    }
+    for (auto& u : units) {
+      for (auto& f : u->flats) {
+        f->abandon_reduce();
+        f->drop_grad_shard();
+      }
+    }
+  }
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      try {
+        if (!f->aliased()) f->free_full();  // NO_SHARD gathers again at the next forward
+      } catch (...) {
+      }
+    }
+    u->pre_backward_done = false;
+    u->post_backward_done = false;
+    u->grads_seen = 0;
+  }
+  reducing.clear();
+  replica_reducing.clear();
+  root_active = false;
+  autocast.reset();
+  if (callback_queued) set_memory_phase(outer_backward_phase);
+  if (forward_failed) set_memory_phase(outer_forward_phase);
+  callback_queued = false;
+  forward_failed = false;
+}
+
+void detail::ShardingEngineImpl::require_finished_backward(const char* what) const {
+  ZS_REQUIRE(!in_backward(), UsageError, what, ": the last backward did not finish (it threw), so the gradients "
+             "are partial; skip this step: the next engine.forward() (or engine.reset_after_error()) drops them "
+             "and makes the engine usable again");
 }
 
 void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
@@ -326,6 +431,8 @@ void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
   impl_->autocast.reset();
   impl_->post_forward(impl_->root, outputs);
   set_memory_phase(impl_->outer_forward_phase);
+  // No backward follows a forward without grad: its unit sequence is checked now.
+  if (!c10::GradMode::is_enabled()) impl_->check_unit_order_without_grad();
 }
 
 }  // namespace zeroshard

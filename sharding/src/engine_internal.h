@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "zeroshard/sharding/autocast.h"
@@ -19,6 +20,7 @@ namespace detail {
 
 struct UnitState {
   std::string name;  // module path in the model; "<root>" for the model itself
+  int ordinal = 0;   // index in ShardingEngineImpl::units
   torch::nn::Module* module = nullptr;
   bool is_root = false;
   bool adopted = false;  // its flat parameters were built (and sharded) by a ShardedInit
@@ -27,7 +29,7 @@ struct UnitState {
   std::vector<std::shared_ptr<Work>> gathers;     // in flight
   bool gathered_on_side_stream = false;  // a gather ran on the all-gather stream; compute has not waited
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators;  // kept alive for their hooks
-  int forward_index = -1;  // position in the recorded forward order
+  int forward_index = -1;  // position in the recorded forward order; -1 when not in it
   // Memory phases (zeroshard/core/host_memory.h) its allocations are recorded under.
   int phase_forward = 0, phase_backward = 0, phase_recompute = 0;
   // Per backward pass:
@@ -44,11 +46,17 @@ struct ShardingEngineImpl {
   // --- construction (engine.cpp) ---
   void setup_groups();
   void discover_units();
+  std::unordered_set<const torch::nn::Module*> auto_wrap_picks() const;
   bool adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable, const std::vector<ParamSlot>& frozen);
   void check_same_structure();
   void check_parameters() const;
   void init_flat_params();
   void install_grad_hooks();
+
+  // Module buffers (buffers.h, options.buffer_sync): BROADCAST before every forward, AVERAGE
+  // after every step.
+  void sync_buffers_before_forward();
+  void sync_buffers_after_step();
 
   // --- lifecycle (engine_hooks.cpp) ---
   void pre_forward(detail::UnitState* u);
@@ -58,9 +66,13 @@ struct ShardingEngineImpl {
   void post_backward(detail::UnitState* u);
   void finalize_backward();
   void issue_gather(detail::UnitState* u);
-  // Finishes the unit's reduction on the reduce-scatter stream (which must be current) and hands
-  // its gradient buffers to retired_grads; `compute` is the stream that produced the gradients.
+  // On the reduce-scatter stream (which must be current), `compute` being the stream that
+  // produced the gradients: advance_reduce moves the unit's reduction past its reduce-scatter
+  // (starting the replica all-reduce, if any, which then completes by the end of backward);
+  // finish_reduce completes it. Both hand freed gradient buffers to retired_grads.
+  void advance_reduce(detail::UnitState* u, const c10::Stream& compute);
   void finish_reduce(detail::UnitState* u, const c10::Stream& compute);
+  void retire(std::vector<at::Tensor> buffers, const c10::Stream& compute);
   void wait_gather(detail::UnitState* u);
   // Makes the current (compute) stream wait for the unit's gathers in flight, if any.
   void complete_gather(detail::UnitState* u);
@@ -69,8 +81,27 @@ struct ShardingEngineImpl {
   int inflight_gathers() const;
   bool reshard_after_forward() const;
   // A backward pass through this engine is running (set by the first pre-backward hook, cleared by
-  // the final callback).
+  // the final callback). Still true after a backward that threw: LibTorch drops the final
+  // callback of a failed graph task, so nothing cleared it.
   bool in_backward() const { return callback_queued; }
+  // Returns the engine to its state between steps after a forward or backward that threw (see
+  // ShardingEngine::reset_after_error). `drop_grads`: also drop every gradient (buffers, pending
+  // reductions, shards). Waits for the collectives in flight; never throws.
+  void reset_after_error(bool drop_grads) noexcept;
+  // The unit-order check (unit_order.cpp): compares this forward's unit sequence across ranks (an
+  // all-gather of a hash and a length over the host groups; a second one of the sequences only
+  // when they differ, to name the unit and the ranks) and throws UsageError on every rank of the
+  // group alike when they differ. At the first pre-backward hook: the shard group at once (its
+  // ranks are in step: the backward's first collective waits for them anyway), the replicas
+  // without waiting (a late replica must not hold the backward up), verified by
+  // finish_replica_order_check at the end of backward. At the end of a forward without grad: all
+  // ranks at once. Then the sequence becomes the prefetch order (rerecord_prefetch_order).
+  void check_unit_order_at_backward();
+  void check_unit_order_without_grad();
+  void finish_replica_order_check();
+  void rerecord_prefetch_order();
+  // UsageError when a backward started and did not finish (it threw): `what` names the caller.
+  void require_finished_backward(const char* what) const;
 
   Session& session;
   std::shared_ptr<torch::nn::Module> model;
@@ -78,6 +109,8 @@ struct ShardingEngineImpl {
   std::shared_ptr<Communicator> comm;  // all ranks, for the parameters' device
   std::shared_ptr<Communicator> shard_group;
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
+  std::shared_ptr<Communicator> host_shard_group;      // the same groups on the host (groups.h)
+  std::shared_ptr<Communicator> host_replicate_group;  // null when not replicated
   detail::ShardedInitImpl* init = nullptr;  // units sharded at construction, adopted by discover_units
   // Declared before `units`: FlatParams report into it when destroyed. Shared with ShardedInit.
   std::shared_ptr<MemoryStats> mem = std::make_shared<MemoryStats>();
@@ -85,13 +118,27 @@ struct ShardingEngineImpl {
   detail::UnitState* root = nullptr;
   std::vector<detail::UnitState*> forward_order;
   bool recording_order = true;  // until the first backward completes
+  // The units this root forward ran, in order (ordinals; a unit called twice appears twice),
+  // recomputations excluded. unit_order.cpp checks it across ranks and re-records the prefetch
+  // order from it.
+  std::vector<int32_t> forward_sequence;
+  bool sequence_checked = false;  // for this forward
+  struct OrderExchange {
+    std::shared_ptr<Work> work;  // null when none is in flight
+    at::Tensor mine, all;
+    Communicator* group = nullptr;
+    std::vector<int32_t> sequence;  // what was exchanged (forward_sequence may move on)
+  };
+  OrderExchange replica_order_check;
   bool root_active = false;
   bool callback_queued = false;
+  bool forward_failed = false;  // abort_root ran; the memory phase is still the failing unit's
   // The callers' memory phases, restored when engine.forward / the backward pass ends.
   int outer_forward_phase = 0;
   int outer_backward_phase = 0;
   int no_sync_depth = 0;
-  std::vector<detail::UnitState*> reducing;  // unit whose reduce-scatter is in flight
+  std::vector<detail::UnitState*> reducing;          // unit whose reduce-scatter is in flight
+  std::vector<detail::UnitState*> replica_reducing;  // units whose replica all-reduce is in flight
   CommCounters counters;
   // CUDA: the all-gather and reduce-scatter side streams (disabled on CPU). Every entry into a side
   // stream first makes it wait for the compute stream, so memory freed after compute used it is

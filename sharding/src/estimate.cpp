@@ -92,6 +92,29 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
   };
   int64_t peak = base + gathered(-1, false) * p;  // before the first unit: the root is gathered
   for (int i = 0; i < units; ++i) peak = std::max(peak, base + gathered(i, false) * p);
+  // With a one-rank shard group and no cast, a unit's reduction works on its gradient buffer
+  // itself (no comm buffer).
+  const bool in_place = n == 1 && p == r;
+  if (plan.replicas > 1) {
+    // Replicated reductions (HYBRID_SHARD across groups, NO_SHARD): each unit's result stays in
+    // flight until the end of backward (the replica all-reduce overlaps the rest of backward),
+    // held in reduce_dtype: the shard its reduce-scatter wrote, or the gradient buffer itself.
+    auto hold = [&](int64_t x) { return in_place ? x * p : (x / n) * r; };
+    int64_t held = 0, largest_hold = hold(root);
+    for (int i = units - 1; i >= 0; --i) {
+      held += hold(at(i));
+      largest_hold = std::max(largest_hold, hold(at(i)));
+      const int64_t buffers = in_place ? root : root + at(i) + at(i + 1);
+      peak = std::max(peak, base + gathered(i, true) * p + buffers * p + held);
+    }
+    held += hold(root);
+    peak = std::max(peak, base + gathered(-1, true) * p + (in_place ? 0 : root * p) + held);
+    // The end of backward turns each result into an fp32 gradient shard (a new one while the
+    // result is released; an fp32 result becomes the shard, counted once as both for a moment).
+    const int64_t shards = 4 * (all / n), kept = plan.keep_gathered && !aliased ? all * p : 0;
+    peak = std::max(peak, base + kept + std::max(held, shards) + largest_hold);
+    return std::max(peak, base + shards + kept);
+  }
   // Backward. The highest moment of unit i is its post-backward: its reduce-scatter has just
   // started (gradient buffer + output) while unit i+1's finishes, whose gradient shard is counted
   // before its buffers are released; the root's gradient buffer lives through all of backward,
@@ -99,7 +122,7 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
   // unit 0's, then the end of backward finishes the root's reduce.
   auto sh = [&](int64_t padded) { return padded / n; };
   auto moment = [&](int64_t gathered_elems, int64_t buffers, int64_t in_flight_shards, int64_t done_shards) {
-    return base + gathered_elems * p + buffers * p + (aliased ? 0 : in_flight_shards * r) + 4 * done_shards;
+    return base + gathered_elems * p + buffers * p + (in_place ? 0 : in_flight_shards * r) + 4 * done_shards;
   };
   int64_t done = 0;  // gradient shards of units after i+1
   for (int i = units - 1; i >= 0; --i) {
@@ -201,12 +224,18 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   } else {
     e.gathered_params_peak = root_padded * p + largest_units(model, n, prefetch ? 2 : 1, lp);
   }
-  e.grad_buffers_peak = root_padded * p + largest_units(model, n, 2, lp);
-  if (!aliased) {
+  // A unit's gradient buffer lives until the next unit's gradients are ready, except where the
+  // replica all-reduce works on it in place (one-rank shard group, no cast): then until the end of
+  // backward. Comm buffers (reduce-scatter outputs or cast copies) live until the next unit's
+  // gradients are ready, or with replicas until the end of backward.
+  const bool replicated = plan.replicas > 1, in_place = n == 1 && p == r;
+  e.grad_buffers_peak =
+      replicated && in_place ? padded_total * p : root_padded * p + largest_units(model, n, 2, lp);
+  if (!in_place) {
     std::vector<int64_t> shards;
     for (int64_t x : f) shards.push_back(pad(x, n) / n);
     std::sort(shards.rbegin(), shards.rend());
-    for (size_t i = 0; i < 2 && i < shards.size(); ++i) e.comm_buffers_peak += shards[i] * r;
+    for (size_t i = 0; i < (replicated ? shards.size() : 2) && i < shards.size(); ++i) e.comm_buffers_peak += shards[i] * r;
   }
 
   const int64_t device_base = e.sharded_params + e.optimizer_state;

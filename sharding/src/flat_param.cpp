@@ -42,6 +42,7 @@ FlatParam::~FlatParam() {
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
   if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
   if (grad_shard_.defined()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
+  mem_->sub(MemCategory::kCommBuffers, staged_bytes_);
 }
 
 int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
@@ -100,6 +101,7 @@ void FlatParam::init_from_params(Communicator* sync_from) {
   if (aliased_) {
     full_ = shard_;
     point_params_at(full_);
+    drop_param_grads();
     return;
   }
   // The gathered buffer exists from now on (the parameters are views of it), its storage freed
@@ -109,6 +111,7 @@ void FlatParam::init_from_params(Communicator* sync_from) {
   mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
   point_params_at(full_);
   free_full();
+  drop_param_grads();
 }
 
 void FlatParam::point_params_at(const at::Tensor& flat) {
@@ -138,9 +141,13 @@ std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* e
     return nullptr;
   }
   *elements += padded_;
-  // Low-precision compute gathers the shard cast to param_dtype (the Work keeps the cast alive).
-  at::Tensor input = param_dtype_ == c10::kFloat ? shard_ : shard_.to(param_dtype_);
-  return shard_group_->all_gather_into(full_, input, tag);
+  if (param_dtype_ == c10::kFloat) return shard_group_->all_gather_into(full_, shard_, tag);
+  // Low-precision compute: the shard is cast straight into this rank's slice of the full buffer
+  // and gathered in place, so no cast copy of the shard exists while the gather is in flight.
+  c10::AutoGradMode no_grad(false);
+  at::Tensor mine = full_.narrow(0, shard_group_->rank() * shard_numel_, shard_numel_);
+  mine.copy_(shard_);
+  return shard_group_->all_gather_into(full_, mine, tag);
 }
 
 void FlatParam::free_full() {
@@ -161,47 +168,78 @@ void FlatParam::prepare_grads() {
   for (ParamSlot& s : slots_) {
     at::Tensor& g = s.param.mutable_grad();
     const char* want = static_cast<const char*>(grad_buffer_.data_ptr()) + s.offset * grad_buffer_.element_size();
-    if (!g.defined() || g.data_ptr() != want) {
+    if (!g.defined() || g.is_meta() || g.data_ptr() != want) {
       g = grad_buffer_.narrow(0, s.offset, s.numel).view(s.shape);
     }
   }
 }
 
+// A parameter's .grad is never its gradient (that lives in the flat gradient buffer during
+// backward and in the fp32 shard afterwards). Between backward passes it is a meta-device tensor
+// of the parameter's shape, so code that reads .grad believing it holds the gradient fails
+// loudly instead of doing nothing: a torch::optim optimizer over model->parameters() ("Expected
+// all tensors to be on the same device, ... meta and cpu") or torch::nn::utils::clip_grad_norm_
+// ("... 'aten::_local_scalar_dense' with arguments from the 'Meta' backend"). It holds no memory;
+// prepare_grads replaces it before autograd accumulates into it. docs/sharding.md says what to
+// call instead (engine.step, engine.clip_grad_norm, engine.param_shards).
 void FlatParam::drop_param_grads() {
-  for (ParamSlot& s : slots_) s.param.mutable_grad() = at::Tensor();
+  if (!trainable_) return;
+  for (ParamSlot& s : slots_) {
+    s.param.mutable_grad() = at::empty(s.shape, at::TensorOptions().dtype(s.param.scalar_type()).device(c10::kMeta));
+  }
+}
+
+void FlatParam::release_grad_buffer(std::vector<at::Tensor>* retired) {
+  if (!grad_buffer_.defined()) return;
+  drop_param_grads();
+  if (retired != nullptr) retired->push_back(std::move(grad_buffer_));
+  grad_buffer_ = at::Tensor();
+  mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
 }
 
 void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
-  if (!grad_buffer_.defined() || reduce_pending()) return;
+  if (!grad_buffer_.defined() || pending_out_.defined()) return;
   const bool replicated = replicate_ && replicate_->size() > 1;
-  if (aliased_) {
-    pending_out_ = grad_buffer_;
+  // Gradients are reduced in reduce_dtype (a cast copy when it differs from param_dtype).
+  at::Tensor input = reduce_dtype_ == param_dtype_ ? grad_buffer_ : grad_buffer_.to(reduce_dtype_);
+  if (shard_group_->size() == 1) {
+    // Nothing to scatter: the whole buffer is this rank's shard of the gradient, averaged over
+    // the replicas (NO_SHARD) by an all-reduce that finish_reduce waits for.
+    pending_out_ = input;
+    staged_bytes_ = input.is_same(grad_buffer_) ? 0 : rd_bytes(padded_);
+    mem_->add(MemCategory::kCommBuffers, staged_bytes_);
     if (replicated) {
-      pending_ar_ = replicate_->all_reduce(grad_buffer_, ReduceOp::kAvg, tag);
+      pending_ar_ = replicate_->all_reduce(pending_out_, ReduceOp::kAvg, tag);
       *elements += 2 * padded_;  // an all-reduce moves a reduce-scatter plus an all-gather
     }
     return;
   }
-  // Gradients are reduced in reduce_dtype (a cast copy when it differs from param_dtype).
-  at::Tensor input = reduce_dtype_ == param_dtype_ ? grad_buffer_ : grad_buffer_.to(reduce_dtype_);
   pending_out_ = at::empty({shard_numel_}, input.options());
-  mem_->add(MemCategory::kCommBuffers, rd_bytes(shard_numel_));  // the reduce-scatter's output, in flight
+  staged_bytes_ = rd_bytes(shard_numel_);
+  mem_->add(MemCategory::kCommBuffers, staged_bytes_);  // the reduce-scatter's output, in flight
   pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, input, ReduceOp::kAvg, tag);
   *elements += padded_;
 }
 
-void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired) {
-  if (!grad_buffer_.defined()) return;
-  if (!reduce_pending() && !pending_out_.defined()) start_reduce(tag, elements);
-  const bool staged = pending_rs_ != nullptr;  // pending_out_ is a separate comm buffer
+bool FlatParam::advance_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired) {
+  if (!pending_out_.defined()) start_reduce(tag, elements);
   if (pending_rs_) {
     pending_rs_->wait();
     pending_rs_.reset();
     if (replicate_ && replicate_->size() > 1) {
-      replicate_->all_reduce(pending_out_, ReduceOp::kAvg, tag + ".replicas")->wait();
+      pending_ar_ = replicate_->all_reduce(pending_out_, ReduceOp::kAvg, tag + ".replicas");
       *elements += 2 * shard_numel_;
     }
   }
+  // The buffer is free once no collective reads it: after the reduce-scatter, or at once when
+  // the reduction works on a cast copy. An all-reduce in place on it keeps it.
+  if (pending_out_.defined() && !pending_out_.is_same(grad_buffer_)) release_grad_buffer(retired);
+  return pending_ar_ != nullptr;
+}
+
+void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired) {
+  if (!grad_buffer_.defined() && !pending_out_.defined()) return;
+  advance_reduce(tag, elements, retired);
   if (pending_ar_) {
     pending_ar_->wait();
     pending_ar_.reset();
@@ -214,12 +252,26 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::ve
     grad_shard_ = reduced;
     mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
   }
-  if (staged) mem_->sub(MemCategory::kCommBuffers, rd_bytes(shard_numel_));
+  mem_->sub(MemCategory::kCommBuffers, staged_bytes_);
+  staged_bytes_ = 0;
   pending_out_ = at::Tensor();
+  release_grad_buffer(retired);
+}
+
+void FlatParam::abandon_reduce() noexcept {
+  for (std::shared_ptr<Work>* w : {&pending_rs_, &pending_ar_}) {
+    if (*w == nullptr) continue;
+    try {
+      (*w)->wait();
+    } catch (...) {  // a failed collective: its communicator reports it at the next use
+    }
+    w->reset();
+  }
+  mem_->sub(MemCategory::kCommBuffers, staged_bytes_);
+  staged_bytes_ = 0;
+  pending_out_ = at::Tensor();
+  release_grad_buffer(nullptr);
   drop_param_grads();
-  if (retired != nullptr) retired->push_back(std::move(grad_buffer_));
-  grad_buffer_ = at::Tensor();
-  mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
 }
 
 void FlatParam::drop_grad_shard() {

@@ -3,14 +3,42 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <sstream>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/sharding/plan.h"
 
 namespace zeroshard::detail {
+
+namespace {
+
+// This rank's node, as a number every rank agrees on: the lowest world rank on it.
+int64_t node_id(Session& session) {
+  at::Tensor t = at::full({1}, static_cast<int64_t>(session.rank()), at::kLong);
+  if (session.node()->size() > 1) session.node()->all_reduce(t, ReduceOp::kMin, "zs.node_id")->wait();
+  return t.item<int64_t>();
+}
+
+// "2 on ranks 0, 2; 1 on rank 1"
+std::string values_by_rank(const std::vector<int64_t>& values, const std::function<std::string(int64_t)>& show) {
+  std::map<int64_t, std::vector<int>> ranks;
+  for (size_t r = 0; r < values.size(); ++r) ranks[values[r]].push_back(static_cast<int>(r));
+  std::ostringstream os;
+  bool first = true;
+  for (const auto& [v, list] : ranks) {
+    os << (first ? "" : "; ") << show(v) << " on rank" << (list.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < list.size(); ++i) os << (i ? ", " : "") << list[i];
+    first = false;
+  }
+  return os.str();
+}
+
+}  // namespace
 
 ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda) {
   ShardGroups g;
@@ -18,15 +46,61 @@ ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, 
   const int n = g.comm->size(), r = g.comm->rank();
   if (n == 1) {
     g.shard_group = g.comm;
+    g.host_shard_group = session.world();
     return g;
   }
-  const ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, n, session.local_world_size());
+  // One all-gather of every rank's strategy, hybrid group size and node, so that every rank
+  // builds the same plan from the same facts, or every rank fails alike (a split that some ranks
+  // skip would hang the others).
+  at::Tensor mine = at::empty({3}, at::kLong);
+  mine[0] = static_cast<int64_t>(options.strategy);
+  mine[1] = options.hybrid_group_size;
+  mine[2] = node_id(session);
+  at::Tensor all = at::empty({3 * n}, at::kLong);
+  session.world()->all_gather_into(all, mine, "zs.sharding_plan")->wait();
+  std::vector<int64_t> strategies(n), sizes(n);
+  std::vector<int> nodes(n);
+  const int64_t* v = all.data_ptr<int64_t>();
+  for (int k = 0; k < n; ++k) {
+    strategies[k] = v[3 * k];
+    sizes[k] = v[3 * k + 1];
+    nodes[k] = static_cast<int>(v[3 * k + 2]);
+  }
+  auto differ = [](const std::vector<int64_t>& x) {
+    return std::adjacent_find(x.begin(), x.end(), std::not_equal_to<>()) != x.end();
+  };
+  ZS_REQUIRE(!differ(strategies), ConfigError, "ranks disagree on sharding.strategy: ",
+             values_by_rank(strategies, [](int64_t s) { return std::string(to_string(static_cast<ShardingStrategy>(s))); }),
+             "; every rank must wrap its model with the same sharding options (the same config)");
+  const bool hybrid = options.strategy == ShardingStrategy::kHybridShard;
+  ZS_REQUIRE(!hybrid || !differ(sizes), ConfigError, "ranks disagree on sharding.hybrid_group_size: ",
+             values_by_rank(sizes, [](int64_t s) { return std::to_string(s); }),
+             "; every rank must wrap its model with the same sharding options (the same config)");
+  const ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, nodes);
+  if (plan.groups_cross_nodes && r == 0) {
+    ZS_LOG(kWarn) << "sharding.hybrid_group_size = " << plan.shard_group_size << ": shard groups of consecutive "
+                  << "ranks span two nodes in this placement (ranks are not placed by node), so their all-gathers "
+                     "cross the network; place ranks by node (mpirun --map-by slot) or use hybrid_group_size = 0 "
+                     "(a group per node)";
+  }
   // Splits are collective over all ranks, and every rank computes the same plan: the same splits.
   g.shard_group = plan.shard_group_size == n ? g.comm : g.comm->split(plan.shard_group_color(r), r);
   if (plan.replicas == n) {
     g.replicate_group = g.comm;
   } else if (plan.replicas > 1) {
     g.replicate_group = g.comm->split(plan.replica_group_color(r), r);
+  }
+  if (!on_cuda) {
+    g.host_shard_group = g.shard_group;
+    g.host_replicate_group = g.replicate_group;
+  } else {
+    const std::shared_ptr<Communicator>& w = session.world();
+    g.host_shard_group = plan.shard_group_size == n ? w : w->split(plan.shard_group_color(r), r);
+    if (plan.replicas == n) {
+      g.host_replicate_group = w;
+    } else if (plan.replicas > 1) {
+      g.host_replicate_group = w->split(plan.replica_group_color(r), r);
+    }
   }
   return g;
 }

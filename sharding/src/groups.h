@@ -16,6 +16,10 @@ struct ShardGroups {
   std::shared_ptr<Communicator> comm;             // all ranks, for the parameters' device
   std::shared_ptr<Communicator> shard_group;
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
+  // The same groups over the host communicator (CPU tensors, MPI): the device groups themselves
+  // on CPU. For small checks that must not wait for the device's queue.
+  std::shared_ptr<Communicator> host_shard_group;
+  std::shared_ptr<Communicator> host_replicate_group;  // null when not replicated
 };
 
 // Collective over all ranks (splits communicators). Throws ConfigError for a hybrid group size

@@ -20,9 +20,38 @@ static_assert(static_cast<int>(BackwardPrefetch::kNone) == config::BackwardPrefe
 static_assert(static_cast<int>(OffloadTarget::kDevice) == config::OffloadConfig::DEVICE &&
               static_cast<int>(OffloadTarget::kCpu) == config::OffloadConfig::CPU &&
               static_cast<int>(OffloadTarget::kNvme) == config::OffloadConfig::NVME);
+static_assert(static_cast<int>(BufferSync::kAverage) == config::BufferSync::AVERAGE &&
+              static_cast<int>(BufferSync::kBroadcast) == config::BufferSync::BROADCAST &&
+              static_cast<int>(BufferSync::kNone) == config::BufferSync::NONE);
 static_assert(static_cast<int>(AutoWrapPolicy::kNone) == config::AutoWrap::NONE &&
               static_cast<int>(AutoWrapPolicy::kSizeBased) == config::AutoWrap::SIZE_BASED &&
               static_cast<int>(AutoWrapPolicy::kModuleType) == config::AutoWrap::MODULE_TYPE);
+
+const char* to_string(BufferSync b) {
+  switch (b) {
+    case BufferSync::kAverage: return "AVERAGE";
+    case BufferSync::kBroadcast: return "BROADCAST";
+    case BufferSync::kNone: return "NONE";
+  }
+  return "unknown buffer sync";
+}
+
+namespace {
+// "torch::nn::Linear, GptBlock" -> {"torch::nn::Linear", "GptBlock"}; empty entries dropped.
+std::vector<std::string> split_module_types(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    start = end + 1;
+  }
+  return out;
+}
+}  // namespace
 
 ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg) {
   ShardingOptions o;
@@ -34,6 +63,8 @@ ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg) 
   o.sync_module_states = cfg.sync_module_states();
   o.auto_wrap_policy = static_cast<AutoWrapPolicy>(cfg.auto_wrap_policy());
   o.auto_wrap_min_params = cfg.auto_wrap_min_params();
+  o.auto_wrap_module_types = split_module_types(cfg.auto_wrap_module_types());
+  o.buffer_sync = static_cast<BufferSync>(cfg.buffer_sync());
   return o;
 }
 

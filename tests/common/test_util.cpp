@@ -1,5 +1,11 @@
 #include "common/test_util.h"
 
+#include <ATen/ops/abs.h>
+#include <ATen/ops/isnan.h>
+
+#include <cmath>
+#include <limits>
+
 namespace zeroshard::test {
 
 Session& session() {
@@ -16,6 +22,17 @@ CommOptions test_comm_options(const std::string& name) {
   CommOptions o = session().comm_options(name);
   o.abort_on_timeout = false;
   return o;
+}
+
+double nan_as_inf(double d) { return std::isnan(d) ? std::numeric_limits<double>::infinity() : d; }
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (!a.defined() || !b.defined() || a.sizes() != b.sizes()) return kInf;
+  if (a.numel() == 0) return 0;
+  const at::Tensor d = (a.detach().to(at::kCPU, at::kDouble) - b.detach().to(at::kCPU, at::kDouble)).abs();
+  if (d.isnan().any().item<bool>()) return kInf;
+  return d.max().item<double>();
 }
 
 void barrier() { world()->barrier()->wait(); }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 
 #include "zeroshard/comm/communicator.h"
@@ -20,6 +22,14 @@ void barrier();
 
 // Options for communicators tests create themselves: short timeout, no job abort.
 CommOptions test_comm_options(const std::string& name);
+
+// Comparisons that cannot pass by accident: a NaN is never "within tolerance" (`d > worst`,
+// `std::max(worst, d)` and `(NaN).max()` all let one through silently).
+// +infinity for a NaN, `d` otherwise.
+double nan_as_inf(double d);
+// Largest |a - b| over all elements, computed in double; +infinity when the shapes differ or any
+// element of either is NaN (or the two hold infinities that do not cancel).
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
 
 }  // namespace zeroshard::test
 

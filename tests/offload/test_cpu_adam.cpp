@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
 
@@ -64,7 +65,7 @@ class ScopedSimdCap {
 // cancellation, whose rounding error scales with the operands, not the result) count absolutely.
 double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b, double floor = 1e-3) {
   const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
-  return ((a64 - b64).abs() / b64.abs().clamp_min(floor)).max().item<double>();
+  return zs::test::nan_as_inf(((a64 - b64).abs() / b64.abs().clamp_min(floor)).max().item<double>());
 }
 
 struct PathCase {

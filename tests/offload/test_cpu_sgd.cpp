@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
@@ -50,7 +51,7 @@ std::string error_message(const std::function<void()>& fn) {
 // cancellation, whose rounding error scales with the operands, not the result) count absolutely.
 double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b, double floor = 1e-3) {
   const torch::Tensor a64 = a.to(torch::kDouble), b64 = b.to(torch::kDouble);
-  return ((a64 - b64).abs() / b64.abs().clamp_min(floor)).max().item<double>();
+  return zs::test::nan_as_inf(((a64 - b64).abs() / b64.abs().clamp_min(floor)).max().item<double>());
 }
 
 void skip_unless_supported(zs::SimdPath path) {

@@ -141,7 +141,7 @@ double max_difference_from_rank0(const std::map<std::string, at::Tensor>& sd) {
   for (const auto& [name, t] : sd) {
     at::Tensor copy = t.detach().clone().contiguous();
     zs::test::world()->broadcast(copy, 0, "test.state_dict")->wait();
-    worst = std::max(worst, (copy.to(at::kDouble) - t.detach().to(at::kDouble)).abs().max().item<double>());
+    worst = std::max(worst, zs::test::max_abs_diff(copy, t));
   }
   at::Tensor w = at::full({1}, worst, at::kDouble);
   zs::test::world()->all_reduce(w, zs::ReduceOp::kMax, "test.state_dict_max")->wait();

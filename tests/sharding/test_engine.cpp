@@ -9,11 +9,16 @@
 //  - unit declarations end with their module (no stale registry entries);
 //  - auto-wrap policies (MODULE_TYPE, SIZE_BASED) train like plain LibTorch;
 //  - zero_grad frees the gradient shards;
-//  - full_state_dict: tied names, buffers, identical on all ranks.
+//  - full_state_dict: tied names, buffers, identical on all ranks; rank 0 only and CPU copies,
+//    gathered unit by unit (host allocator window);
+//  - the parameters' .grad: torch::optim over model->parameters() fails loudly.
 // Run at 1, 2 and 4 ranks; checks that need several ranks skip (visibly) or shrink at 1.
 
 
+#include <torch/nn/utils/clip_grad.h>
+
 #include "sharding/engine_test_util.h"
+#include "zeroshard/core/host_memory.h"
 
 
 // ---------------------------------------------------------------------------------------------
@@ -228,4 +233,85 @@ TEST(FullStateDict, BuffersIncludedAndEqualOnAllRanks) {
     EXPECT_GT(sd.at("b0.bn.running_mean").abs().max().item<double>(), 0.0);
   }
   EXPECT_EQ(max_difference_from_rank0(sd), 0.0);
+}
+
+// rank0_only: rank 0 gets what full_state_dict() gives, the others nothing, and (allocator truth)
+// no other rank ever holds more than one unit's flat parameter while the collective runs, where
+// rank 0 holds the whole model. offload_to_cpu: CPU tensors, equal values.
+TEST(FullStateDict, RankZeroOnlyGathersUnitByUnit) {
+  torch::manual_seed(5);
+  zs_test::GptConfig c;
+  c.layers = 6;  // the model is many units: one unit is a small part of it
+  zs_test::Gpt model = keep_alive(zs_test::Gpt(c));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
+  const auto sizes = expected_unit_sizes(*model, engine.unit_names(), engine.shard_group_size());
+  int64_t largest_unit = 0, whole = 0;
+  for (const auto& [name, s] : sizes) {
+    largest_unit = std::max({largest_unit, 4 * s.padded_trainable, 4 * s.padded_frozen});
+    whole += 4 * (s.trainable + s.frozen);
+  }
+  const auto full = engine.full_state_dict();
+  zs::StateDictOptions o;
+  o.rank0_only = true;
+  zs::begin_host_memory_window();
+  const auto mine = engine.full_state_dict(o);
+  const int64_t peak = zs::host_memory_window_peak();
+  if (zs::test::rank() == 0) {
+    EXPECT_EQ(mine.size(), full.size());
+    for (const auto& [name, t] : full) {
+      auto it = mine.find(name);
+      EXPECT_TRUE(it != mine.end() && zs::test::max_abs_diff(t, it->second) == 0.0) << name;
+    }
+    EXPECT_GE(peak, whole) << "rank 0 holds the whole model";
+  } else {
+    EXPECT_TRUE(mine.empty());
+    EXPECT_GT(peak, 0);
+    EXPECT_LE(peak, largest_unit + 4096) << "a rank that returns nothing held more than one unit at once ("
+                                          << largest_unit << " bytes) while gathering: " << peak << " bytes";
+  }
+  o = zs::StateDictOptions{};
+  o.offload_to_cpu = true;
+  const auto on_cpu = engine.full_state_dict(o);
+  EXPECT_EQ(on_cpu.size(), full.size());
+  for (const auto& [name, t] : on_cpu) {
+    EXPECT_TRUE(t.device().is_cpu()) << name;
+    EXPECT_EQ(zs::test::max_abs_diff(t, full.at(name)), 0.0) << name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. The parameters' .grad
+
+// The engine keeps gradients in its shards. A torch::optim optimizer or clip_grad_norm_ over
+// model->parameters() must fail loudly, not silently do nothing (the parameters' .grad used to
+// be left undefined, which both skip); frozen parameters keep no .grad at all.
+TEST(ParamGrad, TorchOptimizersOverModelParametersFailLoudly) {
+  for (auto strategy : {Strategy::kFullShard, Strategy::kNoShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
+    torch::manual_seed(3);
+    zs_test::Mlp model = keep_alive(zs_test::Mlp());
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
+    mlp_forward_backward(engine, model, 0);
+    const auto before = engine.full_state_dict();
+    std::vector<torch::Tensor> params = model->parameters();
+    torch::optim::SGD sgd(params, torch::optim::SGDOptions(0.1));
+    EXPECT_THROW(sgd.step(), c10::Error) << "torch::optim over model->parameters() ran as if nothing were wrong";
+    EXPECT_THROW(torch::nn::utils::clip_grad_norm_(params, 1.0), c10::Error);
+    for (const auto& p : model->named_parameters()) {
+      if (p.value().requires_grad()) {
+        EXPECT_TRUE(p.value().grad().defined() && p.value().grad().is_meta()) << p.key();
+      } else {
+        EXPECT_FALSE(p.value().grad().defined()) << p.key() << " is frozen";
+      }
+    }
+    // Nothing was changed, and the engine's own calls work.
+    const auto after = engine.full_state_dict();
+    for (const auto& [name, t] : before) EXPECT_EQ(zs::test::max_abs_diff(t, after.at(name)), 0.0) << name;
+    EXPECT_GT(engine.clip_grad_norm(1.0), 0.0);
+    auto opt = zs::make_sgd(zs::SgdOptions{});
+    engine.step(*opt);
+    engine.zero_grad();
+    mlp_forward_backward(engine, model, 1);  // a placeholder never reaches autograd
+    EXPECT_GT(engine.memory().current(MemCategory::kGradShards), 0);
+  }
 }

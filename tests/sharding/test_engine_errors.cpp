@@ -1,6 +1,7 @@
 // Engine behaviour on bad input, unit registry, and auto-wrap policies.
 
 #include "sharding/engine_test_util.h"
+#include "zeroshard/core/config.h"
 
 TEST(BadInput, RanksBuildDifferentModels) {
   ZS_REQUIRE_RANKS(2);
@@ -306,7 +307,7 @@ double max_param_diff(const std::map<std::string, torch::Tensor>& ref, const std
       *worst_name = name + " (missing)";
       return 1e30;
     }
-    const double d = (it->second - v).abs().max().item<double>();
+    const double d = zs::test::max_abs_diff(it->second, v);
     if (d > worst) worst = d, *worst_name = name;
   }
   return worst;
@@ -362,12 +363,101 @@ TEST(AutoWrap, SizeBasedPicksOnlyTheBigChildren) {
                 units.size(), worst, worst_name.c_str());
   }
 
-  // A threshold above every child: only the root.
+  // A threshold above every child picks nothing: an error (as MODULE_TYPE matching nothing), not
+  // a silently unsharded model.
   o.auto_wrap_min_params = 2000;
   torch::manual_seed(11);
-  SeqNet model;
+  SeqNet model = keep_alive(SeqNet());
+  std::string msg = "<no exception>";
+  try {
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), o);
+  } catch (const zs::ConfigError& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(contains(msg, "SIZE_BASED picked no module")) << msg;
+  EXPECT_TRUE(contains(msg, "2000")) << msg;
+  EXPECT_TRUE(contains(msg, "1056")) << "should name the largest candidate's size: " << msg;
+}
+
+namespace {
+
+// Plain (undeclared) blocks held in a std::vector and registered on their parent, as
+// docs/sharding.md builds a GPT, called through zeroshard::call; the model's own parameters sit
+// in a non-container child.
+struct VecBlockImpl : torch::nn::Module {
+  VecBlockImpl() : up(register_module("up", torch::nn::Linear(16, 32))), down(register_module("down", torch::nn::Linear(32, 16))) {}
+  torch::Tensor forward(torch::Tensor x) { return x + down(torch::tanh(up(x))); }
+  torch::nn::Linear up, down;  // 544 and 528 parameters: 1072 per block
+};
+struct VecNetImpl : torch::nn::Module {
+  VecNetImpl() {
+    input = register_module("input", torch::nn::Linear(7, 16));
+    for (int i = 0; i < 3; ++i) blocks.push_back(register_module("h" + std::to_string(i), std::make_shared<VecBlockImpl>()));
+    output = register_module("output", torch::nn::Linear(16, 3));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = input(x);
+    for (auto& b : blocks) x = zeroshard::call(*b, x);
+    return output(x);
+  }
+  torch::nn::Linear input{nullptr}, output{nullptr};
+  std::vector<std::shared_ptr<VecBlockImpl>> blocks;
+};
+TORCH_MODULE(VecNet);
+
+}  // namespace
+
+// SIZE_BASED finds blocks held in a std::vector on their parent (no Sequential/ModuleList), and
+// with a threshold between a Linear's size and a block's, wraps the blocks, not their layers;
+// the result trains like plain LibTorch.
+TEST(AutoWrap, SizeBasedFindsBlocksHeldInAVector) {
+  zs::ShardingOptions o = options_for(Strategy::kFullShard);
+  o.auto_wrap_policy = zs::AutoWrapPolicy::kSizeBased;
+  o.auto_wrap_min_params = 600;  // a Linear inside: at most 544; a block: 1072; the root's own: 131
+  torch::manual_seed(5);
+  VecNet reference;
+  torch::manual_seed(5);
+  VecNet model = keep_alive(VecNet());
   zs::ShardingEngine engine(zs::test::session(), model.ptr(), o);
-  EXPECT_EQ(engine.unit_names(), (std::vector<std::string>{kRoot}));
+  EXPECT_EQ(engine.unit_names(), (std::vector<std::string>{kRoot, "h0", "h1", "h2"}));
+  const int world = zs::test::world_size(), rank = zs::test::rank();
+  torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(kSgdLr));
+  zs::SgdOptions so;
+  so.lr = kSgdLr;
+  auto opt = zs::make_sgd(so);
+  for (int step = 0; step < 3; ++step) {
+    XY b = seqnet_batch(step, 4 * world);
+    ref_opt.zero_grad();
+    for (int r = 0; r < world; ++r) {
+      (torch::mse_loss(reference->forward(b.x.narrow(0, 4 * r, 4)), b.y.narrow(0, 4 * r, 4)) / world).backward();
+    }
+    ref_opt.step();
+    torch::Tensor x = b.x.narrow(0, 4 * rank, 4), y = b.y.narrow(0, 4 * rank, 4);
+    engine.forward([&] { return torch::mse_loss(model->forward(x), y); }).backward();
+    engine.step(*opt);
+    engine.zero_grad();
+  }
+  std::map<std::string, torch::Tensor> ref;
+  for (const auto& p : reference->named_parameters()) ref[p.key()] = p.value().detach();
+  std::string worst_name;
+  EXPECT_LE(max_param_diff(ref, engine.full_state_dict(), &worst_name), 1e-6) << worst_name;
+}
+
+// The config's comma-separated list reaches ShardingOptions, and MODULE_TYPE from the config
+// wraps those modules.
+TEST(AutoWrap, ModuleTypesFromTheConfig) {
+  zs::Config cfg = zs::default_config();
+  cfg.mutable_sharding()->set_auto_wrap_policy(zs::config::AutoWrap::MODULE_TYPE);
+  cfg.mutable_sharding()->set_auto_wrap_module_types(" torch::nn::Linear ,, VecBlockImpl");
+  const zs::ShardingOptions o = zs::ShardingOptions::from_config(cfg.sharding());
+  EXPECT_EQ(o.auto_wrap_module_types, (std::vector<std::string>{"torch::nn::Linear", "VecBlockImpl"}));
+  torch::manual_seed(5);
+  VecNet model = keep_alive(VecNet());
+  const std::string name = model->blocks[0]->name();  // "(anonymous namespace)::VecBlockImpl"
+  zs::ShardingOptions by_name = o;
+  by_name.auto_wrap_module_types = {name};
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), by_name);
+  EXPECT_EQ(engine.unit_names(), (std::vector<std::string>{kRoot, "h0", "h1", "h2"})) << "type " << name;
 }
 
 // ---------------------------------------------------------------------------------------------

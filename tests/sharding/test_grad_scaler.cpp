@@ -457,7 +457,7 @@ double max_diff(const std::map<std::string, at::Tensor>& a, const std::map<std::
   for (const auto& [name, t] : a) {
     auto it = b.find(name);
     if (it == b.end()) return INFINITY;
-    worst = std::max(worst, (t.to(at::kDouble) - it->second.to(at::kDouble)).abs().max().item<double>());
+    worst = std::max(worst, zs::test::max_abs_diff(t, it->second));
   }
   return worst;
 }

@@ -10,6 +10,7 @@
 #include "zeroshard/core/config.h"
 #include "sharding/models.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/core/host_memory.h"
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
@@ -89,7 +90,7 @@ TEST(MixedPrecision, Bf16TracksFp32LossWithin2Percent) {
     double a = 0, b = 0;
     for (int i = w * kWindow; i < (w + 1) * kWindow; ++i) a += fp32.losses[i], b += bf16.losses[i];
     const double rel = std::abs(b - a) / a;
-    worst = std::max(worst, rel);
+    worst = std::max(worst, zs::test::nan_as_inf(rel));
     if (zs::test::rank() == 0) {
       std::printf("  steps %3d-%3d  fp32 loss %.4f  bf16 loss %.4f  rel diff %.4f\n", w * kWindow,
                   (w + 1) * kWindow - 1, a / kWindow, b / kWindow, rel);
@@ -108,22 +109,70 @@ TEST(MixedPrecision, Bf16LearnsUnderEveryStrategy) {
   }
 }
 
-TEST(MixedPrecision, Bf16GathersHalfTheBytes) {
+namespace {
+
+// Host bytes (the tracking allocator: allocator truth, not the engine's counters) a forward
+// without grad needs at its peak, for an MLP whose blocks' weights dwarf its activations.
+int64_t forward_peak_bytes(const zs::ShardingOptions& o) {
+  torch::manual_seed(5);
+  zs_test::Mlp model(7, 256, 5, 4);  // four 256 x 256 blocks: 256 KiB each in fp32
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), o);
+  torch::Tensor x = torch::randn({2, 7});
+  torch::NoGradGuard no_grad;
+  engine.forward([&] { return model->forward(x.to(engine.compute_dtype())); });  // records the order
+  zs::begin_host_memory_window();
+  engine.forward([&] { return model->forward(x.to(engine.compute_dtype())); });  // prefetches from it
+  return zs::host_memory_window_peak();
+}
+
+}  // namespace
+
+// bf16 gathers halve what gathered parameters occupy. Measured by the host allocator around a
+// forward (the gathered units, anything staged for the all-gathers, activations), not by the
+// engine's own counters: a regression to fp32 gathers (or to keeping the fp32 copy as well) shows
+// as a ratio of 1 or more, and a cast copy of the shard per gather in flight (it was made before
+// the shard was cast straight into its slice of the gathered buffer) as 0.5 + 0.5/N plus the
+// matmuls' workspace (0.75 and more at 2 ranks, where this test is registered).
+TEST(MixedPrecision, Bf16GathersTakeHalfTheMemory) {
   ZS_REQUIRE_RANKS(2);  // at one rank fp32 units are views of the shard: nothing is gathered
-  auto& s = zs::test::session();
-  auto peak = [&](c10::ScalarType dtype) {
-    torch::manual_seed(5);
-    zs_test::Gpt model;
-    zs::ShardingOptions o;
-    o.param_dtype = dtype;
-    zs::ShardingEngine engine(s, model.ptr(), o);
-    auto [x, y] = batch(0, 2);
-    engine.forward([&] { return model->forward(x); }).sum().backward();
-    return engine.memory().peak(zs::MemCategory::kGatheredParams);
-  };
-  const int64_t fp32 = peak(torch::kFloat), bf16 = peak(torch::kBFloat16);
-  EXPECT_GT(fp32, 0);
-  EXPECT_EQ(bf16 * 2, fp32) << "bf16 gathered " << bf16 << " bytes, fp32 " << fp32;
+  zs::ShardingOptions o;
+  const int64_t fp32 = forward_peak_bytes(o);
+  o.param_dtype = torch::kBFloat16;
+  const int64_t bf16 = forward_peak_bytes(o);
+  const double ratio = static_cast<double>(bf16) / static_cast<double>(fp32);
+  if (zs::test::rank() == 0) {
+    std::printf("  forward peak (host allocator): fp32 %lld B, bf16 %lld B, ratio %.3f at %d ranks\n",
+                static_cast<long long>(fp32), static_cast<long long>(bf16), ratio, zs::test::world_size());
+  }
+  EXPECT_GT(fp32, 4 * 256 * 256) << "the fp32 forward must gather at least one block (256 KiB)";
+  // Measured 0.616 at 2 and 4 ranks (CPU): about 35 KiB beyond one half whatever the rank count
+  // (so not a per-gather shard copy), which the fp32 run does not need.
+  EXPECT_LE(ratio, 0.66) << "bf16 " << bf16 << " B, fp32 " << fp32 << " B";
+  EXPECT_GE(ratio, 0.4) << "bf16 " << bf16 << " B, fp32 " << fp32 << " B";
+}
+
+// ShardingOptions{} (what code that builds options by hand starts from) equals the options the
+// default config converts to, field by field: a new field with two defaults fails here.
+TEST(MixedPrecision, DefaultOptionsEqualTheDefaultConfig) {
+  const zs::Config cfg = zs::default_config();
+  const zs::ShardingOptions d, c = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  EXPECT_EQ(d.strategy, c.strategy);
+  EXPECT_EQ(d.hybrid_group_size, c.hybrid_group_size);
+  EXPECT_EQ(d.forward_prefetch, c.forward_prefetch);
+  EXPECT_EQ(d.backward_prefetch, c.backward_prefetch);
+  EXPECT_EQ(d.limit_all_gathers, c.limit_all_gathers);
+  EXPECT_EQ(d.sync_module_states, c.sync_module_states);
+  EXPECT_EQ(d.buffer_sync, c.buffer_sync);
+  EXPECT_EQ(d.auto_wrap_policy, c.auto_wrap_policy);
+  EXPECT_EQ(d.auto_wrap_min_params, c.auto_wrap_min_params);
+  EXPECT_EQ(d.auto_wrap_module_types, c.auto_wrap_module_types);
+  EXPECT_EQ(d.param_dtype, c.param_dtype);
+  EXPECT_EQ(d.reduce_dtype, c.reduce_dtype);
+  EXPECT_EQ(d.buffer_dtype, c.buffer_dtype);
+  EXPECT_EQ(d.output_dtype, c.output_dtype);
+  EXPECT_EQ(d.cast_forward_inputs, c.cast_forward_inputs);
+  EXPECT_EQ(d.autocast, c.autocast);
+  EXPECT_EQ(d.autocast_dtype, c.autocast_dtype);
 }
 
 TEST(MixedPrecision, ConfigMaps) {

@@ -98,6 +98,8 @@ TEST(EstimateModelStates, WithinTenPercentOfTheEngineAccounting) {
       {Strategy::SHARD_GRAD_OP, DType::FP32, 0}, {Strategy::SHARD_GRAD_OP, DType::BF16, 0},
       {Strategy::NO_SHARD, DType::FP32, 0},      {Strategy::NO_SHARD, DType::BF16, 0},
       {Strategy::HYBRID_SHARD, DType::FP32, 0},  {Strategy::HYBRID_SHARD, DType::FP32, 1},
+      // Groups of 2: at 4 ranks two replicas, whose all-reduce runs until the end of backward.
+      {Strategy::HYBRID_SHARD, DType::FP32, 2},  {Strategy::HYBRID_SHARD, DType::BF16, 2},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(Strategy::Strategy_Name(k.strategy) + " " + DType::DType_Name(k.dtype) + " hybrid_group_size " +

@@ -8,7 +8,9 @@
 //   collective, that all ranks agree on its signature (op, dtype, count, root, tag) and otherwise
 //   fails it on every rank with a message naming the first divergence.
 // - Each call returns a Work handle at once. The communicator keeps the tensors passed to it alive
-//   until the collective has completed, even if the caller drops the handle.
+//   until the collective has completed, even if the caller drops the handle, and no longer: once
+//   is_completed() is true (for CPU collectives: once wait() returns) it holds none of them
+//   (a failed collective excepted).
 // - Tensors must be defined, contiguous, on the backend's device (CPU for MPI, CUDA for NCCL), of a
 //   dtype the backend supports, of the same dtype where two are passed, with the sizes each call
 //   states, and non-overlapping between input and output (all_reduce and broadcast work in place;

@@ -18,14 +18,18 @@ c10::optional<c10::ScalarType> autocast_dtype(c10::DeviceType device);
 class AutocastGuard {
  public:
   // Throws UsageError for a device type other than CPU/CUDA, or a dtype autocast does not support
-  // there (CPU: BFloat16; CUDA: Half or BFloat16).
-  AutocastGuard(c10::DeviceType device, c10::ScalarType dtype);
+  // there (CPU: BFloat16; CUDA: Half or BFloat16). `cache_casts` false turns off LibTorch's cache
+  // of low-precision weight copies for the scope (and restores it after): the cache keeps every
+  // weight's copy alive until the outermost autocast scope ends, which under sharding is every
+  // unit's copy through the whole forward. Each use then casts its weight again.
+  AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool cache_casts = true);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
   c10::DeviceType device_;
+  bool prev_cache_;
   bool prev_enabled_;
   c10::ScalarType prev_dtype_;
 };

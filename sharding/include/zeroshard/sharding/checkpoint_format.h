@@ -28,8 +28,17 @@ std::string step_dir_name(int64_t step);  // "step-00000012"
 
 // Complete checkpoints (step directories holding a manifest) under `dir`, oldest first.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
-// `path` may be a step directory, or a checkpoint root (its `latest`, else its newest complete
-// checkpoint). CheckpointError naming the path when nothing loadable is there.
+// The same, in the order they were saved, oldest first: by the manifests' save sequence
+// (checkpoints written before it existed come first, by step). After a run resumed from an older
+// step, its saves are the newest although their steps are lower than the abandoned run's.
+struct SavedCheckpoint {
+  int64_t sequence = 0;  // the manifest's save_sequence (0: none)
+  int64_t step = 0;
+  std::string path;
+};
+std::vector<SavedCheckpoint> list_checkpoints_by_save(const std::string& dir);
+// `path` may be a step directory, or a checkpoint root (its `latest`, else its most recently
+// saved complete checkpoint). CheckpointError naming the path when nothing loadable is there.
 std::string resolve_checkpoint(const std::string& path);
 
 // The manifest of the checkpoint at `path` (see resolve_checkpoint), readably (zeroshard-ckpt info).

@@ -28,6 +28,10 @@
 // Not thread-safe: one training thread per engine. The engine must outlive autograd graphs built
 // through it. After the engine is destroyed the model's parameters are not usable (FULL_SHARD
 // frees them); take full_state_dict() first.
+// Gradients live in the engine's flat shards, never in the parameters' .grad (which holds a
+// meta-device placeholder, so that torch::optim or torch::nn::utils::clip_grad_norm_ over
+// model->parameters() fail loudly): use a ShardedOptimizer with step(), clip_grad_norm() and
+// param_shards().
 
 #include <torch/nn/module.h>
 
@@ -49,6 +53,13 @@ class FlatParam;
 namespace detail {
 struct ShardingEngineImpl;
 }  // namespace detail
+
+// What full_state_dict() returns where. Both gather one unit at a time, so the transient memory
+// on top of the result is one unit's flat parameter.
+struct StateDictOptions {
+  bool rank0_only = false;      // only rank 0 gets the tensors; the others an empty map
+  bool offload_to_cpu = false;  // tensors on the CPU (each unit copied there as it is gathered)
+};
 
 // Elements moved by the engine's collectives since the last reset, per rank (before the
 // (N-1)/N wire factor): the ZeRO formulas count 3 x params for FULL_SHARD, 2 x for the others.
@@ -102,17 +113,29 @@ class ShardingEngine {
   // Scales every gradient shard so the global L2 norm is at most max_norm (as
   // torch::nn::utils::clip_grad_norm_); returns the norm before clipping. Collective.
   double clip_grad_norm(double max_norm);
-  // One optimizer step on this rank's shards, then buffers are averaged across ranks. Throws
-  // UsageError if gradients are still pending (e.g. inside no_sync).
+  // One optimizer step on this rank's shards, then buffers are synchronised as
+  // options().buffer_sync says. Throws UsageError if gradients are still pending (e.g. inside
+  // no_sync).
   void step(ShardedOptimizer& optimizer);
   // Frees the gradient shards (the next backward allocates fresh ones).
   void zero_grad();
+  // After a forward or backward that threw (a user hook, an out-of-memory in a unit): waits for
+  // the collectives the failed pass issued, drops every gradient accumulated since the last
+  // zero_grad() (gradient buffers, pending reductions, gradient shards: a failed backward leaves
+  // them partial), reshards every unit and clears the per-pass state. The next forward() does
+  // this by itself (keeping the gradients after a failed forward, which made none), so calling it
+  // is only needed to drop the gradients earlier. step() and clip_grad_norm() after a backward
+  // that threw refuse to run until then. With several ranks, every rank must have failed at the
+  // same point (a throw on one rank alone leaves the others waiting in a collective: let the
+  // watchdog end the job).
+  void reset_after_error();
 
   // This rank's trainable shards with their gradients, in a fixed order.
   std::vector<ParamShard> param_shards();
   // Every parameter's full fp32 value by qualified name (tied parameters under each name), and
-  // the buffers. Collective over all ranks.
-  std::map<std::string, at::Tensor> full_state_dict();
+  // the buffers (this rank's). Collective over all ranks, gathered one unit at a time; see
+  // StateDictOptions for rank 0 only and CPU copies.
+  std::map<std::string, at::Tensor> full_state_dict(const StateDictOptions& options = {});
 
   const MemoryStats& memory() const;
   MemoryStats& memory();

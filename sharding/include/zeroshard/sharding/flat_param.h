@@ -89,16 +89,26 @@ class FlatParam {
   // view, so autograd accumulates straight into it.
   void prepare_grads();
   bool has_grad_buffer() const { return grad_buffer_.defined(); }
-  // Starts reducing the gradient buffer across ranks (average; reduce-scatter over the shard group,
-  // or all-reduce when aliased). Collective. Counts elements communicated into `elements`.
-  void start_reduce(const std::string& tag, int64_t* elements);
-  bool reduce_pending() const { return pending_rs_ != nullptr || pending_ar_ != nullptr; }
-  // Waits for start_reduce's collectives, averages across replicas (HYBRID/NO_SHARD), adds the
-  // result into grad_shard(), and drops the gradient buffer and the parameters' .grad views.
-  // With `retired`, the gradient buffer is moved there instead of being freed, for a caller that
-  // ran this on a side stream and must keep the buffer until that stream is done with it (its
+  // Reducing a gradient buffer runs in up to three stages so that nothing blocks the training
+  // thread longer than it must:
+  //   start_reduce    the reduce-scatter (average) over the shard group, or with a one-rank
+  //                   shard group the all-reduce over the replicas (NO_SHARD); collective.
+  //   advance_reduce  waits for the reduce-scatter, frees the gradient buffer, and starts the
+  //                   all-reduce of the shard over the replicas (HYBRID_SHARD) without waiting.
+  //                   Returns true while a replica all-reduce is in flight.
+  //   finish_reduce   waits for whatever is in flight and adds the result into grad_shard().
+  // Each stage runs the earlier ones that have not run. Elements communicated go to `elements`.
+  // With `retired`, gradient buffers are moved there instead of being freed, for a caller that
+  // ran this on a side stream and must keep them until that stream is done with them (their
   // bytes leave the kGradBuffers account either way).
+  void start_reduce(const std::string& tag, int64_t* elements);
+  bool advance_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired = nullptr);
   void finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired = nullptr);
+  bool reduce_pending() const { return pending_out_.defined(); }
+  // After a failed backward: waits for the collectives in flight (they were issued on every rank
+  // alike), then drops their results and the gradient buffer, leaving grad_shard() as it was.
+  // Never throws.
+  void abandon_reduce() noexcept;
   // Drops the gradient shard (zero_grad with set_to_none).
   void drop_grad_shard();
 
@@ -108,7 +118,10 @@ class FlatParam {
  private:
   void alloc_full_storage();
   void point_params_at(const at::Tensor& flat);
+  // Every trainable parameter's .grad becomes a placeholder on the meta device (see
+  // drop_param_grads in flat_param.cpp): the engine keeps gradients in the flat shards.
   void drop_param_grads();
+  void release_grad_buffer(std::vector<at::Tensor>* retired);
   int64_t bytes(int64_t elements) const;     // fp32
   int64_t lp_bytes(int64_t elements) const;  // param_dtype
   int64_t rd_bytes(int64_t elements) const;  // reduce_dtype
@@ -131,7 +144,8 @@ class FlatParam {
   at::Tensor full_;         // [padded]: gathered values; storage freed while resharded
   bool full_allocated_ = false;
   at::Tensor grad_buffer_;  // [padded] or undefined
-  at::Tensor pending_out_;  // reduce-scatter output
+  at::Tensor pending_out_;  // the reduction's result in reduce_dtype: defined from start to finish
+  int64_t staged_bytes_ = 0;  // of pending_out_, counted as comm buffers (0 when it is grad_buffer_)
   std::shared_ptr<Work> pending_rs_;
   std::shared_ptr<Work> pending_ar_;
 };

@@ -26,6 +26,15 @@ enum class OffloadTarget {
 };
 const char* to_string(OffloadTarget t);  // "DEVICE", "CPU", "NVME"
 
+// How module buffers (BatchNorm running statistics) stay in step across ranks after wrap time
+// (sync_module_states makes them rank 0's at wrap time). Each is one collective for all buffers.
+enum class BufferSync {
+  kAverage,    // AVERAGE: floating buffers averaged over all ranks after every step()
+  kBroadcast,  // BROADCAST: rank 0's copied to every rank at the start of every engine.forward (DDP)
+  kNone,       // NONE: each rank keeps its own (FSDP)
+};
+const char* to_string(BufferSync b);  // "AVERAGE", "BROADCAST", "NONE"
+
 struct ShardingOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
@@ -33,11 +42,14 @@ struct ShardingOptions {
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
   int limit_all_gathers = 2;  // all-gathers in flight at once
   bool sync_module_states = true;
+  BufferSync buffer_sync = BufferSync::kAverage;
   // Auto-wrap: which submodules become units in addition to declared Units. A module picked by
   // the policy must still be called through a Unit holder or engine.call_unit (see unit.h).
   AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kNone;
   int64_t auto_wrap_min_params = 100000000;
-  std::vector<std::string> auto_wrap_module_types;  // Module::name() values, for MODULE_TYPE
+  // MODULE_TYPE: the Module::name() values to wrap ("torch::nn::Linear" or "torch::nn::LinearImpl",
+  // "GptBlock"); the config gives them comma-separated (sharding.auto_wrap_module_types).
+  std::vector<std::string> auto_wrap_module_types;
   // Mixed precision: parameters are gathered and computed in param_dtype, gradients reduced in
   // reduce_dtype; the shards, gradient shards and optimizer state stay fp32. Buffers are cast to
   // buffer_dtype at wrap time, floating inputs of every unit to param_dtype (cast_forward_inputs),

@@ -5,6 +5,7 @@
 // step from it, so the two cannot disagree about what a strategy means. Pure; thread-safe.
 
 #include <string>
+#include <vector>
 
 namespace zeroshard {
 
@@ -30,17 +31,37 @@ struct ShardingPlan {
   int replicas = 1;          // world_size / shard_group_size
   bool reshard_after_forward = true;  // FULL_SHARD, HYBRID_SHARD: free gathered params after forward
   bool keep_gathered = false;         // NO_SHARD: parameters are gathered once and never freed
+  // HYBRID_SHARD with hybrid_group_size 0 on a known placement: each node's ranks are a shard
+  // group, wherever the launcher placed them (mpirun --map-by node puts consecutive ranks on
+  // different nodes). Otherwise shard groups are blocks of shard_group_size consecutive ranks.
+  bool groups_by_node = false;
+  std::vector<int> node_of_rank;   // with groups_by_node: the node of every world rank
+  std::vector<int> index_on_node;  // with groups_by_node: each rank's position among its node's
+  // Blocks of consecutive ranks that span two nodes although one node could hold a whole group
+  // (a placement the group size did not expect): worth a warning, traffic crosses the network.
+  bool groups_cross_nodes = false;
 
-  // Shard groups are blocks of shard_group_size consecutive ranks; replica groups take one rank
-  // of each block. Colors for Communicator::split.
-  int shard_group_color(int rank) const { return rank / shard_group_size; }
-  int replica_group_color(int rank) const { return rank % shard_group_size; }
+  // Colors for Communicator::split: a shard group per node or block; replica groups take the
+  // ranks at the same position of every group.
+  int shard_group_color(int rank) const {
+    return groups_by_node ? node_of_rank[static_cast<size_t>(rank)] : rank / shard_group_size;
+  }
+  int replica_group_color(int rank) const {
+    return groups_by_node ? index_on_node[static_cast<size_t>(rank)] : rank % shard_group_size;
+  }
 };
 
 // The plan for `strategy` on `world_size` ranks with `ranks_per_node` ranks on each host.
 // `hybrid_group_size` (HYBRID_SHARD only) is the shard group size; 0 means the ranks of one node.
 // Throws ConfigError naming sharding.hybrid_group_size when it does not divide the world size,
 // and for a world size or ranks per node below 1.
+// Shard groups are blocks of consecutive ranks (what the estimator assumes).
 ShardingPlan plan_sharding(ShardingStrategy strategy, int hybrid_group_size, int world_size, int ranks_per_node);
+
+// The plan on a job whose world rank r runs on node node_of_rank[r] (any numbering): as above,
+// except that HYBRID_SHARD with hybrid_group_size 0 makes each node a shard group (and needs the
+// same number of ranks on every node: ConfigError naming the nodes otherwise), and that blocks
+// spanning nodes are flagged (groups_cross_nodes). What the engine builds its communicators from.
+ShardingPlan plan_sharding(ShardingStrategy strategy, int hybrid_group_size, const std::vector<int>& node_of_rank);
 
 }  // namespace zeroshard
