@@ -34,6 +34,7 @@
 #include <unordered_set>
 
 #include "bench_step.h"
+#include "bench_util.h"
 #include "zeroshard/core/config.h"
 #include "sharding/models.h"
 #include "zeroshard/base/error.h"
@@ -43,7 +44,6 @@
 #include "zeroshard/sharding/engine.h"
 
 namespace zs = zeroshard;
-using Clock = std::chrono::steady_clock;
 
 namespace zs_bench {
 
@@ -122,28 +122,14 @@ namespace {
 
 using Args = zs_bench::StepArgs;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using zs_bench::median;
+using zs_bench::time_step;
 
-torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& y) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
-}
+using zs_bench::lm_loss;
 
 std::pair<torch::Tensor, torch::Tensor> batch_for(const Args& a, int rank, int step) {
   auto g = torch::make_generator<at::CPUGeneratorImpl>(100000 * rank + step);
   return {torch::randint(a.model.vocab, {a.batch, a.model.seq}, g), torch::randint(a.model.vocab, {a.batch, a.model.seq}, g)};
-}
-
-// Seconds for one step, slowest rank.
-double time_step(zs::Communicator& world, const std::function<void()>& step) {
-  world.barrier("bench.step")->wait();
-  auto t0 = Clock::now();
-  step();
-  at::Tensor t = torch::full({1}, std::chrono::duration<double>(Clock::now() - t0).count(), torch::kDouble);
-  world.all_reduce(t, zs::ReduceOp::kMax, "bench.time")->wait();
-  return t.item<double>();
 }
 
 }  // namespace
@@ -176,7 +162,7 @@ int main(int argc, char** argv) {
     auto plain_step = [&](int step) {
       auto [x, y] = batch_for(a, rank, step);
       popt.zero_grad();
-      loss_of(plain->forward(x), y).backward();
+      lm_loss(plain->forward(x), y).backward();
       popt.step();
     };
 
@@ -199,7 +185,7 @@ int main(int argc, char** argv) {
     auto zs_step = [&](int step) {
       auto [x, y] = batch_for(a, rank, step);
       engine.reset_comm_counters();
-      engine.forward([&] { return loss_of(model->forward(x), y); }).backward();
+      engine.forward([&] { return lm_loss(model->forward(x), y); }).backward();
       engine.step(*opt);
       comm_elements = engine.comm_counters().all_gather_elements + engine.comm_counters().reduce_elements;
       engine.zero_grad();
@@ -216,7 +202,7 @@ int main(int argc, char** argv) {
     // One more step to read the model state with gradients present.
     {
       auto [x, y] = batch_for(a, rank, 0);
-      engine.forward([&] { return loss_of(model->forward(x), y); }).backward();
+      engine.forward([&] { return lm_loss(model->forward(x), y); }).backward();
       engine.step(*opt);
     }
     const zs::DeviceMemoryUse after_zs = zs::device_memory_use();

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench_util.h"
 #include "gpt_bench_args.h"
 #include "sharding/models.h"
 #include "zeroshard/base/error.h"
@@ -34,21 +35,16 @@
 #include "zeroshard/sharding/torchscript.h"
 
 namespace zs = zeroshard;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
 // TorchScript's profiling executor profiles the first runs and optimizes the graph after them.
 constexpr int kWarmup = 5;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using zs_bench::median;
+using zs_bench::time_step;
 
-torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& y) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
-}
+using zs_bench::lm_loss;
 
 // The script's name of a C++ parameter: "h3.fc.weight" -> "h.3.fc.weight".
 std::string script_name(const std::string& cpp) {
@@ -78,16 +74,6 @@ void copy_weights(const torch::nn::Module& script, torch::nn::Module& cpp, const
   }
   ZS_REQUIRE(copied == cpp.named_parameters().size() && from.size() <= copied, zs::UsageError, "bench_torchscript: '",
              file, "' has ", from.size(), " parameters, the C++ GPT ", copied);
-}
-
-// Seconds for one step, slowest rank.
-double time_step(zs::Communicator& world, const std::function<void()>& step) {
-  world.barrier("bench.step")->wait();
-  auto t0 = Clock::now();
-  step();
-  at::Tensor t = torch::full({1}, std::chrono::duration<double>(Clock::now() - t0).count(), torch::kDouble);
-  world.all_reduce(t, zs::ReduceOp::kMax, "bench.time")->wait();
-  return t.item<double>();
 }
 
 struct Variant {
@@ -160,7 +146,7 @@ int main(int argc, char** argv) {
     };
     auto train_step = [&](Variant& v, int step) {
       auto [x, y] = batch_for(step);
-      at::Tensor loss = v.engine->forward([&] { return loss_of(v.forward(x), y); });
+      at::Tensor loss = v.engine->forward([&] { return lm_loss(v.forward(x), y); });
       loss.backward();
       v.engine->step(*v.opt);
       v.engine->zero_grad();

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/test_util.h"
 #include "sharding/gpt_trainer.h"
 #include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/checkpoint_format.h"
@@ -87,18 +88,8 @@ std::string fresh_root(const std::string& name) {
   return root;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const zs::CheckpointError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a CheckpointError: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
+std::string error_of(const std::function<void()>& fn) { return zs::test::error_text_of<zs::CheckpointError>(fn); }
+using zs::test::contains;
 
 std::string save(zs_test::GptTrainer& t, zs::ShardedOptimizer& opt, zs::Checkpointer& ckpt, int64_t step) {
   t.train(opt, 0, 1);

@@ -15,6 +15,7 @@
 #include <functional>
 #include <sstream>
 
+#include "common/test_util.h"
 #include "sharding/gpt_trainer.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -49,18 +50,8 @@ zs::ShardingOptions strategy_options(Strategy s) {
   return o;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const zs::CheckpointError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a CheckpointError: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-bool contains(const std::string& s, const std::string& p) { return s.find(p) != std::string::npos; }
+std::string error_of(const std::function<void()>& fn) { return zs::test::error_text_of<zs::CheckpointError>(fn); }
+using zs::test::contains;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
