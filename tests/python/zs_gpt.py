@@ -19,6 +19,7 @@ import struct
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class Block(nn.Module):
@@ -62,6 +63,9 @@ class Gpt(nn.Module):
             self.add_module(f"h{i}", Block(d_model, n_head, mlp_ratio, dropout))
         self.ln_f = nn.LayerNorm(d_model)
         self.lm_head_weight = self.wte.weight  # the output layer: the same tensor
+        # True: each block's activations are recomputed in backward (torch.utils.checkpoint), as
+        # train_gpt's activation_checkpointing every_n_blocks: 1 does; used by the speed peer.
+        self.checkpoint_blocks = False
         self.reset_parameters()
 
     def blocks(self):
@@ -83,7 +87,10 @@ class Gpt(nn.Module):
         pos = torch.arange(t, dtype=torch.long, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for b in self.blocks():
-            x = b(x)
+            if self.checkpoint_blocks and self.training and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(b, x)
+            else:
+                x = b(x)
         return F.linear(self.ln_f(x), self.wte.weight)
 
 
