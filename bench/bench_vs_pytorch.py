@@ -5,9 +5,9 @@
       [--warmup 5] [--variants fp32,bf16,bf16_ckpt] [--work DIR] [--mpirun mpirun]
 
 What runs:
-- zeroshard: `mpirun -n N --oversubscribe /usr/bin/time -f ... BIN/train_gpt --config
+- zeroshard: `mpirun -n N --oversubscribe /bin/sh -c '/usr/bin/time ...' BIN/train_gpt --config
   examples/configs/gpt_demo.textproto --set ...` with the model, batch and optimizer set explicitly
-  (below), FULL_SHARD (the demo config's strategy), every rank wrapped in GNU time for its peak RSS.
+  (below), FULL_SHARD (the demo config's strategy), every rank wrapped in GNU time (its own output file) for its peak RSS.
   Its tokens/s: train_gpt's --metrics-out step lines carry a throughput averaged over the last 20
   steps' busy time (train/src/progress.cpp); the busy time of every step is recovered from them
   exactly, and the rate is (steps after warm-up x tokens per step) / their busy time.
@@ -98,8 +98,13 @@ def common_sets(init_from, eval_windows, steps):
 
 
 def run_zeroshard(a, sets, metrics):
-    """One train_gpt run; returns (its output, peak RSS per rank in KiB, in rank-agnostic order)."""
-    cmd = [a.mpirun, "-n", str(a.ranks), "--oversubscribe", "/usr/bin/time", "-f", "ZS_PEAK_RSS_KIB=%M",
+    """One train_gpt run; returns (its output, peak RSS of every rank in KiB). Each rank runs under
+    GNU time writing to its own file (their stderr lines interleave through mpirun)."""
+    rss_dir = metrics + ".rss"
+    shutil.rmtree(rss_dir, ignore_errors=True)
+    os.makedirs(rss_dir)
+    wrapper = ('exec /usr/bin/time -f %M -o "$0/rank.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-$$}}" "$@"')
+    cmd = [a.mpirun, "-n", str(a.ranks), "--oversubscribe", "/bin/sh", "-c", wrapper, rss_dir,
            os.path.join(a.bin, "train_gpt"), "--config", CONFIG, "--metrics-out", metrics]
     for s in sets:
         cmd += ["--set", s]
@@ -107,10 +112,14 @@ def run_zeroshard(a, sets, metrics):
     if p.returncode != 0:
         print("+ " + " ".join(cmd) + "\n" + p.stdout, flush=True)
         fail(f"train_gpt exited with status {p.returncode} (command and output above)")
-    rss = [int(x) for x in re.findall(r"ZS_PEAK_RSS_KIB=(\d+)", p.stdout)]
+    rss = []
+    for name in sorted(os.listdir(rss_dir)):
+        text = open(os.path.join(rss_dir, name)).read().split()
+        if not text or not text[-1].isdigit():
+            fail(f"{rss_dir}/{name}: no peak RSS from /usr/bin/time (read {text})")
+        rss.append(int(text[-1]))
     if len(rss) != a.ranks:
-        print(p.stdout, flush=True)
-        fail(f"expected {a.ranks} peak-RSS lines from /usr/bin/time, found {len(rss)}")
+        fail(f"expected a peak-RSS file from /usr/bin/time for each of {a.ranks} ranks in {rss_dir}, found {len(rss)}")
     return p.stdout, rss
 
 
