@@ -304,7 +304,11 @@ def main():
                "rounds": a.rounds, "warmup_steps": a.warmup, "measured_steps": a.steps,
                "same_math": {"pytorch_val_loss": py_loss, "zeroshard_val_loss": zs_loss, "relative_difference": rel},
                "rows": {}}
-    print("\nmedian tokens/s over rounds; ratio = zeroshard / PyTorch of the medians [min..max of per-round ratios]; "
+    print("\nhow: zeroshard = train_gpt FULL_SHARD under mpirun, tokens/s from its --metrics-out step lines' busy time "
+          "after warm-up, peak RSS per rank from GNU time (%M); PyTorch = zs_gpt.Gpt under DDP/gloo in "
+          "torch.multiprocessing ranks, tokens/s from rank 0's wall time of forward+backward+clip+AdamW after "
+          "warm-up, peak RSS per rank from getrusage ru_maxrss; runs alternate in rounds, order flipped each round")
+    print("median tokens/s over rounds; ratio = zeroshard / PyTorch of the medians [min..max of per-round ratios]; "
           "peak RSS = the largest rank's, max over rounds")
     print(f"{'variant':10s} {'zeroshard config':16s} {'zeroshard':>10s} {'PyTorch':>10s} {'ratio':>6s} "
           f"{'spread':>13s} {'zs RSS':>8s} {'PT RSS':>8s}")
