@@ -140,17 +140,7 @@ int run(zs::Session& s) {
   model_line << "model: conv32-bn-pool, conv64-bn-pool, fc128, fc10 (dropout " << cfg.model().dropout() << ")";
   task.describe = {model_line.str(), "data: " + dir + ": " + std::to_string(train_set->size()) + " training images, " +
                                          std::to_string(test_set->size()) + " test images"};
-  if (required_accuracy >= 0) {
-    task.checks.push_back([&](const zs::TrainResult& r) {
-      const double accuracy = r.final_eval[1];
-      const bool ok = accuracy >= required_accuracy;
-      if (s.rank() == 0) {
-        std::printf("CHECK %s: test accuracy %.4f %s the required %.4f\n", ok ? "PASSED" : "FAILED", accuracy,
-                    ok ? "reaches" : "is below", required_accuracy);
-      }
-      return ok;
-    });
-  }
+  if (required_accuracy >= 0) task.checks.push_back(zs::at_least_check(s, 1, "test accuracy", required_accuracy));
   return trainer.fit(task).exit_status;
 }
 

@@ -187,4 +187,19 @@ int Trainer::run_memory_trial(const std::function<at::Tensor(int)>& micro_loss) 
   return 0;
 }
 
+std::function<bool(const TrainResult&)> at_least_check(const Session& session, size_t metric, std::string label,
+                                                       double required) {
+  return [&session, metric, label = std::move(label), required](const TrainResult& r) {
+    ZS_REQUIRE(metric < r.final_eval.size(), UsageError, "at_least_check: '", label, "' is evaluation metric ", metric,
+               " but the task evaluates ", r.final_eval.size());
+    const double value = r.final_eval[metric];
+    const bool ok = value >= required;
+    if (session.rank() == 0) {
+      std::printf("CHECK %s: %s %.4f %s the required %.4f\n", ok ? "PASSED" : "FAILED", label.c_str(), value,
+                  ok ? "reaches" : "is below", required);
+    }
+    return ok;
+  };
+}
+
 }  // namespace zeroshard

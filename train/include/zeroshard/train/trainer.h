@@ -155,6 +155,12 @@ struct TrainResult {
   int exit_status = 0;              // 1 when a check failed
 };
 
+// A TrainTask check: passes when final evaluation metric `metric` (its index in eval.metrics) is
+// at least `required`; rank 0 prints "CHECK PASSED: <label> X reaches the required Y" (or FAILED).
+// `session` must outlive the check.
+std::function<bool(const TrainResult&)> at_least_check(const Session& session, size_t metric, std::string label,
+                                                       double required);
+
 // ---- the trainer ----------------------------------------------------------------------------
 
 class Trainer {
