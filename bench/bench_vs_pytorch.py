@@ -14,7 +14,8 @@ What runs:
 - PyTorch: the same GPT (tests/python/zs_gpt.py, the Python copy of examples/gpt) under
   DistributedDataParallel over gloo, one process per rank started with torch.multiprocessing,
   torch.set_num_threads(cores // ranks) and OPENBLAS_NUM_THREADS the same (as train_gpt sets both),
-  AdamW with train_gpt's hyperparameters, gradient clipping, random byte windows of the training
+  AdamW with train_gpt's hyperparameters and param groups (no decay on 1-D parameters and embedding
+  tables, as zeroshard's default), gradient clipping, random byte windows of the training
   corpus. Its tokens/s: rank 0's wall time of forward+backward+clip+step over the steps after
   warm-up (DDP's all-reduce keeps the ranks in step). Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss
   in every rank process.
@@ -164,8 +165,14 @@ def peer_rank(rank, cfg):
     model.checkpoint_blocks = cfg["checkpoint"]
     model.train()
     ddp = DistributedDataParallel(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=OPT["lr"], betas=(OPT["beta1"], OPT["beta2"]), eps=OPT["eps"],
-                            weight_decay=OPT["weight_decay"])
+    # The param groups zeroshard's default (optimizer.no_decay_1d_and_embeddings) makes: no decay on
+    # 1-D parameters and embedding tables.
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    no_decay = [p for p in model.parameters() if p.dim() < 2 or id(p) in embeddings]
+    decay = [p for p in model.parameters() if not (p.dim() < 2 or id(p) in embeddings)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": OPT["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=OPT["lr"], betas=(OPT["beta1"], OPT["beta2"]), eps=OPT["eps"])
     train, _ = zs_gpt.split_corpus(CORPUS, VAL_FRACTION)
     tokens = torch.frombuffer(bytearray(train), dtype=torch.uint8).long()
     seq = MODEL["seq_len"]

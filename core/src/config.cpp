@@ -196,7 +196,7 @@ void for_each_leaf(const pb::Message& m, const std::string& prefix,
   const pb::Descriptor* d = m.GetDescriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     const pb::FieldDescriptor* f = d->field(i);
-    if (f->is_repeated()) continue;  // none in the schema today; lists are not validated here
+    if (f->is_repeated()) continue;  // lists (optimizer.param_groups) are checked where they are used
     std::string path = join_path(prefix, f->name());
     if (f->cpp_type() == Cpp::CPPTYPE_MESSAGE) {
       for_each_leaf(m.GetReflection()->GetMessage(m, f), path, fn);

@@ -53,6 +53,7 @@ void collect_leaf_paths(const pb::Descriptor* message, const std::string& prefix
                         std::vector<std::string>* out) {
   for (int i = 0; i < message->field_count(); ++i) {
     const pb::FieldDescriptor* f = message->field(i);
+    if (f->is_repeated()) continue;  // lists (optimizer.param_groups) come from config files only
     std::string path = join_path(prefix, f->name());
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
       collect_leaf_paths(f->message_type(), path, out);

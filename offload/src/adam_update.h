@@ -4,9 +4,11 @@
 // through host buffers. Private to zs_offload.
 
 #include <cstdint>
+#include <vector>
 
 #include "cpu_kernels.h"
 #include "zeroshard/offload/cpu_adam.h"
+#include "zeroshard/sharding/optimizer.h"
 
 namespace zeroshard::detail {
 
@@ -14,5 +16,12 @@ namespace zeroshard::detail {
 // may be null (no low-precision copy). Spreads the work over OpenMP tiles.
 void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p, const float* g,
                  float* m, float* v, uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n);
+
+// adam_update of the shard's elements [offset, offset + n), part by part as `runs` (shard_runs of
+// the shard) cut them: each part with its run's weight decay and lr() * lr_scale. The pointers
+// point at element `offset`.
+void adam_update_runs(SimdPath path, const CpuAdamOptions& o, const std::vector<ShardGroupRange>& runs,
+                      double lr, int64_t update, int64_t offset, float* p, const float* g, float* m, float* v,
+                      uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n);
 
 }  // namespace zeroshard::detail

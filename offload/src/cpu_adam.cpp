@@ -5,6 +5,7 @@
 
 #include <ATen/ops/zeros_like.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "adam_update.h"
@@ -82,6 +83,21 @@ void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t upda
   cpu_optim::run_tiles(n, [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
 }
 
+void adam_update_runs(SimdPath path, const CpuAdamOptions& o, const std::vector<ShardGroupRange>& runs,
+                      double lr, int64_t update, int64_t offset, float* p, const float* g, float* m, float* v,
+                      uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n) {
+  for (const ShardGroupRange& r : runs) {
+    const int64_t lo = std::max(r.begin, offset);
+    const int64_t hi = std::min(r.end, offset + n);
+    if (lo >= hi) continue;
+    const int64_t at = lo - offset;
+    CpuAdamOptions run_options = o;
+    run_options.weight_decay = r.weight_decay;
+    adam_update(path, run_options, lr * r.lr_scale, update, p + at, g + at, m + at, v + at,
+                lp == nullptr ? nullptr : lp + at, lp_type, hi - lo);
+  }
+}
+
 }  // namespace detail
 
 FusedCpuAdam::FusedCpuAdam(const CpuAdamOptions& options)
@@ -99,9 +115,9 @@ void FusedCpuAdam::update(size_t index, const ParamShard& s, const at::Tensor& l
     slot.exp_avg = at::zeros_like(s.param, at::MemoryFormat::Contiguous);
     slot.exp_avg_sq = at::zeros_like(s.param, at::MemoryFormat::Contiguous);
   }
-  detail::adam_update(path(), o_, lr_, slot.updates, s.param.data_ptr<float>(), s.grad.data_ptr<float>(),
-                      slot.exp_avg.data_ptr<float>(), slot.exp_avg_sq.data_ptr<float>(),
-                      cpu_optim::low_precision_data(lp), cpu_optim::low_precision_of(lp), s.param.numel());
+  detail::adam_update_runs(path(), o_, shard_runs(s, o_.weight_decay), lr_, slot.updates, 0, s.param.data_ptr<float>(),
+                           s.grad.data_ptr<float>(), slot.exp_avg.data_ptr<float>(), slot.exp_avg_sq.data_ptr<float>(),
+                           cpu_optim::low_precision_data(lp), cpu_optim::low_precision_of(lp), s.param.numel());
 }
 
 ShardOptimizerState FusedCpuAdam::get_state(size_t index) const {

@@ -63,6 +63,7 @@ void FusedCpuOptimizer::check_inputs(const std::vector<ParamShard>& shards,
                  "; they must match and be contiguous");
     }
   }
+  for (const ParamShard& s : shards) (void)shard_runs(s, 0.0);  // throws on malformed groups
   ZS_REQUIRE(lp_out.empty() || lp_out.size() == shards.size(), UsageError, name_,
              " step_with_copy: got ", lp_out.size(), " low-precision outputs for ", shards.size(),
              " shards; pass one per shard (undefined for none) or none");

@@ -48,28 +48,36 @@ FusedCpuSgd::FusedCpuSgd(const SgdOptions& options)
 FusedCpuSgd::~FusedCpuSgd() = default;
 
 void FusedCpuSgd::update(size_t index, const ParamShard& s, const at::Tensor& lp) {
-  cpu_optim::SgdArgs a{};
-  a.p = s.param.data_ptr<float>();
-  a.g = s.grad.data_ptr<float>();
-  a.lp = cpu_optim::low_precision_data(lp);
-  a.lp_type = cpu_optim::low_precision_of(lp);
-  // As torch::optim::SGD 1.13: the Scalar arguments (double) cast to float by the tensor ops.
-  a.l2 = o_.weight_decay != 0;
-  a.weight_decay = static_cast<float>(o_.weight_decay);
-  a.neg_lr = static_cast<float>(-1 * lr_);
+  at::Tensor* buf = nullptr;
+  bool first = false;
   if (o_.momentum != 0) {
     if (momentum_.size() <= index) momentum_.resize(index + 1);
-    at::Tensor& buf = momentum_[index];
+    buf = &momentum_[index];
     // torch clones d_p at the first update; the kernel writes every element of it (first = true).
-    a.first = !buf.defined();
-    if (a.first) buf = at::empty_like(s.param, at::MemoryFormat::Contiguous);
-    a.buf = buf.data_ptr<float>();
-    a.momentum = static_cast<float>(o_.momentum);
-    a.one_minus_dampening = static_cast<float>(1 - o_.dampening);
-    a.nesterov = o_.nesterov;
+    first = !buf->defined();
+    if (first) *buf = at::empty_like(s.param, at::MemoryFormat::Contiguous);
   }
   const cpu_optim::SgdFn kernel = kernel_for(path());
-  cpu_optim::run_tiles(s.param.numel(), [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
+  uint16_t* lp_data = cpu_optim::low_precision_data(lp);
+  for (const ShardGroupRange& r : shard_runs(s, o_.weight_decay)) {
+    cpu_optim::SgdArgs a{};
+    a.p = s.param.data_ptr<float>() + r.begin;
+    a.g = s.grad.data_ptr<float>() + r.begin;
+    a.lp = lp_data == nullptr ? nullptr : lp_data + r.begin;
+    a.lp_type = cpu_optim::low_precision_of(lp);
+    // As torch::optim::SGD 1.13: the Scalar arguments (double) cast to float by the tensor ops.
+    a.l2 = r.weight_decay != 0;
+    a.weight_decay = static_cast<float>(r.weight_decay);
+    a.neg_lr = static_cast<float>(-1 * (lr_ * r.lr_scale));
+    if (buf != nullptr) {
+      a.first = first;
+      a.buf = buf->data_ptr<float>() + r.begin;
+      a.momentum = static_cast<float>(o_.momentum);
+      a.one_minus_dampening = static_cast<float>(1 - o_.dampening);
+      a.nesterov = o_.nesterov;
+    }
+    cpu_optim::run_tiles(r.end - r.begin, [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
+  }
 }
 
 // SGD counts no updates: a position's first update is the one that finds no momentum buffer.

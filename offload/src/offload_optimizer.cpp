@@ -151,6 +151,7 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
                                      s.grad.is_contiguous()),
                UsageError, "OffloadedOptimizer step: the grad of shard ", i, " ('", s.name,
                "') must be a contiguous fp32 tensor of ", s.param.numel(), " elements");
+    (void)shard_runs(s, adam.weight_decay);  // throws on malformed groups before anything changes
   }
   if (!layout_recorded) {
     if (o.target == OffloadTarget::kCpu) {
@@ -193,9 +194,10 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
     }
     const int64_t update = slot.updates + 1;
     float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
+    const std::vector<ShardGroupRange> runs = shard_runs(s, adam.weight_decay);
     if (in_place && host_fp32(s.grad)) {
-      detail::adam_update(path, adam, lr, update, p, s.grad.data_ptr<float>(), slot.m.data_ptr<float>(),
-                          slot.v.data_ptr<float>(), nullptr, cpu_optim::LowPrecision::kNone, n);
+      detail::adam_update_runs(path, adam, runs, lr, update, 0, p, s.grad.data_ptr<float>(), slot.m.data_ptr<float>(),
+                               slot.v.data_ptr<float>(), nullptr, cpu_optim::LowPrecision::kNone, n);
     } else {
       // Device-resident shard (or a gradient elsewhere): chunks of the gradient come to the host
       // through pinned staging, chunks of the new values go back.
@@ -204,8 +206,9 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
         const int64_t c = std::min(chunk_elems, n - off);
         at::Tensor g = grad_staging.narrow(0, 0, c);
         g.copy_(s.grad.narrow(0, off, c));
-        detail::adam_update(path, adam, lr, update, p + off, g.data_ptr<float>(), slot.m.data_ptr<float>() + off,
-                            slot.v.data_ptr<float>() + off, nullptr, cpu_optim::LowPrecision::kNone, c);
+        detail::adam_update_runs(path, adam, runs, lr, update, off, p + off, g.data_ptr<float>(),
+                                 slot.m.data_ptr<float>() + off, slot.v.data_ptr<float>() + off, nullptr,
+                                 cpu_optim::LowPrecision::kNone, c);
         if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
       }
     }
@@ -242,6 +245,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
   const int dst = initialize ? f.current : 1 - f.current;
   const int64_t C = f.chunk_elems;
   const int64_t update = f.updates + 1;
+  const std::vector<ShardGroupRange> runs = shard_runs(s, adam.weight_decay);
   std::vector<IoEngine::Handle> reads(static_cast<size_t>(f.chunks), 0);
   std::vector<IoEngine::Handle> writes(static_cast<size_t>(f.chunks), 0);
   std::vector<bool> write_pending(static_cast<size_t>(f.chunks), false);
@@ -289,7 +293,8 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
           staged.copy_(s.grad.narrow(0, k * C, c));
           g = staged.data_ptr<float>();
         }
-        detail::adam_update(path, adam, lr, update, p, g, m, v, nullptr, cpu_optim::LowPrecision::kNone, c);
+        detail::adam_update_runs(path, adam, runs, lr, update, k * C, p, g, m, v, nullptr,
+                                 cpu_optim::LowPrecision::kNone, c);
         if (host_fp32(s.param)) {
           std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
         } else {

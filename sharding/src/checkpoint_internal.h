@@ -81,6 +81,7 @@ struct Checkpointer::Impl {
   void apply(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir, TrainingState& out);
   void check_structure(const ckpt::Manifest& m, const std::vector<FlatParam*>& flats, const std::string& dir) const;
   void check_optimizer(const ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir) const;
+  void check_param_groups(const ckpt::Manifest& m, const std::string& dir) const;
   void load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                   const std::vector<FlatParam*>& flats);
   void load_buffers(const ckpt::Manifest& m, const std::string& dir);

@@ -14,6 +14,7 @@
 
 #include "checkpoint_internal.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/io/rank_file.h"
 #include "zeroshard/sharding/checkpoint_manifest.h"
@@ -93,6 +94,7 @@ void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, c
   const std::vector<FlatParam*> flats = engine.flat_params();
   check_structure(m, flats, dir);
   check_optimizer(opt, m, dir);
+  check_param_groups(m, dir);
   out.resharded = m.world_size() != comm->size() || m.shard_group_size() != engine.shard_group_size();
   load_flats(opt, m, dir, flats);
   load_buffers(m, dir);
@@ -156,6 +158,29 @@ void Checkpointer::Impl::check_optimizer(const ShardedOptimizer& opt, const ckpt
   ZS_REQUIRE(saved == names, CheckpointError, "checkpoint '", dir, "' holds optimizer state for ", m.optimizer(), " (",
              saved.size(), " tensors per element), the optimizer now is ", opt.describe(), " (", names.size(),
              "); load with the same optimizer type");
+}
+
+// The parameter groups the run trains with must be those the checkpoint was trained with: a
+// resumed run that decays other parameters is not the run that was saved. Checkpoints without
+// groups (saved before set_param_groups existed, or by a run that never set them) are not checked.
+void Checkpointer::Impl::check_param_groups(const ckpt::Manifest& m, const std::string& dir) const {
+  const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
+  if (groups.empty()) return;
+  size_t k = 0;
+  for (const auto& fe : m.flats()) {
+    if (!fe.trainable()) continue;
+    for (const auto& p : fe.params()) {
+      if (k >= groups.size()) return;  // check_structure already compared the parameters
+      const ParamGroupAssignment& g = groups[k++];
+      if (!p.has_weight_decay()) continue;
+      ZS_REQUIRE(p.weight_decay() == g.weight_decay && p.lr_scale() == g.lr_scale, CheckpointError, "checkpoint '",
+                 dir, "' trained parameter '", p.name(), "' with weight_decay ", format_double(p.weight_decay()),
+                 ", lr_scale ", format_double(p.lr_scale()), "; this run gives it weight_decay ",
+                 format_double(g.weight_decay), ", lr_scale ", format_double(g.lr_scale), " (", g.why,
+                 "); resume with the optimizer settings it was saved with (optimizer.weight_decay, "
+                 "optimizer.no_decay_1d_and_embeddings, optimizer.param_groups)");
+    }
+  }
 }
 
 void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,

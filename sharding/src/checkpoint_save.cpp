@@ -103,6 +103,8 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
   for (const auto& n : opt.state_names()) m.add_optimizer_state_names(n);
   m.set_optimizer_steps(opt.steps());
   size_t trainable_index = 0;
+  const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
+  size_t group_index = 0;  // groups cover the trainable parameters, in this order
   for (size_t i = 0; i < flats.size(); ++i) {
     FlatParam& f = *flats[i];
     ckpt::FlatEntry* fe = m.add_flats();
@@ -124,6 +126,11 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
       for (int64_t d : ps.shape) pe->add_shape(d);
       pe->set_offset(ps.offset);
       pe->set_numel(ps.numel);
+      if (f.trainable() && group_index < groups.size()) {
+        pe->set_weight_decay(groups[group_index].weight_decay);
+        pe->set_lr_scale(groups[group_index].lr_scale);
+        ++group_index;
+      }
     }
   }
   for (const auto& b : engine.model().named_buffers()) {

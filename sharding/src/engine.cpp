@@ -10,6 +10,7 @@
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -365,11 +366,60 @@ std::vector<ParamShard> ShardingEngine::param_shards() {
   std::vector<ParamShard> out;
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
-      if (f->trainable()) out.push_back({f->shard(), f->grad_shard(), f->name()});
+      if (!f->trainable()) continue;
+      ParamShard s{f->shard(), f->grad_shard(), f->name(), {}};
+      if (!impl_->shard_group_ranges.empty()) s.groups = impl_->shard_group_ranges[out.size()];
+      out.push_back(std::move(s));
     }
   }
   return out;
 }
+
+void ShardingEngine::set_param_groups(const ParamGroupOptions& options) {
+  // The weights of Embedding / EmbeddingBag modules, by qualified name.
+  std::unordered_set<std::string> embeddings;
+  for (const auto& item : impl_->model->named_modules()) {
+    const std::string& type = item.value()->name();
+    if (type != "torch::nn::EmbeddingImpl" && type != "torch::nn::EmbeddingBagImpl") continue;
+    embeddings.insert(item.key().empty() ? "weight" : item.key() + ".weight");
+  }
+  std::vector<ParamGroupParam> params;
+  for (auto& u : impl_->units) {
+    for (auto& f : u->flats) {
+      if (!f->trainable()) continue;
+      for (const ParamSlot& slot : f->slots()) {
+        ParamGroupParam p{slot.name, slot.aliases, static_cast<int64_t>(slot.shape.size()), slot.numel,
+                          embeddings.count(slot.name) > 0};
+        for (const std::string& a : slot.aliases) p.embedding = p.embedding || embeddings.count(a) > 0;
+        params.push_back(std::move(p));
+      }
+    }
+  }
+  std::vector<ParamGroupAssignment> groups = assign_param_groups(options, params);
+  // Each slot's part of this rank's shard [lo, lo + S) of the flat layout, as shard offsets.
+  std::vector<std::vector<ShardGroupRange>> ranges;
+  size_t k = 0;
+  for (auto& u : impl_->units) {
+    for (auto& f : u->flats) {
+      if (!f->trainable()) continue;
+      const int64_t lo = static_cast<int64_t>(f->shard_group().rank()) * f->shard_numel();
+      const int64_t hi = lo + f->shard_numel();
+      std::vector<ShardGroupRange> mine;
+      for (const ParamSlot& slot : f->slots()) {
+        const ParamGroupAssignment& g = groups[k++];
+        const int64_t b = std::max(slot.offset, lo), e = std::min(slot.offset + slot.numel, hi);
+        if (b < e) mine.push_back({b - lo, e - lo, g.weight_decay, g.lr_scale});
+      }
+      std::sort(mine.begin(), mine.end(),
+                [](const ShardGroupRange& x, const ShardGroupRange& y) { return x.begin < y.begin; });
+      ranges.push_back(std::move(mine));
+    }
+  }
+  impl_->param_groups = std::move(groups);
+  impl_->shard_group_ranges = std::move(ranges);
+}
+
+const std::vector<ParamGroupAssignment>& ShardingEngine::param_groups() const { return impl_->param_groups; }
 
 std::vector<FlatParam*> ShardingEngine::flat_params() {
   std::vector<FlatParam*> out;

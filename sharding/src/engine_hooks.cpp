@@ -12,6 +12,8 @@
 #include <unordered_set>
 
 #include "engine_internal.h"
+
+#include <torch/csrc/autograd/custom_function.h>
 #include "sharded_init_internal.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -97,6 +99,12 @@ c10::optional<c10::ScalarType> unit_input_dtype(UnitState* unit) {
 }
 void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs) {
   unit->engine->post_forward(unit, outputs);
+}
+
+at::Tensor unit_mark_input(UnitState* unit, const at::Tensor& t) { return unit->engine->mark_input(unit, t); }
+
+void unit_input_opaque(UnitState* unit) {
+  if (c10::GradMode::is_enabled()) unit->inputs_opaque = true;
 }
 
 bool unit_in_backward(UnitState* unit) { return unit->engine->in_backward(); }
@@ -210,6 +218,64 @@ void detail::ShardingEngineImpl::post_forward(UnitState* u, const std::vector<at
   (void)hooked;
 }
 
+// A unit with frozen parameters cannot take its last parameter gradient as the end of its
+// backward: a frozen weight is still read by the node that computes the gradient of the unit's
+// input (a LoRA base layer; the adapters' gradients may all be in before it runs), and a unit
+// without trainable parameters has no gradient accumulator at all. Its inputs tell: each tensor
+// argument that needs a gradient goes through an identity node (InputDone) whose backward runs
+// once the unit's backward has produced that input's gradient, before the gradient travels on to
+// whatever made the input (the previous unit, whose pre-backward gathers and prefetches). Once
+// all of them and the parameters' gradients are in, nothing of the unit's backward is left: it
+// reshards there (FSDP does the same for frozen modules) instead of holding its parameters until
+// the end of backward. Inputs that need no gradient are not waited for (no backward reaches the
+// unit through them); arguments that may hide tensors leave the unit to the end of backward.
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct InputDone : torch::autograd::Function<InputDone> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, detail::ShardingEngineImpl* engine,
+                            UnitState* unit, int64_t pass) {
+    ctx->saved_data["engine"] = reinterpret_cast<int64_t>(engine);
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    ctx->saved_data["pass"] = pass;
+    return x;  // returned as a view with this node as its gradient function
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* engine = reinterpret_cast<detail::ShardingEngineImpl*>(ctx->saved_data["engine"].toInt());
+    auto* unit = reinterpret_cast<UnitState*>(ctx->saved_data["unit"].toInt());
+    engine->input_grad_ready(unit, static_cast<uint64_t>(ctx->saved_data["pass"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor detail::ShardingEngineImpl::mark_input(UnitState* u, const at::Tensor& x) {
+  if (u->is_root || options.strategy == ShardingStrategy::kNoShard || !c10::GradMode::is_enabled() ||
+      !x.defined() || !x.requires_grad()) {
+    return x;
+  }
+  bool has_frozen = false;
+  for (const auto& f : u->flats) has_frozen = has_frozen || !f->trainable();
+  if (!has_frozen) return x;  // its last parameter gradient ends its backward
+  ++u->inputs_watched;
+  return InputDone::apply(x, this, u, static_cast<int64_t>(backward_passes));
+}
+
+void detail::ShardingEngineImpl::input_grad_ready(UnitState* u, uint64_t pass) {
+  if (pass != backward_passes || !u->pre_backward_done || u->post_backward_done) return;
+  ++u->inputs_seen;
+  maybe_post_backward(u);
+}
+
+void detail::ShardingEngineImpl::maybe_post_backward(UnitState* u) {
+  if (u->grads_seen == u->grads_expected && !u->inputs_opaque && u->inputs_seen == u->inputs_watched) {
+    post_backward(u);
+  }
+}
+
 void detail::ShardingEngineImpl::pre_backward(UnitState* u) {
   if (u->pre_backward_done) return;
   u->pre_backward_done = true;
@@ -232,7 +298,8 @@ void detail::ShardingEngineImpl::on_grad_ready(UnitState* u) {
              "' produced parameter gradients but none of its outputs was seen by the engine: a unit's "
              "forward must return its tensors (a tensor, a vector or a tuple of tensors) and be called "
              "through its Unit holder");
-  if (++u->grads_seen == u->grads_expected) post_backward(u);
+  ++u->grads_seen;
+  maybe_post_backward(u);
 }
 
 // Gradient buffers retired to the reduce-scatter stream that may be outstanding before the compute
@@ -311,7 +378,10 @@ void detail::ShardingEngineImpl::finalize_backward() {
     u->pre_backward_done = false;
     u->post_backward_done = false;
     u->grads_seen = 0;
+    u->inputs_watched = u->inputs_seen = 0;
+    u->inputs_opaque = false;
   }
+  ++backward_passes;
   reducing.clear();
   replica_reducing.clear();
   callback_queued = false;
@@ -409,7 +479,10 @@ void detail::ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
     u->pre_backward_done = false;
     u->post_backward_done = false;
     u->grads_seen = 0;
+    u->inputs_watched = u->inputs_seen = 0;
+    u->inputs_opaque = false;
   }
+  ++backward_passes;
   reducing.clear();
   replica_reducing.clear();
   root_active = false;

@@ -13,6 +13,7 @@
 #include "zeroshard/comm/streams.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/sharding/param_groups.h"
 #include "zeroshard/sharding/sharded_init.h"
 
 namespace zeroshard {
@@ -37,6 +38,12 @@ struct UnitState {
   bool post_backward_done = false;
   int grads_expected = 0;
   int grads_seen = 0;
+  // Units with frozen parameters end their backward when, besides their parameters' gradients,
+  // the gradients of the inputs they were called with are complete (mark_input). Per pass;
+  // `inputs_opaque`: a call had arguments that may hide tensors (then: at the end of backward).
+  int inputs_watched = 0;
+  int inputs_seen = 0;
+  bool inputs_opaque = false;
 };
 
 struct ShardingEngineImpl {
@@ -61,6 +68,11 @@ struct ShardingEngineImpl {
   // --- lifecycle (engine_hooks.cpp) ---
   void pre_forward(detail::UnitState* u);
   void post_forward(detail::UnitState* u, const std::vector<at::Tensor>& outputs);
+  at::Tensor mark_input(detail::UnitState* u, const at::Tensor& x);
+  void input_grad_ready(detail::UnitState* u, uint64_t pass);
+  // post_backward once the parameters' gradients and the watched inputs' are all complete.
+  void maybe_post_backward(detail::UnitState* u);
+  uint64_t backward_passes = 0;  // completed backward passes: tells a stale input hook apart
   void pre_backward(detail::UnitState* u);
   void on_grad_ready(detail::UnitState* u);
   void post_backward(detail::UnitState* u);
@@ -115,6 +127,10 @@ struct ShardingEngineImpl {
   // Declared before `units`: FlatParams report into it when destroyed. Shared with ShardedInit.
   std::shared_ptr<MemoryStats> mem = std::make_shared<MemoryStats>();
   std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
+  // set_param_groups: every trainable parameter's assignment (flat order), and per trainable
+  // flat (param_shards() order) its shard's element ranges.
+  std::vector<ParamGroupAssignment> param_groups;
+  std::vector<std::vector<ShardGroupRange>> shard_group_ranges;
   detail::UnitState* root = nullptr;
   std::vector<detail::UnitState*> forward_order;
   bool recording_order = true;  // until the first backward completes

@@ -108,13 +108,16 @@ class ShardedOptimizerBase : public ShardedOptimizer {
  protected:
   using ShardedOptimizer::ShardedOptimizer;
 
-  // Updates one shard in place. `slot.updates` already counts this update (1 on the first).
-  virtual void update(ShardSlot& slot, const at::Tensor& param, const at::Tensor& grad) = 0;
+  // Updates one shard in place, run by run (shard_runs). `slot.updates` already counts this
+  // update (1 on the first).
+  virtual void update(ShardSlot& slot, const ParamShard& shard) = 0;
   // Updates the shards at `indices` (in order; their slots already count this update). The
   // default calls update() for each; an optimizer with a multi-tensor kernel overrides it.
   virtual void update_all(const std::vector<size_t>& indices, const std::vector<ParamShard>& shards) {
-    for (size_t i : indices) update(slots_[i], shards[i].param, shards[i].grad);
+    for (size_t i : indices) update(slots_[i], shards[i]);
   }
+  // The weight decay of elements outside every parameter group.
+  virtual double default_weight_decay() const = 0;
   ShardSlot& slot(size_t index) { return slots_[index]; }
 
  private:
@@ -134,7 +137,10 @@ class ShardedOptimizerBase : public ShardedOptimizer {
   }
 
   void check_shards(const std::vector<ParamShard>& shards) {
-    for (size_t i = 0; i < shards.size(); ++i) check_shard(shards[i], i);
+    for (size_t i = 0; i < shards.size(); ++i) {
+      check_shard(shards[i], i);
+      (void)shard_runs(shards[i], default_weight_decay());  // throws on malformed groups
+    }
     if (!layout_recorded_) {
       slots_.resize(shards.size());
       for (size_t i = 0; i < shards.size(); ++i) {
@@ -266,19 +272,28 @@ class Sgd final : public ShardedOptimizerBase {
   }
 
  private:
-  void update(ShardSlot& slot, const at::Tensor& p, const at::Tensor& grad) override {
-    at::Tensor d_p = grad;
-    if (o_.weight_decay != 0) d_p = d_p.add(p, o_.weight_decay);
-    if (o_.momentum != 0) {
-      if (slot.state.empty()) {
-        slot.state.push_back(d_p.clone());
-      } else {
-        slot.state[0].mul_(o_.momentum).add_(d_p, 1 - o_.dampening);
+  double default_weight_decay() const override { return o_.weight_decay; }
+
+  void update(ShardSlot& slot, const ParamShard& shard) override {
+    // torch clones d_p into a new buffer at the first update; here each run copies its part.
+    const bool first = o_.momentum != 0 && slot.state.empty();
+    if (first) slot.state.push_back(at::empty_like(shard.param, at::MemoryFormat::Contiguous));
+    for (const ShardGroupRange& r : shard_runs(shard, o_.weight_decay)) {
+      const int64_t n = r.end - r.begin;
+      at::Tensor p = shard.param.narrow(0, r.begin, n);
+      at::Tensor d_p = shard.grad.narrow(0, r.begin, n);
+      if (r.weight_decay != 0) d_p = d_p.add(p, r.weight_decay);
+      if (o_.momentum != 0) {
+        at::Tensor buf = slot.state[0].narrow(0, r.begin, n);
+        if (first) {
+          buf.copy_(d_p);
+        } else {
+          buf.mul_(o_.momentum).add_(d_p, 1 - o_.dampening);
+        }
+        d_p = o_.nesterov ? d_p.add(buf, o_.momentum) : buf;
       }
-      const at::Tensor& buf = slot.state[0];
-      d_p = o_.nesterov ? d_p.add(buf, o_.momentum) : buf;
+      p.add_(d_p, -1 * (lr_ * r.lr_scale));
     }
-    p.add_(d_p, -1 * lr_);
   }
 
   SgdOptions o_;
@@ -320,30 +335,37 @@ class Adam final : public ShardedOptimizerBase {
     }
   }
 
-  void update(ShardSlot& slot, const at::Tensor& p, const at::Tensor& g) override {
-    if (decoupled_ && o_.weight_decay != 0) p.mul_(1 - lr_ * o_.weight_decay);
-    init_state(slot, p);
-    at::Tensor& exp_avg = slot.state[kExpAvg];
-    at::Tensor& exp_avg_sq = slot.state[kExpAvgSq];
+  double default_weight_decay() const override { return o_.weight_decay; }
+
+  void update(ShardSlot& slot, const ParamShard& shard) override {
+    init_state(slot, shard.param);
     const double t = static_cast<double>(slot.updates);
     const double bias_correction1 = 1 - std::pow(o_.beta1, t);
     const double bias_correction2 = 1 - std::pow(o_.beta2, t);
+    for (const ShardGroupRange& r : shard_runs(shard, o_.weight_decay)) {
+      const int64_t n = r.end - r.begin;
+      const double lr = lr_ * r.lr_scale;
+      at::Tensor p = shard.param.narrow(0, r.begin, n);
+      at::Tensor exp_avg = slot.state[kExpAvg].narrow(0, r.begin, n);
+      at::Tensor exp_avg_sq = slot.state[kExpAvgSq].narrow(0, r.begin, n);
+      if (decoupled_ && r.weight_decay != 0) p.mul_(1 - lr * r.weight_decay);
 
-    at::Tensor grad = g;
-    if (!decoupled_ && o_.weight_decay != 0) grad = grad.add(p, o_.weight_decay);
-    exp_avg.mul_(o_.beta1).add_(grad, 1 - o_.beta1);
-    exp_avg_sq.mul_(o_.beta2).addcmul_(grad, grad, 1 - o_.beta2);
+      at::Tensor grad = shard.grad.narrow(0, r.begin, n);
+      if (!decoupled_ && r.weight_decay != 0) grad = grad.add(p, r.weight_decay);
+      exp_avg.mul_(o_.beta1).add_(grad, 1 - o_.beta1);
+      exp_avg_sq.mul_(o_.beta2).addcmul_(grad, grad, 1 - o_.beta2);
 
-    at::Tensor denom;
-    if (o_.amsgrad) {
-      at::Tensor& max_exp_avg_sq = slot.state[kMaxExpAvgSq];
-      at::max_out(max_exp_avg_sq, exp_avg_sq, max_exp_avg_sq);
-      denom = max_exp_avg_sq.sqrt().div(std::sqrt(bias_correction2)).add_(o_.eps);
-    } else {
-      denom = exp_avg_sq.sqrt().div(std::sqrt(bias_correction2)).add_(o_.eps);
+      at::Tensor denom;
+      if (o_.amsgrad) {
+        at::Tensor max_exp_avg_sq = slot.state[kMaxExpAvgSq].narrow(0, r.begin, n);
+        at::max_out(max_exp_avg_sq, exp_avg_sq, max_exp_avg_sq);
+        denom = max_exp_avg_sq.sqrt().div(std::sqrt(bias_correction2)).add_(o_.eps);
+      } else {
+        denom = exp_avg_sq.sqrt().div(std::sqrt(bias_correction2)).add_(o_.eps);
+      }
+      const double step_size = lr / bias_correction1;
+      p.addcdiv_(exp_avg, denom, -step_size);
     }
-    const double step_size = lr_ / bias_correction1;
-    p.addcdiv_(exp_avg, denom, -step_size);
   }
 
 #if ZS_HAVE_FUSED_ADAM
@@ -353,29 +375,53 @@ class Adam final : public ShardedOptimizerBase {
   // by rounding only; CPU shards keep update(), which matches torch::optim bit for bit.
   void update_all(const std::vector<size_t>& indices, const std::vector<ParamShard>& shards) override {
     if (!on_one_cuda_device(indices, shards)) return ShardedOptimizerBase::update_all(indices, shards);
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+    // One launch per distinct (weight decay, lr scale): each takes its runs of every shard as
+    // views. A shard's step counter is advanced once and shared by all its runs.
+    struct Launch {
+      double weight_decay = 0, lr_scale = 1;
+      std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+    };
+    std::vector<Launch> launches;
+    std::vector<at::Tensor> shard_steps;
     for (size_t i : indices) {
       ShardSlot& s = slot(i);
-      const at::Tensor& p = shards[i].param;
-      init_state(s, p);
+      const ParamShard& shard = shards[i];
+      init_state(s, shard.param);
       if (!s.device_step.defined()) {
         // The updates before this one (update() may have run them, e.g. on another device).
-        s.device_step = at::full({}, static_cast<double>(s.updates - 1), p.options());
+        s.device_step = at::full({}, static_cast<double>(s.updates - 1), shard.param.options());
       }
-      params.push_back(p);
-      grads.push_back(shards[i].grad);
-      exp_avgs.push_back(s.state[kExpAvg]);
-      exp_avg_sqs.push_back(s.state[kExpAvgSq]);
-      if (o_.amsgrad) max_exp_avg_sqs.push_back(s.state[kMaxExpAvgSq]);
-      steps.push_back(s.device_step);
+      shard_steps.push_back(s.device_step);
+      for (const ShardGroupRange& r : shard_runs(shard, o_.weight_decay)) {
+        Launch* l = nullptr;
+        for (Launch& c : launches) {
+          if (c.weight_decay == r.weight_decay && c.lr_scale == r.lr_scale) l = &c;
+        }
+        if (l == nullptr) {
+          launches.emplace_back();
+          l = &launches.back();
+          l->weight_decay = r.weight_decay;
+          l->lr_scale = r.lr_scale;
+        }
+        const int64_t n = r.end - r.begin;
+        l->params.push_back(shard.param.narrow(0, r.begin, n));
+        l->grads.push_back(shard.grad.narrow(0, r.begin, n));
+        l->exp_avgs.push_back(s.state[kExpAvg].narrow(0, r.begin, n));
+        l->exp_avg_sqs.push_back(s.state[kExpAvgSq].narrow(0, r.begin, n));
+        if (o_.amsgrad) l->max_exp_avg_sqs.push_back(s.state[kMaxExpAvgSq].narrow(0, r.begin, n));
+        l->steps.push_back(s.device_step);
+      }
     }
-    at::_foreach_add_(steps, at::Scalar(1.0));
-    if (decoupled_) {
-      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr_, o_.beta1, o_.beta2,
-                        o_.weight_decay, o_.eps, o_.amsgrad, /*maximize=*/false);
-    } else {
-      at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr_, o_.beta1, o_.beta2,
-                       o_.weight_decay, o_.eps, o_.amsgrad, /*maximize=*/false);
+    at::_foreach_add_(shard_steps, at::Scalar(1.0));
+    for (Launch& l : launches) {
+      const double lr = lr_ * l.lr_scale;
+      if (decoupled_) {
+        at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, lr, o_.beta1,
+                          o_.beta2, l.weight_decay, o_.eps, o_.amsgrad, /*maximize=*/false);
+      } else {
+        at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, lr, o_.beta1,
+                         o_.beta2, l.weight_decay, o_.eps, o_.amsgrad, /*maximize=*/false);
+      }
     }
   }
 
@@ -400,6 +446,37 @@ std::unique_ptr<ShardedOptimizer> make_adam_checked(const AdamOptions& o, bool d
 }
 
 }  // namespace
+
+std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay) {
+  const int64_t numel = shard.param.defined() ? shard.param.numel() : 0;
+  std::vector<ShardGroupRange> runs;
+  auto append = [&](ShardGroupRange r) {
+    if (r.end == r.begin) return;
+    if (!runs.empty() && runs.back().end == r.begin && runs.back().weight_decay == r.weight_decay &&
+        runs.back().lr_scale == r.lr_scale) {
+      runs.back().end = r.end;
+    } else {
+      runs.push_back(r);
+    }
+  };
+  int64_t at = 0;
+  for (size_t k = 0; k < shard.groups.size(); ++k) {
+    const ShardGroupRange& g = shard.groups[k];
+    ZS_REQUIRE(g.begin >= at && g.end >= g.begin && g.end <= numel, UsageError, "optimizer: group range ", k,
+               " [", g.begin, ", ", g.end, ") of shard '", shard.name, "' (", numel,
+               " elements) is out of order, overlaps the previous one or leaves the shard");
+    ZS_REQUIRE(std::isfinite(g.weight_decay) && g.weight_decay >= 0 && std::isfinite(g.lr_scale) &&
+                   g.lr_scale >= 0,
+               UsageError, "optimizer: group range ", k, " of shard '", shard.name,
+               "' has weight_decay = ", format_double(g.weight_decay), ", lr_scale = ", format_double(g.lr_scale),
+               "; both must be finite and >= 0");
+    append({at, g.begin, default_weight_decay, 1.0});
+    append(g);
+    at = g.end;
+  }
+  append({at, numel, default_weight_decay, 1.0});
+  return runs;
+}
 
 std::unique_ptr<ShardedOptimizer> make_sgd(const SgdOptions& options) {
   check_sgd(options, OptionChecker("SgdOptions.", /*config_error=*/false));

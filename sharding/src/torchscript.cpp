@@ -64,13 +64,15 @@ void op_unit_enter(const c10::IValue& self) {
   keeping_error([&] {
     node->enter(unit);
     unit_pre_forward(unit);
+    if (!node->inputs_known) unit_input_opaque(unit);
   });
 }
 
 at::Tensor op_unit_input(const c10::IValue& self, at::Tensor x) {
   ScriptNode* node = find_node(self);
   UnitState* unit = node != nullptr ? find_managed_unit(node) : nullptr;
-  return unit != nullptr ? cast_input(x, unit_input_dtype(unit)) : x;
+  if (unit == nullptr) return x;
+  return unit_mark_input(unit, cast_input(x, unit_input_dtype(unit)));
 }
 
 at::Tensor op_unit_exit(const c10::IValue& self, at::Tensor x) {
@@ -158,6 +160,17 @@ ScriptNode::ScriptNode(torch::jit::Module script, std::string path, std::uint64_
     register_parameter(p.name, p.value, p.value.requires_grad());
   }
   for (const auto& b : script_.named_buffers(/*recurse=*/false)) register_buffer(b.name, b.value);
+  if (auto forward = script_.find_method("forward")) {
+    const auto& args = forward->function().getSchema().arguments();
+    inputs_known = true;
+    for (size_t i = 1; i < args.size(); ++i) {
+      const c10::TypePtr& t = args[i].type();
+      const bool plain = t->isSubtypeOf(*c10::TensorType::get()) || t->kind() == c10::TypeKind::IntType ||
+                         t->kind() == c10::TypeKind::FloatType || t->kind() == c10::TypeKind::BoolType ||
+                         t->kind() == c10::TypeKind::StringType || t->kind() == c10::TypeKind::NoneType;
+      inputs_known = inputs_known && plain;
+    }
+  }
 }
 
 void ScriptNode::enter(UnitState* unit) {

@@ -30,6 +30,10 @@ class ScriptNode : public torch::nn::Module {
   void train(bool on = true) override;
   const std::string& path() const { return path_; }
   bool checkpointed = false;
+  // Forward takes no argument besides tensors, numbers, booleans and strings (others may hold
+  // tensors that zeroshard::unit_input does not see; the engine needs all for units with frozen
+  // parameters, see unit_mark_input).
+  bool inputs_known = false;
 
  private:
   torch::jit::Module script_;

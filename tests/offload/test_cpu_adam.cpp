@@ -140,6 +140,56 @@ TEST_P(CpuAdamVsTorch, TwentyStepsMatchTorchOptim) {
   EXPECT_EQ(ours.state_bytes(), 2 * 4 * (1 + 7 + 1000003));
 }
 
+// One shard of 100003 elements in three parameter groups (the middle one with its own decay and
+// twice the lr, the last with no decay and a tenth of it) against torch::optim over the three
+// slices as three param groups with those options.
+TEST_P(CpuAdamVsTorch, GroupsInsideAShardMatchTorchParamGroups) {
+  const PathCase c = GetParam();
+  if (!zs::simd_supported(c.path)) GTEST_SKIP() << "this CPU cannot run the " << zs::to_string(c.path) << " path";
+  torch::manual_seed(43);
+  const double lr = 1e-2, wd_mid = 0.2;
+  const std::vector<int64_t> cut = {0, 30001, 70003, 100003};
+  const std::vector<double> wd = {c.weight_decay, wd_mid, 0.0}, scale = {1.0, 2.0, 0.1};
+  zs::ParamShard shard{torch::randn({cut.back()}), {}, "unit",
+                       {{cut[1], cut[2], wd[1], scale[1]}, {cut[2], cut[3], wd[2], scale[2]}}};
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<torch::Tensor> ref;
+  for (size_t k = 0; k < 3; ++k) {
+    ref.push_back(shard.param.narrow(0, cut[k], cut[k + 1] - cut[k]).clone().requires_grad_(true));
+    std::unique_ptr<torch::optim::OptimizerOptions> o;
+    if (c.adamw) {
+      o = std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr * scale[k]).weight_decay(wd[k]));
+    } else {
+      o = std::make_unique<torch::optim::AdamOptions>(torch::optim::AdamOptions(lr * scale[k]).weight_decay(wd[k]));
+    }
+    groups.emplace_back(std::vector<torch::Tensor>{ref.back()}, std::move(o));
+  }
+  std::unique_ptr<torch::optim::Optimizer> torch_opt;
+  if (c.adamw) {
+    torch_opt = std::make_unique<torch::optim::AdamW>(std::move(groups));
+  } else {
+    torch_opt = std::make_unique<torch::optim::Adam>(std::move(groups));
+  }
+  zs::CpuAdamOptions o;
+  o.lr = lr;
+  o.weight_decay = c.weight_decay;
+  o.adamw = c.adamw;
+  zs::FusedCpuAdam ours(o);
+  ours.set_path(c.path);
+  double worst = 0;
+  for (int step = 0; step < 10; ++step) {
+    shard.grad = torch::randn({cut.back()});
+    for (size_t k = 0; k < 3; ++k) ref[k].mutable_grad() = shard.grad.narrow(0, cut[k], cut[k + 1] - cut[k]).clone();
+    torch_opt->step();
+    ours.step({shard});
+    for (size_t k = 0; k < 3; ++k) {
+      worst = std::max(worst, max_rel_diff(shard.param.narrow(0, cut[k], cut[k + 1] - cut[k]), ref[k].detach()));
+    }
+  }
+  std::printf("[ %s with groups ] max rel diff %.3g\n", case_name({c, 0}).c_str(), worst);
+  EXPECT_LE(worst, 1e-6);
+}
+
 std::vector<PathCase> all_cases() {
   std::vector<PathCase> cases;
   for (zs::SimdPath p : {zs::SimdPath::kScalar, zs::SimdPath::kAvx2, zs::SimdPath::kAvx512}) {

@@ -148,6 +148,52 @@ TEST_P(CpuSgdVsTorch, TwentyStepsMatchTorchOptim) {
   EXPECT_EQ(ours.state_bytes(), c.sgd.momentum == 0 ? 0 : 4 * (1 + 7 + 1000003));
 }
 
+// One shard in three parameter groups (own decay and twice the lr; no decay and a tenth of it)
+// against torch::optim::SGD over the three slices as three param groups.
+TEST_P(CpuSgdVsTorch, GroupsInsideAShardMatchTorchParamGroups) {
+  const PathCase c = GetParam();
+  skip_unless_supported(c.path);
+  if (testing::Test::IsSkipped()) return;
+  torch::manual_seed(8);
+  const double lr = 1e-2;
+  const std::vector<int64_t> cut = {0, 30001, 70003, 100003};
+  const std::vector<double> wd = {c.sgd.weight_decay, 0.2, 0.0}, scale = {1.0, 2.0, 0.1};
+  zs::ParamShard shard{torch::randn({cut.back()}), {}, "unit",
+                       {{cut[1], cut[2], wd[1], scale[1]}, {cut[2], cut[3], wd[2], scale[2]}}};
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<torch::Tensor> ref;
+  for (size_t k = 0; k < 3; ++k) {
+    ref.push_back(shard.param.narrow(0, cut[k], cut[k + 1] - cut[k]).clone().requires_grad_(true));
+    groups.emplace_back(std::vector<torch::Tensor>{ref.back()},
+                        std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(lr * scale[k])
+                                                                      .momentum(c.sgd.momentum)
+                                                                      .dampening(c.sgd.dampening)
+                                                                      .weight_decay(wd[k])
+                                                                      .nesterov(c.sgd.nesterov)));
+  }
+  torch::optim::SGD torch_opt(std::move(groups), torch::optim::SGDOptions(lr));
+  zs::SgdOptions o;
+  o.lr = lr;
+  o.momentum = c.sgd.momentum;
+  o.dampening = c.sgd.dampening;
+  o.weight_decay = c.sgd.weight_decay;
+  o.nesterov = c.sgd.nesterov;
+  zs::FusedCpuSgd ours(o);
+  ours.set_path(c.path);
+  double worst = 0;
+  for (int step = 0; step < 10; ++step) {
+    shard.grad = torch::randn({cut.back()});
+    for (size_t k = 0; k < 3; ++k) ref[k].mutable_grad() = shard.grad.narrow(0, cut[k], cut[k + 1] - cut[k]).clone();
+    torch_opt.step();
+    ours.step({shard});
+    for (size_t k = 0; k < 3; ++k) {
+      worst = std::max(worst, max_rel_diff(shard.param.narrow(0, cut[k], cut[k + 1] - cut[k]), ref[k].detach()));
+    }
+  }
+  std::printf("[ %s with groups ] max rel diff %.3g\n", case_name({c, 0}).c_str(), worst);
+  EXPECT_LE(worst, 1e-6);
+}
+
 std::vector<PathCase> all_cases() {
   std::vector<PathCase> cases;
   for (zs::SimdPath p : {zs::SimdPath::kScalar, zs::SimdPath::kAvx2, zs::SimdPath::kAvx512}) {

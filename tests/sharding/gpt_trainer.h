@@ -32,12 +32,21 @@ inline zeroshard::config::OptimizerConfig trainer_adamw_config() {
   return c;
 }
 
+// The Trainer's groups for trainer_adamw_config() (no decay on 1-D parameters and the tied
+// embedding) plus a rule, so that every comparison built on GptTrainer covers parameter groups.
+inline zeroshard::ParamGroupOptions trainer_param_groups() {
+  zeroshard::ParamGroupOptions g = zeroshard::ParamGroupOptions::from_config(trainer_adamw_config());
+  g.rules.push_back({"h1.fc.*", 0.3, 0.5});
+  return g;
+}
+
 struct GptTrainer {
   explicit GptTrainer(zeroshard::ShardingOptions o = {}, uint64_t init_seed = 11, GptConfig cfg = trainer_gpt_config())
       : config(cfg) {
     torch::manual_seed(init_seed);
     model = Gpt(config);
     engine = std::make_unique<zeroshard::ShardingEngine>(zeroshard::test::session(), model.ptr(), o);
+    engine->set_param_groups(trainer_param_groups());
   }
   // Gradients of step `step` (data depends on step and rank only), clipped.
   double forward_backward(int step) {

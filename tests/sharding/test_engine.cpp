@@ -19,6 +19,7 @@
 
 #include "sharding/engine_test_util.h"
 #include "zeroshard/core/host_memory.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
 
 
 // ---------------------------------------------------------------------------------------------
@@ -276,6 +277,100 @@ TEST(FullStateDict, RankZeroOnlyGathersUnitByUnit) {
   for (const auto& [name, t] : on_cpu) {
     EXPECT_TRUE(t.device().is_cpu()) << name;
     EXPECT_EQ(zs::test::max_abs_diff(t, full.at(name)), 0.0) << name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6b. Frozen units in backward
+
+// A trainable adapter followed by a tower of frozen units (as when only early layers or adapters
+// train): each frozen unit reshards once the gradient of its input is complete, so backward holds
+// about two gathered units (the one running and the next, prefetched) besides the adapter's
+// gradient buffer (the size of one unit here), not the whole tower until the end of backward.
+// Allocator-measured (host allocator window over the backward). And the adapter trains as in
+// plain LibTorch.
+struct FrozenBlockImpl : torch::nn::Module {
+  explicit FrozenBlockImpl(int64_t d) : fc(register_module("fc", torch::nn::Linear(d, d))) {
+    for (auto& p : parameters()) p.set_requires_grad(false);
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::tanh(fc(x)); }
+  torch::nn::Linear fc;
+};
+
+struct FrozenTowerImpl : torch::nn::Module {
+  FrozenTowerImpl(int64_t d, int n) : adapter(register_module("adapter", torch::nn::Linear(d, d))) {
+    for (int i = 0; i < n; ++i) tower.push_back(register_module("f" + std::to_string(i), zs::Unit<FrozenBlockImpl>(d)));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = adapter(x);
+    for (auto& b : tower) x = checkpoint ? zs::checkpoint([&b](const at::Tensor& t) { return b(t); }, x) : b(x);
+    return x;
+  }
+  torch::nn::Linear adapter;
+  std::vector<zs::Unit<FrozenBlockImpl>> tower;
+  bool checkpoint = false;
+};
+TORCH_MODULE(FrozenTower);
+
+TEST(FrozenUnits, ReshardAsSoonAsTheirBackwardIsDone) {
+  ZS_REQUIRE_RANKS(2);
+  zs::install_host_memory_tracking();
+  constexpr int64_t kDim = 192;
+  constexpr int kFrozen = 6;
+  const int64_t unit_bytes = 4 * (kDim * kDim + kDim);  // one frozen unit gathered, fp32
+  auto run = [&](Strategy strategy, bool checkpoint, int64_t* backward_peak) {
+    torch::manual_seed(21);
+    FrozenTower model = keep_alive(FrozenTower(kDim, kFrozen));
+    model->checkpoint = checkpoint;
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
+    auto opt = zs::make_sgd([] {
+      zs::SgdOptions s;
+      s.lr = 0.1;
+      return s;
+    }());
+    *backward_peak = 0;
+    for (int step = 0; step < 3; ++step) {
+      auto g = torch::make_generator<at::CPUGeneratorImpl>(40 + step);
+      torch::Tensor x = torch::randn({4 * zs::test::world_size(), kDim}, g);  // the global batch
+      torch::Tensor mine = x.narrow(0, 4 * zs::test::rank(), 4);              // this rank's part
+      // Each rank's loss is the mean over its part: the engine averages the gradients over ranks.
+      torch::Tensor loss = engine.forward([&] { return model->forward(mine).square().mean(); });
+      zs::begin_host_memory_window();
+      loss.backward();
+      *backward_peak = std::max(*backward_peak, zs::host_memory_window_peak());
+      engine.step(*opt);
+      engine.zero_grad();
+    }
+    return engine.full_state_dict();
+  };
+  // Plain LibTorch on the whole batch.
+  torch::manual_seed(21);
+  FrozenTower ref(kDim, kFrozen);
+  torch::optim::SGD ref_opt(ref->adapter->parameters(), torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < 3; ++step) {
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(40 + step);
+    torch::Tensor x = torch::randn({4 * zs::test::world_size(), kDim}, g);
+    ref_opt.zero_grad();
+    (ref->forward(x).square().mean()).backward();
+    ref_opt.step();
+  }
+  for (bool checkpoint : {false, true}) {
+    for (Strategy strategy : {Strategy::kFullShard, Strategy::kShardGradOp}) {
+      int64_t peak = 0;
+      const auto sd = run(strategy, checkpoint, &peak);
+      const double diff = zs::test::max_abs_diff(sd.at("adapter.weight"), ref->adapter->weight);
+      EXPECT_LE(diff, 1e-6) << zs::to_string(strategy) << (checkpoint ? " + checkpointing" : "");
+      EXPECT_LE(peak, 7 * unit_bytes / 2)
+          << zs::to_string(strategy) << (checkpoint ? " + checkpointing" : "") << ": backward held " << peak
+          << " bytes at its peak; one gathered frozen unit is " << unit_bytes << " bytes, the tower " << kFrozen
+          << " of them: frozen units stay gathered until the end of backward";
+      EXPECT_GE(peak, unit_bytes) << "backward gathers at least one unit";
+      if (zs::test::rank() == 0) {
+        std::printf("  frozen tower, %s%s: backward peak %lld bytes = %.2f gathered units (of %d)\n",
+                    zs::to_string(strategy), checkpoint ? " + checkpointing" : "", static_cast<long long>(peak),
+                    static_cast<double>(peak) / unit_bytes, kFrozen);
+      }
+    }
   }
 }
 

@@ -4,9 +4,11 @@
 // whose buffers (running statistics) are compared with a reference that holds every rank's copy,
 // under each sharding.buffer_sync mode. Every comparison fails on a NaN.
 // Run at 1, 2 and 4 ranks. Tolerance: max |sharded - reference| <= 1e-5 after 20 steps of AdamW
-// with clipping and 2 micro-batches per step.
+// with clipping, 2 micro-batches per step and parameter groups (no decay on biases, norms and
+// embeddings; one layer with its own decay and lr scale).
 
 #include <torch/nn/functional/loss.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
@@ -93,6 +95,44 @@ struct RankBuffers {
   }
 };
 
+// Parameter groups, as a recipe would write them for torch::optim: no decay on 1-D parameters and
+// Embedding tables; the second block's fc layer with its own decay and half the lr; the rest
+// decayed with the defaults. The sharded run gets the same from set_param_groups (its defaults
+// plus one rule), so each side classifies the parameters its own way.
+constexpr double kRuleWd = 0.02, kRuleLrScale = 0.5;
+const char* const kRuleMatch = "*1.fc.*";
+
+std::vector<torch::optim::OptimizerParamGroup> reference_groups(torch::nn::Module& m) {
+  std::unordered_set<const void*> embeddings, seen;
+  for (const auto& mod : m.modules()) {
+    if (auto* e = dynamic_cast<torch::nn::EmbeddingImpl*>(mod.get())) embeddings.insert(e->weight.unsafeGetTensorImpl());
+  }
+  std::vector<torch::Tensor> decay, no_decay, rule;
+  for (const auto& item : m.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    if (item.key().find("1.fc.") != std::string::npos) {
+      rule.push_back(p);
+    } else if (p.dim() < 2 || embeddings.count(p.unsafeGetTensorImpl())) {
+      no_decay.push_back(p);
+    } else {
+      decay.push_back(p);
+    }
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto add = [&](std::vector<torch::Tensor> params, double lr, double wd) {
+    if (params.empty()) return;
+    auto o = std::make_unique<torch::optim::AdamWOptions>(lr);
+    o->betas({0.9, 0.95}).weight_decay(wd);
+    groups.emplace_back(std::move(params), std::move(o));
+  };
+  add(decay, kLr, kWd);
+  add(no_decay, kLr, 0);
+  add(rule, kLr * kRuleLrScale, kRuleWd);
+  EXPECT_FALSE(no_decay.empty() || rule.empty()) << "every task must exercise the groups";
+  return groups;
+}
+
 struct Reference {
   std::shared_ptr<torch::nn::Module> model;
   std::map<std::string, torch::Tensor> buffers;  // this rank's, as the sharded run must hold them
@@ -110,7 +150,7 @@ Reference train_reference(const Task& task, int world, zs::BufferSync sync) {
     if (p.requires_grad()) trainable.push_back(p);
   }
   RankBuffers buffers(*model, world);
-  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(kLr).betas({0.9, 0.95}).weight_decay(kWd));
+  torch::optim::AdamW opt(reference_groups(*model), torch::optim::AdamWOptions(kLr).betas({0.9, 0.95}).weight_decay(kWd));
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
     for (int micro = 0; micro < kAccum; ++micro) {
@@ -145,6 +185,10 @@ std::map<std::string, torch::Tensor> train_sharded(const Task& task, Strategy st
   o.hybrid_group_size = world >= 2 ? 2 : 1;
   o.buffer_sync = sync;
   zs::ShardingEngine engine(s, model, o);
+  zs::ParamGroupOptions groups;
+  groups.weight_decay = kWd;
+  groups.rules.push_back({kRuleMatch, kRuleWd, kRuleLrScale});
+  engine.set_param_groups(groups);
   zs::AdamOptions ao;
   ao.lr = kLr;
   ao.beta2 = 0.95;

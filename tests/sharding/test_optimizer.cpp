@@ -251,6 +251,60 @@ TEST_P(OptimizerMatchesTorch, UndefinedGradSkipsTheShardLikeTorch) {
   EXPECT_EQ(ours->state_bytes(), c.state_floats_per_element * 4 * kNumel);
 }
 
+// Parameter groups inside the shards: parameter 1 (1-D) in a group with no decay and half the
+// lr, parameter 2 (which the shard cut splits) with its own decay and twice the lr, parameter 0
+// with the optimizer's own options, against torch::optim with the same three param groups. The
+// lr change at step 10 keeps each group's factor, as a scheduler over param groups would.
+void set_weight_decay(torch::optim::OptimizerOptions& o, double wd) {
+  if (auto* a = dynamic_cast<torch::optim::AdamOptions*>(&o)) a->weight_decay(wd);
+  if (auto* a = dynamic_cast<torch::optim::AdamWOptions*>(&o)) a->weight_decay(wd);
+  if (auto* a = dynamic_cast<torch::optim::SGDOptions*>(&o)) a->weight_decay(wd);
+}
+
+TEST_P(OptimizerMatchesTorch, ParamGroupsInsideShardsMatchTorchParamGroups) {
+  const Case& c = GetParam();
+  torch::manual_seed(4321);
+  Twin t = make_twin({97}, 5);
+  auto ours = c.ours();
+  const double lr = ours->lr();
+  const double wd2 = 0.07;
+  const std::vector<double> scale = {1.0, 0.5, 2.0};
+  RefOptimizer ref = c.ref({t.ref[0]});
+  for (int k : {1, 2}) {
+    std::unique_ptr<torch::optim::OptimizerOptions> o = ref->param_groups()[0].options().clone();
+    o->set_lr(lr * scale[k]);
+    set_weight_decay(*o, k == 1 ? 0.0 : wd2);
+    ref->add_param_group(torch::optim::OptimizerParamGroup({t.ref[k]}, std::move(o)));
+  }
+  // Flat layout: p0 [0, 91), p1 [91, 96), p2 [96, 204), padding [204, 209); shards [0, 97), [97, 209).
+  t.shards[0].groups = {{91, 96, 0.0, 0.5}, {96, 97, wd2, 2.0}};
+  t.shards[1].groups = {{0, 107, wd2, 2.0}};
+  double worst = 0;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    if (step == kSteps / 2) {
+      for (size_t k = 0; k < ref->param_groups().size(); ++k) ref->param_groups()[k].options().set_lr(lr / 2 * scale[k]);
+      ours->set_lr(lr / 2);
+    }
+    set_random_grads(t);
+    ref->step();
+    ours->step(t.shards);
+    worst = std::max(worst, max_rel_diff(t));
+    EXPECT_TRUE(padding_is_zero(t)) << "step " << step;
+  }
+  std::printf("[ max rel diff ] %s with groups: %.3g\n", c.name.c_str(), worst);
+  EXPECT_LE(worst, 1e-6) << c.name;
+  // The groups must matter: the same steps without them end elsewhere.
+  torch::manual_seed(4321);
+  Twin plain = make_twin({97}, 5);
+  auto ungrouped = c.ours();
+  for (int64_t step = 0; step < kSteps; ++step) {
+    if (step == kSteps / 2) ungrouped->set_lr(lr / 2);
+    set_random_grads(plain);
+    ungrouped->step(plain.shards);
+  }
+  EXPECT_GT(zs::test::max_abs_diff(plain.flat, t.flat), 1e-4) << c.name << ": the groups changed nothing";
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, OptimizerMatchesTorch, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
@@ -294,6 +348,40 @@ TEST(ShardedOptimizer, BadShardsAreUsageErrors) {
     EXPECT_EQ(opt->steps(), 0);
     EXPECT_EQ(opt->state_bytes(), 0);
   }
+}
+
+TEST(ShardedOptimizer, MalformedGroupsAreUsageErrorsAndChangeNothing) {
+  for (auto& opt : one_of_each()) {
+    torch::Tensor p = torch::zeros({10}), g = torch::ones({10});
+    zs::ParamShard s{p, g, "blocks.2", {{4, 8, 0.0, 1.0}, {6, 10, 0.0, 1.0}}};
+    std::string msg = error_message<zs::UsageError>([&] { opt->step({s}); });
+    EXPECT_CONTAINS(msg, "group range 1 [6, 10) of shard 'blocks.2'");
+    s.groups = {{0, 11, 0.0, 1.0}};
+    EXPECT_CONTAINS(error_message<zs::UsageError>([&] { opt->step({s}); }), "leaves the shard");
+    s.groups = {{0, 5, -0.1, 1.0}};
+    EXPECT_CONTAINS(error_message<zs::UsageError>([&] { opt->step({s}); }), "weight_decay = -0.1");
+    s.groups = {{0, 5, 0.0, std::nan("")}};
+    EXPECT_CONTAINS(error_message<zs::UsageError>([&] { opt->step({s}); }), "lr_scale = nan");
+    EXPECT_EQ(opt->steps(), 0);
+    EXPECT_TRUE(torch::equal(p, torch::zeros({10})));
+  }
+}
+
+TEST(ShardedOptimizer, ShardRunsFillGapsAndMergeEqualNeighbours) {
+  torch::Tensor p = torch::zeros({20});
+  zs::ParamShard s{p, {}, "u", {{2, 5, 0.0, 1.0}, {5, 9, 0.0, 1.0}, {9, 12, 0.1, 1.0}, {15, 20, 0.1, 3.0}}};
+  const std::vector<zs::ShardGroupRange> runs = zs::shard_runs(s, 0.1);
+  const std::vector<std::vector<double>> want = {{0, 2, 0.1, 1}, {2, 9, 0, 1}, {9, 15, 0.1, 1}, {15, 20, 0.1, 3}};
+  ASSERT_EQ(runs.size(), want.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i].begin, want[i][0]) << i;
+    EXPECT_EQ(runs[i].end, want[i][1]) << i;
+    EXPECT_EQ(runs[i].weight_decay, want[i][2]) << i;
+    EXPECT_EQ(runs[i].lr_scale, want[i][3]) << i;
+  }
+  s.groups.clear();
+  ASSERT_EQ(zs::shard_runs(s, 0.3).size(), 1u);
+  EXPECT_EQ(zs::shard_runs(s, 0.3)[0].end, 20);
 }
 
 TEST(ShardedOptimizer, StateBytes) {

@@ -353,3 +353,38 @@ TEST(TrainingCheckpoint, InterruptedSaveIsNeverLoaded) {
   barrier();
   EXPECT_FALSE(fs::exists(debris));
 }
+
+// The checkpoint records each parameter's group; a resume that would decay or scale a parameter
+// differently is refused naming it, and the same groups load.
+TEST(TrainingCheckpoint, OtherParamGroupsAreRefusedNamingTheParameter) {
+  const std::string root = fresh_root("param_groups");
+  zs::CheckpointOptions co;
+  co.dir = root;
+  std::string dir;
+  {
+    GptTrainer t;
+    auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+    zs::Checkpointer ckpt(*t.engine, co);
+    dir = train_and_save(t, *opt, ckpt, 1);
+  }
+  GptTrainer t(zs::ShardingOptions{}, /*init_seed=*/5);
+  zs::ParamGroupOptions other = zs_test::trainer_param_groups();
+  other.rules.back().lr_scale = 0.25;  // h1.fc.* trained with 0.5
+  t.engine->set_param_groups(other);
+  auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+  zs::Checkpointer ckpt(*t.engine, co);
+  const std::string err = error_of([&] { ckpt.load(*opt, dir); });
+  EXPECT_TRUE(contains(err, "'h1.fc.weight'") && contains(err, "lr_scale 0.5") && contains(err, "lr_scale 0.25") &&
+              contains(err, "optimizer.param_groups[0] ('h1.fc.*')"))
+      << err;
+  other.no_decay_1d_and_embeddings = false;
+  other.rules.clear();
+  t.engine->set_param_groups(other);
+  const std::string err2 = error_of([&] { ckpt.load(*opt, dir); });
+  EXPECT_TRUE(contains(err2, "trained parameter '") && contains(err2, "weight_decay 0,") &&
+              contains(err2, "weight_decay 0.1") && contains(err2, "(default)"))
+      << err2;
+  t.engine->set_param_groups(zs_test::trainer_param_groups());
+  EXPECT_EQ(ckpt.load(*opt, dir).step, 1);
+  barrier();
+}

@@ -52,6 +52,7 @@ std::string Trainer::header(const TrainTask& task, int64_t steps) const {
      << " per rank x " << plan.micro_batches << " micro-batch(es)); " << steps << " steps";
   if (start_.options.steps == 0) os << " (" << start_.options.epochs << " epoch(s))";
   os << "; " << optimizer_->describe() << ", " << scheduler_.describe();
+  os << "\n  parameter groups: " << describe_param_groups(engine_.param_groups());
   return os.str();
 }
 

@@ -33,6 +33,8 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
       scheduler_(s.config().scheduler(), s.config().optimizer().lr()),
       scaler_(s.config().precision().loss_scale(), GradScaler::uses_fp16(s.config().precision()), s.world()) {
   const Config& cfg = s.config();
+  // Before any checkpoint is loaded: a resume checks the groups it was saved with.
+  engine.set_param_groups(ParamGroupOptions::from_config(cfg.optimizer()));
   if (!cfg.checkpoint().dir().empty()) {
     std::string text;
     google::protobuf::TextFormat::PrintToString(cfg, &text);

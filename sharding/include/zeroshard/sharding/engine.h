@@ -44,6 +44,7 @@
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/sharding/options.h"
 #include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/sharding/param_groups.h"
 #include "zeroshard/sharding/unit.h"
 
 namespace zeroshard {
@@ -130,8 +131,15 @@ class ShardingEngine {
   // watchdog end the job).
   void reset_after_error();
 
-  // This rank's trainable shards with their gradients, in a fixed order.
+  // This rank's trainable shards with their gradients, in a fixed order (with their parameter
+  // groups' element ranges once set_param_groups() ran).
   std::vector<ParamShard> param_shards();
+  // Resolves per-parameter weight decay and lr scale (param_group.h) over every trainable
+  // parameter and keeps each shard's ranges for param_shards(), so optimizer steps use them.
+  // ConfigError as assign_param_groups. Not collective; every rank must pass the same options.
+  void set_param_groups(const ParamGroupOptions& options);
+  // Every trainable parameter's assignment, in flat order; empty before set_param_groups().
+  const std::vector<ParamGroupAssignment>& param_groups() const;
   // Every parameter's full fp32 value by qualified name (tied parameters under each name), and
   // the buffers (this rank's). Collective over all ranks, gathered one unit at a time; see
   // StateDictOptions for rank 0 only and CPU copies.

@@ -23,13 +23,33 @@ namespace config {
 class OptimizerConfig;
 }  // namespace config
 
+// A parameter group's share of a shard: elements [begin, end) of the shard are updated with
+// `weight_decay` (replacing the optimizer's own) and lr() * `lr_scale`, as torch::optim updates
+// the parameters of a param group with that group's options.
+struct ShardGroupRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  double weight_decay = 0;
+  double lr_scale = 1;
+};
+
 // One flat fp32 shard and its gradient. `grad` undefined: no gradient this step (skipped, as
 // torch::optim skips parameters without .grad).
 struct ParamShard {
   at::Tensor param;  // fp32, contiguous, updated in place
   at::Tensor grad;   // fp32, same size, or undefined
   std::string name;  // unit name, for error messages
+  // Sorted, disjoint ranges with their own options (ShardingEngine::set_param_groups makes them);
+  // elements outside every range (or all, when empty) take the optimizer's weight decay and lr().
+  std::vector<ShardGroupRange> groups;
 };
+
+// The shard cut into runs of equal options that cover [0, numel) in order: `shard.groups` with the
+// gaps filled by {default_weight_decay, lr_scale 1} and equal neighbours merged (one run when no
+// groups). UsageError naming the shard if its groups are unsorted, overlap, leave the shard, or
+// hold a negative or non-finite value. The optimizers update run by run, every op element-wise,
+// so each element sees exactly its group's options.
+std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay);
 
 // Optimizer state of one shard position, for checkpoints: the updates it received (Adam's bias
 // correction counts them) and its per-element fp32 state tensors, named as state_names() says,

@@ -22,6 +22,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -36,6 +37,12 @@ bool is_declared_unit(const torch::nn::Module* module);
 UnitState* find_managed_unit(const torch::nn::Module* module);
 void unit_pre_forward(UnitState* unit);
 void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs);
+// A unit's tensor argument as its forward should see it: through an identity autograd node whose
+// backward tells the engine this input's gradient is done (units with frozen parameters end their
+// backward by it, see engine_hooks.cpp), or unchanged where the engine does not need that.
+at::Tensor unit_mark_input(UnitState* unit, const at::Tensor& t);
+// An argument of a type that may hold tensors the engine cannot see (a struct, a tuple).
+void unit_input_opaque(UnitState* unit);
 // Whether a backward pass through the unit's engine runs (a forward now is a recomputation).
 bool unit_in_backward(UnitState* unit);
 // The dtype a unit's floating inputs are cast to, or nullopt (no mixed precision / no casting).
@@ -65,6 +72,28 @@ template <typename... Ts>
 void collect_tensors(const std::tuple<Ts...>& t, std::vector<at::Tensor>& out) {
   std::apply([&](const auto&... x) { (collect_tensors(x, out), ...); }, t);
 }
+// The arguments of a unit call, each tensor through unit_mark_input; numbers and strings as they
+// are; anything else (may hide tensors) reported with unit_input_opaque.
+inline at::Tensor mark_input(UnitState* unit, const at::Tensor& t) { return unit_mark_input(unit, t); }
+inline std::vector<at::Tensor> mark_input(UnitState* unit, std::vector<at::Tensor> v) {
+  for (at::Tensor& t : v) t = unit_mark_input(unit, t);
+  return v;
+}
+inline c10::optional<at::Tensor> mark_input(UnitState* unit, c10::optional<at::Tensor> t) {
+  if (t) t = unit_mark_input(unit, *t);
+  return t;
+}
+template <typename T,
+          typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, at::Tensor> &&
+                                      !std::is_same_v<std::decay_t<T>, std::vector<at::Tensor>> &&
+                                      !std::is_same_v<std::decay_t<T>, c10::optional<at::Tensor>>>>
+T&& mark_input(UnitState* unit, T&& value) {
+  using V = std::decay_t<T>;
+  if constexpr (!std::is_arithmetic_v<V> && !std::is_enum_v<V> && !std::is_convertible_v<const V&, std::string>) {
+    unit_input_opaque(unit);
+  }
+  return std::forward<T>(value);
+}
 // Non-tensor outputs (numbers, strings) carry no gradient.
 template <typename T, typename = std::enable_if_t<std::is_arithmetic_v<T>>>
 void collect_tensors(const T&, std::vector<at::Tensor>&) {}
@@ -79,7 +108,7 @@ auto call(Impl& module, Args&&... args) {
   if (unit == nullptr) return module.forward(std::forward<Args>(args)...);
   detail::unit_pre_forward(unit);
   const c10::optional<c10::ScalarType> dtype = detail::unit_input_dtype(unit);
-  auto out = module.forward(detail::cast_input(std::forward<Args>(args), dtype)...);
+  auto out = module.forward(detail::mark_input(unit, detail::cast_input(std::forward<Args>(args), dtype))...);
   std::vector<at::Tensor> tensors;
   detail::collect_tensors(out, tensors);
   detail::unit_post_forward(unit, tensors);
