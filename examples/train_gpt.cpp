@@ -9,7 +9,8 @@
 // sample.* (the text generated at the end). The steps:
 //   1. read the corpus (a missing one is an error naming the path and the Debian package) and hold
 //      out data.val_fraction of every file for validation;
-//   2. build the model under a ShardedInit: each block is initialised and sharded as it is built;
+//   2. build the model under a ShardedInit: each block is initialised and sharded as it is built
+//      (with lora.rank > 0: built whole, LoRA adapters added, the rest frozen, then wrapped);
 //   3. evaluate the validation loss, train train.steps optimizer steps (each rank reads its own
 //      shard of every epoch, reshuffled per epoch), evaluate again (and every train.eval_interval);
 //   4. generate sample.tokens bytes: every rank runs the sharded forward, rank 0 draws and prints.
@@ -27,11 +28,13 @@
 
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <sstream>
 
 #include "gpt/gpt_model.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
@@ -109,11 +112,24 @@ int run(zs::Session& s) {
   auto val_set = std::make_shared<zs::TokenWindowDataset>(corpus.val, seq_len);
 
   // 2. The model, sharded block by block as it is built (the same initial weights on every rank).
+  // With LoRA (lora.rank > 0) it is built whole, adapters are added (the rest frozen), then wrapped:
+  // a ShardedInit would shard each block before its adapters exist.
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
-  zs::ShardedInit init(s, zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision()));
+  const bool lora = cfg.lora().rank() > 0;
+  const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  std::unique_ptr<zs::ShardedInit> init = lora ? nullptr : std::make_unique<zs::ShardedInit>(s, sharding);
   at::manual_seed(cfg.runtime().seed());
   ex::Gpt model(ex::GptOptions::from_config(cfg, s.device()));
-  zs::ShardingEngine engine(init, model.ptr());
+  std::string lora_line;
+  if (lora) {
+    const std::vector<std::string> adapted = zs::lora::apply(*model, zs::lora::options_from_config(cfg.lora()));
+    lora_line = "LoRA: rank " + std::to_string(cfg.lora().rank()) + ", alpha " + zs::format_double(cfg.lora().alpha()) +
+                ", dropout " + zs::format_double(cfg.lora().dropout()) + " on " + std::to_string(adapted.size()) +
+                " layers (" + adapted.front() + (adapted.size() > 1 ? ", ..." : "") + "); the rest frozen";
+  }
+  auto engine_ptr = init ? std::make_unique<zs::ShardingEngine>(*init, model.ptr())
+                         : std::make_unique<zs::ShardingEngine>(s, model.ptr(), sharding);
+  zs::ShardingEngine& engine = *engine_ptr;
   zs::set_memory_phase(0);
 
   // 3. Train (from model.init_from's weights if set), evaluating the validation loss before, every
@@ -142,6 +158,7 @@ int run(zs::Session& s) {
             << " train bytes (" << train_set->size() << " windows), " << corpus.val.numel() << " validation bytes ("
             << val_set->size() << " windows)";
   task.describe = {model_line.str(), data_line.str()};
+  if (lora) task.describe.push_back(lora_line);
   task.after_training = [&] {
     if (cfg.sample().tokens() == 0) return;
     const std::string text = generate(s, engine, model, cfg.sample());

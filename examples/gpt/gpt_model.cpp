@@ -1,6 +1,7 @@
 #include "gpt_model.h"
 
 #include <ATen/ops/arange.h>
+#include <c10/core/GradMode.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/softmax.h>
 #include <torch/nn/functional/activation.h>
@@ -16,7 +17,7 @@
 namespace zs_examples {
 namespace {
 
-void init_linear(torch::nn::Linear& l, double std) {
+void init_linear(zeroshard::lora::Linear& l, double std) {
   torch::NoGradGuard no_grad;
   torch::nn::init::normal_(l->weight, 0.0, std);
   if (l->bias.defined()) torch::nn::init::zeros_(l->bias);
@@ -53,11 +54,11 @@ BlockImpl::BlockImpl(const GptOptions& o) : n_head(o.n_head) {
   const int64_t d = o.d_model;
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   // No qkv bias: the key bias cannot change the attention (softmax is shift-invariant).
-  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * d).bias(false)));
-  proj = register_module("proj", torch::nn::Linear(d, d));
+  qkv = register_module("qkv", zeroshard::lora::Linear(torch::nn::LinearOptions(d, 3 * d).bias(false)));
+  proj = register_module("proj", zeroshard::lora::Linear(d, d));
   ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
-  fc = register_module("fc", torch::nn::Linear(d, o.mlp_ratio * d));
-  out = register_module("out", torch::nn::Linear(o.mlp_ratio * d, d));
+  fc = register_module("fc", zeroshard::lora::Linear(d, o.mlp_ratio * d));
+  out = register_module("out", zeroshard::lora::Linear(o.mlp_ratio * d, d));
   attn_drop = register_module("attn_drop", torch::nn::Dropout(o.dropout));
   resid_drop = register_module("resid_drop", torch::nn::Dropout(o.dropout));
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(o.n_layer));
@@ -108,6 +109,10 @@ torch::Tensor GptImpl::forward(torch::Tensor idx) {
              " tokens exceeds the context length model.seq_len = ", options.seq_len);
   torch::Tensor pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(idx.device()));
   torch::Tensor x = drop(wte(idx) + wpe(pos));
+  // With frozen embeddings (LoRA) the blocks' input needs no gradient, but a (reentrant)
+  // activation checkpoint back-propagates into a block only through an input that requires one:
+  // ask for it, as PEFT's enable_input_require_grads does.
+  if (c10::GradMode::is_enabled() && !x.requires_grad()) x.requires_grad_(true);
   for (size_t i = 0; i < blocks.size(); ++i) {
     zeroshard::Unit<BlockImpl> block = blocks[i];  // a holder copy: shares the module
     if (zeroshard::should_checkpoint(options.checkpointing, static_cast<int>(i))) {

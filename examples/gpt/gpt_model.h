@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
+#include "zeroshard/sharding/lora.h"
 #include "zeroshard/sharding/unit.h"
 
 namespace zs_examples {
@@ -43,7 +44,8 @@ struct BlockImpl : torch::nn::Module {
 
   int64_t n_head;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
-  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
+  // zeroshard::lora::Linear: torch::nn::Linear that can carry a LoRA adapter (lora.rank > 0).
+  zeroshard::lora::Linear qkv{nullptr}, proj{nullptr}, fc{nullptr}, out{nullptr};
   torch::nn::Dropout attn_drop{nullptr}, resid_drop{nullptr};
 };
 

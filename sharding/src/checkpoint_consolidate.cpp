@@ -9,7 +9,11 @@
 #include <memory>
 #include <sstream>
 
+#include <google/protobuf/text_format.h>
+
+#include "zeroshard/core/config.h"
 #include "zeroshard/sharding/checkpoint_manifest.h"
+#include "zeroshard/sharding/lora.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/io/tensor_file.h"
 
@@ -139,15 +143,57 @@ ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& ou
   return stats;
 }
 
-ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype) {
+namespace {
+
+bool is_lora_name(const std::string& name) {
+  for (const char* suffix : {"lora_A", "lora_B"}) {
+    const std::string s(suffix);
+    if (name == s || (name.size() > s.size() && name.compare(name.size() - s.size() - 1, s.size() + 1, "." + s) == 0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The LoRA scale (alpha / rank) of the run that saved `m`, from its config.
+double lora_scale_of(const Manifest& m, const std::string& dir) {
+  config::Config cfg;
+  ZS_REQUIRE(google::protobuf::TextFormat::ParseFromString(m.config_text(), &cfg), CheckpointError, "checkpoint '", dir,
+             "': its run's config does not parse, so the LoRA scale (lora.alpha / lora.rank) is unknown");
+  ZS_REQUIRE(cfg.lora().rank() > 0, CheckpointError, "checkpoint '", dir, "' was saved by a run with lora.rank = ",
+             cfg.lora().rank(), ": it has no adapters to merge");
+  return cfg.lora().alpha() / cfg.lora().rank();
+}
+
+}  // namespace
+
+ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype,
+                                    bool merge_lora) {
   check_export_dtype(dtype, "export to safetensors");
   OpenCheckpoint c(ckpt_path);
+  // Merging: the adapters (small: they are what trained) are read first, then folded into their
+  // layer's weight as that is written; they are not written themselves.
+  std::map<std::string, at::Tensor> adapters;
+  double scale = 0;
+  if (merge_lora) {
+    scale = lora_scale_of(c.m, c.dir);
+    for (const FlatEntry& fe : c.m.flats()) {
+      at::Tensor flat;
+      for (const ParamEntry& p : fe.params()) {
+        if (!is_lora_name(p.name())) continue;
+        if (!flat.defined()) flat = c.unit(fe);
+        adapters[p.name()] = flat.narrow(0, p.offset(), p.numel()).view(std::vector<int64_t>(p.shape().begin(), p.shape().end())).clone();
+      }
+    }
+    ZS_REQUIRE(!adapters.empty(), CheckpointError, "checkpoint '", c.dir, "' has no lora_A / lora_B tensors to merge");
+  }
   // Every tensor is declared first (the header comes first); tied names are written once, under
   // the first name, and listed in the metadata.
   std::vector<TensorInfo> infos;
   std::string aliases;
   for (const FlatEntry& fe : c.m.flats()) {
     for (const ParamEntry& p : fe.params()) {
+      if (merge_lora && is_lora_name(p.name())) continue;
       infos.push_back({p.name(), dtype, std::vector<int64_t>(p.shape().begin(), p.shape().end())});
       for (const auto& a : p.aliases()) aliases += (aliases.empty() ? "" : ";") + a + "=" + p.name();
     }
@@ -160,18 +206,39 @@ ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::str
                                                  {"zeroshard.step", std::to_string(c.m.step())},
                                                  {"zeroshard.version", c.m.zeroshard_version()}};
   if (!aliases.empty()) metadata["zeroshard.aliases"] = aliases;
+  if (merge_lora) metadata["zeroshard.lora_merged_scale"] = std::to_string(scale);
   SafetensorsWriter w(out_path, infos, metadata);
   ConsolidateStats stats;
+  size_t merged_layers = 0;
   for (const FlatEntry& fe : c.m.flats()) {
     const at::Tensor flat = c.unit(fe);
     stats.peak_flat_bytes = std::max<int64_t>(stats.peak_flat_bytes, fe.padded_numel() * 4);
     for (const ParamEntry& p : fe.params()) {
+      if (merge_lora && is_lora_name(p.name())) continue;
       std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
-      w.write(p.name(), flat.narrow(0, p.offset(), p.numel()).view(shape).to(dtype));
+      at::Tensor t = flat.narrow(0, p.offset(), p.numel()).view(shape);
+      const std::string suffix = "weight";
+      const bool weight = p.name() == suffix || (p.name().size() > suffix.size() &&
+                                                 p.name().compare(p.name().size() - suffix.size() - 1, suffix.size() + 1, "." + suffix) == 0);
+      if (merge_lora && weight) {
+        const std::string prefix = p.name().substr(0, p.name().size() - suffix.size());
+        auto a = adapters.find(prefix + "lora_A");
+        auto b = adapters.find(prefix + "lora_B");
+        ZS_REQUIRE((a == adapters.end()) == (b == adapters.end()), CheckpointError, "checkpoint '", c.dir, "': '",
+                   p.name(), "' has only one of ", prefix, "lora_A and ", prefix, "lora_B");
+        if (a != adapters.end()) {
+          std::map<std::string, at::Tensor> layer = {{"weight", t}, {"lora_A", a->second}, {"lora_B", b->second}};
+          t = lora::merged(layer, scale).at("weight");
+          ++merged_layers;
+        }
+      }
+      w.write(p.name(), t.to(dtype));
       stats.parameters += 1 + p.aliases_size();
       stats.elements += p.numel();
     }
   }
+  ZS_REQUIRE(!merge_lora || merged_layers * 2 == adapters.size(), CheckpointError, "checkpoint '", c.dir, "': ",
+             adapters.size(), " adapter tensors but ", merged_layers, " layers with a weight to merge them into");
   c.for_each_buffer(dtype, [&](const BufferEntry& b, at::Tensor t) {
     w.write(b.name(), t);
     ++stats.buffers;

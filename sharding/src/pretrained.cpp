@@ -18,6 +18,7 @@
 #include "zeroshard/io/tensor_file.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/sharding/param_groups.h"
 
 namespace zeroshard {
 namespace {
@@ -42,6 +43,7 @@ struct Target {
 struct Match {
   std::vector<Target> targets;
   std::vector<std::string> missing, unexpected, mismatched, conflicting;
+  std::vector<std::string> not_required;  // missing, but PretrainedOptions::not_required allows it
 };
 
 std::string map_name(std::string name, const PretrainedOptions& o) {
@@ -94,7 +96,9 @@ Match match(ShardingEngine& engine, const TensorFile& file, const PretrainedOpti
       if (it != by_model_name.end()) found.push_back(it->second);
     }
     if (found.empty()) {
-      m.missing.push_back(t.names.front() + " " + shape_str(t.shape));
+      bool required = true;
+      for (const std::string& pattern : o.not_required) required = required && !glob_match(pattern, t.names.front());
+      (required ? m.missing : m.not_required).push_back(t.names.front() + " " + shape_str(t.shape));
       continue;
     }
     for (const std::string& f : found) {
@@ -189,6 +193,7 @@ PretrainedReport load_local(ShardingEngine& engine, const std::string& path, con
   for (FlatParam* f : engine.flat_params()) f->free_full();
   r.bytes_read = file->bytes_read();
   r.missing = std::move(m.missing);
+  r.missing.insert(r.missing.end(), m.not_required.begin(), m.not_required.end());
   r.unexpected = std::move(m.unexpected);
   r.mismatched = std::move(m.mismatched);
   r.mismatched.insert(r.mismatched.end(), m.conflicting.begin(), m.conflicting.end());

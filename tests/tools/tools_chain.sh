@@ -5,7 +5,7 @@
 # zeroshard-estimate predicts what the job measured. Registered by tests/tools/CMakeLists.txt.
 #
 #   tools_chain.sh CASE BIN_DIR TEST_BIN_DIR SOURCE_DIR WORK_DIR MPIRUN
-#     CASE: gpt | fashion_mnist | estimate
+#     CASE: gpt | fashion_mnist | estimate | lora
 #
 # Prints "tools_chain CASE: all passed" at the end; any failed check exits 1 naming it.
 set -euo pipefail
@@ -159,8 +159,37 @@ case $case_name in
     echo "predicted host peak: device peak $device_peak + activations $activations + dataset $data_bytes"
     within "allocator peak" "$peak" $((device_peak + activations + data_bytes)) 0.15
     ;;
+  lora)
+    # LoRA fine-tuning from pretrained weights and the merged export: a base trains 6 steps and is
+    # exported (fp32 safetensors); LoRA adapters on qkv and fc train 6 steps from it, checkpointed;
+    # zeroshard-ckpt export --merge-lora folds them into the weights; the merged file, loaded into
+    # the model without adapters, must give the validation loss the LoRA model ended with.
+    common=(--config "$configs/gpt_tiny.textproto" --set sample.tokens=0 --set logging.progress=LINES)
+    mpi2 "$bin/train_gpt" "${common[@]}" --set train.steps=6 --set checkpoint.dir="$work/base" \
+      --set checkpoint.interval_steps=6
+    params=$(sed -nE 's/.*sharding [0-9]+ unit\(s\), ([0-9]+) parameters.*/\1/p' <<<"$out" | head -n 1)
+    run "$bin/zeroshard-ckpt" export "$work/base" "$work/base.safetensors" --dtype float32
+    mpi2 "$bin/train_gpt" "${common[@]}" --set train.steps=6 --set lora.rank=4 --set lora.alpha=8 \
+      --set "lora.targets=*.qkv,*.fc" --set model.init_from="$work/base.safetensors" \
+      --set checkpoint.dir="$work/lora" --set checkpoint.interval_steps=6 --metrics-out "$work/lora.jsonl"
+    contains "$out" "LoRA: rank 4, alpha 8, dropout 0 on 4 layers \(h0.qkv, ...\); the rest frozen" "the LoRA line"
+    contains "$out" "loaded .*base.safetensors" "the base weights were not loaded"
+    trainable=$(sed -nE 's/.*parameters \(([0-9]+) trainable\).*/\1/p' <<<"$out" | head -n 1)
+    [[ -n $params && -n $trainable && $trainable -gt 0 && $((trainable * 10)) -lt $params ]] ||
+      fail "LoRA trains $trainable of the model's $params parameters; expected only the adapters (< 10%)"
+    run "$bin/zeroshard-ckpt" export "$work/lora" "$work/merged.safetensors" --dtype float32 --merge-lora
+    contains "$out" "wrote $work/merged.safetensors \(safetensors\): [0-9]+ parameter names, $params elements" \
+      "the merged export holds other than the base model's $params parameters"
+    mpi2 "$bin/train_gpt" "${common[@]}" --set train.steps=1 --set optimizer.lr=0 \
+      --set model.init_from="$work/merged.safetensors" --metrics-out "$work/merged.jsonl"
+    lora_loss=$(grep '"eval":"val_loss"' lora.jsonl | tail -n 1 | sed -E 's/.*"value":([^,}]*).*/\1/')
+    merged_loss=$(grep '"eval":"val_loss"' merged.jsonl | head -n 1 | sed -E 's/.*"value":([^,}]*).*/\1/')
+    echo "validation loss: LoRA model $lora_loss, merged weights without adapters $merged_loss"
+    awk -v a="$lora_loss" -v b="$merged_loss" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-4 * a) }' ||
+      fail "the merged weights give validation loss $merged_loss, the LoRA model $lora_loss"
+    ;;
   *)
-    fail "unknown case '$case_name' (gpt, fashion_mnist, estimate)"
+    fail "unknown case '$case_name' (gpt, fashion_mnist, estimate, lora)"
     ;;
 esac
 echo "tools_chain $case_name: all passed"

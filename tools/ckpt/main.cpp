@@ -4,9 +4,10 @@
 //   zeroshard-ckpt verify PATH                     every file's size and CRC-32C, every section's
 //   zeroshard-ckpt consolidate PATH OUT [--dtype float32|bfloat16]
 //                                                  full unsharded state dict for torch::load
-//   zeroshard-ckpt export PATH OUT [--format torch|safetensors] [--dtype bfloat16|float32]
+//   zeroshard-ckpt export PATH OUT [--format torch|safetensors] [--dtype bfloat16|float32] [--merge-lora]
 //                                                  weights for inference (default bf16; safetensors
-//                                                  when OUT ends in .safetensors) + OUT.config.txt
+//                                                  when OUT ends in .safetensors) + OUT.config.txt;
+//                                                  --merge-lora folds LoRA adapters into the weights
 //
 // PATH is a step directory (step-N) or a checkpoint root (its `latest`). Exit code 0 on success,
 // 1 with a one-line error otherwise, 2 for a bad command line.
@@ -28,6 +29,7 @@ namespace {
 
 struct Args {
   std::string command, path, out, dtype, format;
+  bool merge_lora = false;
 };
 
 // Returns false after --help/--version.
@@ -48,12 +50,15 @@ bool parse(int argc, char** argv, Args& a) {
   app.add_text("OUT", &a.out, "output file (consolidate, export)", "");
   app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16"}, "dtype of the written weights");
   app.add_choice("--format", &a.format, {"torch", "safetensors"}, "export's file format (default: by OUT's name)");
+  app.add_flag("--merge-lora", &a.merge_lora,
+               "export: fold LoRA adapters into their weights (W + B A alpha/r, the run's lora.*); safetensors only");
   app.then([&] {
     const bool writes = a.command == "consolidate" || a.command == "export";
     if (writes && a.out.empty()) app.fail(a.command + " needs OUT, the file to write");
     if (!writes && !a.out.empty()) app.fail(a.command + " takes only PATH; got '" + a.out + "' too");
     if (!writes && !a.dtype.empty()) app.fail("--dtype applies to consolidate and export");
     if (a.command != "export" && !a.format.empty()) app.fail("--format applies to export");
+    if (a.command != "export" && a.merge_lora) app.fail("--merge-lora applies to export");
   });
   return app.parse(argc, argv);
 }
@@ -78,7 +83,10 @@ int run(const Args& a) {
   const c10::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
   const bool safetensors = exporting && (a.format.empty() ? ends_with(a.out, ".safetensors") : a.format == "safetensors");
   const std::string& out = a.out;
-  const auto st = safetensors ? zs::ckpt::export_safetensors(a.path, out, dtype) : zs::ckpt::consolidate(a.path, out, dtype);
+  ZS_REQUIRE(!a.merge_lora || safetensors, zs::UsageError, "--merge-lora writes safetensors: name OUT *.safetensors or "
+             "pass --format safetensors");
+  const auto st = safetensors ? zs::ckpt::export_safetensors(a.path, out, dtype, a.merge_lora)
+                              : zs::ckpt::consolidate(a.path, out, dtype);
   std::printf("wrote %s (%s): %lld parameter names, %lld elements (%s), %lld buffers; largest unit %.3f MiB\n",
               out.c_str(), safetensors ? "safetensors" : "LibTorch archive", static_cast<long long>(st.parameters),
               static_cast<long long>(st.elements), c10::toString(dtype), static_cast<long long>(st.buffers),

@@ -41,7 +41,9 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
     checkpointer_ = std::make_unique<Checkpointer>(engine, CheckpointOptions::from_config(cfg.checkpoint()), text);
   }
   if (!cfg.model().init_from().empty() && !start.flags.resume) {
-    load_pretrained(engine, cfg.model().init_from(), PretrainedOptions::from_config(cfg.model()));
+    PretrainedOptions po = PretrainedOptions::from_config(cfg.model());
+    if (cfg.lora().rank() > 0) po.not_required = {"*lora_A", "*lora_B"};  // adapters start fresh
+    load_pretrained(engine, cfg.model().init_from(), po);
   }
   // Training draws from a stream of its own on every rank (dropout masks differ across ranks);
   // the model was built under runtime.seed, the same on every rank.

@@ -43,6 +43,10 @@ struct PretrainedOptions {
   std::string strip_prefix;  // removed from the start of file names (when present)
   std::string add_prefix;    // then added
   std::map<std::string, std::string> rename;  // then: file name -> model name
+  // Model parameters (globs over qualified names) that a strict load does not require from the
+  // file: they keep their initial values, e.g. LoRA adapters ("*lora_A", "*lora_B") over
+  // pretrained base weights. Reported as missing all the same.
+  std::vector<std::string> not_required;
   // model.init_strict, init_strip_prefix, init_add_prefix, init_rename ("a=b,c=d"; ConfigError
   // naming model.init_rename for a malformed list).
   static PretrainedOptions from_config(const config::ModelConfig& cfg);

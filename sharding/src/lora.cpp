@@ -1,0 +1,176 @@
+// LoRA adapters: the adapter-carrying Linear, apply() and the merge into plain weights.
+
+#include "zeroshard/sharding/lora.h"
+
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <ostream>
+#include <unordered_set>
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/sharding/param_groups.h"
+#include "zeroshard/sharding/unit.h"
+
+namespace zeroshard::lora {
+
+LinearImpl::LinearImpl(const torch::nn::LinearOptions& o) : options(o) { reset(); }
+
+void LinearImpl::reset() {
+  weight = register_parameter("weight", at::empty({options.out_features(), options.in_features()}));
+  if (options.bias()) bias = register_parameter("bias", at::empty({options.out_features()}));
+  reset_parameters();
+}
+
+// torch::nn::Linear's initialisation (the same draws in the same order): weight Kaiming-uniform
+// with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)); bias U(-1/sqrt(in), 1/sqrt(in)).
+void LinearImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (bias.defined()) {
+    const double bound = options.in_features() > 0 ? 1.0 / std::sqrt(static_cast<double>(options.in_features())) : 0;
+    bias.uniform_(-bound, bound);
+  }
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& input) {
+  at::Tensor y = at::linear(input, weight, bias);
+  if (!lora_A.defined()) return y;
+  const at::Tensor x = dropout_ > 0 && is_training() ? at::dropout(input, dropout_, /*train=*/true) : input;
+  return y + at::linear(at::linear(x, lora_A), lora_B) * scale_;
+}
+
+void LinearImpl::pretty_print(std::ostream& stream) const {
+  stream << "zeroshard::lora::Linear(in_features=" << options.in_features()
+         << ", out_features=" << options.out_features() << ", bias=" << (options.bias() ? "true" : "false");
+  if (lora_A.defined()) stream << ", lora_rank=" << lora_A.size(0) << ", lora_scale=" << scale_;
+  stream << ")";
+}
+
+void LinearImpl::add_adapter(int64_t rank, double alpha, double dropout) {
+  ZS_REQUIRE(!lora_A.defined(), UsageError, "this zeroshard::lora::Linear already has an adapter");
+  const at::TensorOptions o = weight.options();
+  at::Tensor a = at::empty({rank, options.in_features()}, o);
+  {
+    torch::NoGradGuard no_grad;
+    torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+  }
+  lora_A = register_parameter("lora_A", a);
+  lora_B = register_parameter("lora_B", at::zeros({options.out_features(), rank}, o));
+  scale_ = alpha / static_cast<double>(rank);
+  dropout_ = dropout;
+}
+
+namespace {
+
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  if (patterns.empty()) return true;
+  for (const std::string& p : patterns) {
+    if (glob_match(p, name)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
+  ZS_REQUIRE(o.rank >= 1, ConfigError, "lora.rank = ", o.rank, " must be >= 1");
+  ZS_REQUIRE(std::isfinite(o.alpha) && o.alpha > 0, ConfigError, "lora.alpha = ", format_double(o.alpha),
+             " must be finite and > 0");
+  ZS_REQUIRE(std::isfinite(o.dropout) && o.dropout >= 0 && o.dropout < 1, ConfigError, "lora.dropout = ",
+             format_double(o.dropout), " must be in [0, 1)");
+  for (size_t i = 0; i < o.targets.size(); ++i) {
+    ZS_REQUIRE(!o.targets[i].empty(), ConfigError, "lora.targets[", i, "] is empty; give a glob over module names");
+  }
+  // Everything is checked before anything changes.
+  std::vector<std::pair<std::string, LinearImpl*>> picked;
+  std::vector<bool> used(o.targets.size(), false);
+  for (const auto& item : model.named_modules()) {
+    torch::nn::Module* m = item.value().get();
+    ZS_REQUIRE(detail::find_managed_unit(m) == nullptr, UsageError, "lora::apply: module '",
+               item.key().empty() ? "<root>" : item.key(),
+               "' is already sharded by a ShardingEngine; add adapters before wrapping the model");
+    for (size_t i = 0; i < o.targets.size(); ++i) used[i] = used[i] || glob_match(o.targets[i], item.key());
+    if (!matches_any(o.targets, item.key())) continue;
+    if (auto* l = dynamic_cast<LinearImpl*>(m)) {
+      ZS_REQUIRE(!l->has_adapter(), UsageError, "lora::apply: '", item.key(), "' already has an adapter");
+      ZS_REQUIRE(o.rank <= std::min(l->options.in_features(), l->options.out_features()), ConfigError, "lora.rank = ",
+                 o.rank, " exceeds the smaller side of '", item.key(), "' (", l->options.out_features(), " x ",
+                 l->options.in_features(), "): the update would not be low-rank");
+      picked.emplace_back(item.key(), l);
+    } else if (!o.targets.empty() && dynamic_cast<torch::nn::LinearImpl*>(m) != nullptr) {
+      ZS_THROW(ConfigError, "lora.targets match '", item.key(),
+               "', a torch::nn::Linear: declare it as zeroshard::lora::Linear (the same parameters and state "
+               "dict; LibTorch cannot re-route a torch::nn::Linear's forward from outside), or narrow lora.targets");
+    }
+  }
+  for (size_t i = 0; i < o.targets.size(); ++i) {
+    ZS_REQUIRE(used[i], ConfigError, "lora.targets[", i, "] = '", o.targets[i], "' matches no module of the model");
+  }
+  ZS_REQUIRE(!picked.empty(), ConfigError, "lora: ",
+             o.targets.empty() ? std::string("the model has no zeroshard::lora::Linear layer")
+                               : "lora.targets match no zeroshard::lora::Linear layer",
+             "; nothing would train");
+  for (at::Tensor& p : model.parameters()) p.set_requires_grad(false);
+  std::vector<std::string> names;
+  for (auto& [name, l] : picked) {
+    l->add_adapter(o.rank, o.alpha, o.dropout);
+    names.push_back(name);
+  }
+  return names;
+}
+
+std::map<std::string, at::Tensor> merged(const std::map<std::string, at::Tensor>& state, double scale) {
+  static const std::string kA = "lora_A", kB = "lora_B";
+  std::map<std::string, at::Tensor> out = state;
+  for (const auto& [key, a] : state) {
+    const bool is_a = key == kA || (key.size() > kA.size() && key.compare(key.size() - kA.size() - 1, kA.size() + 1, "." + kA) == 0);
+    const bool is_b = key == kB || (key.size() > kB.size() && key.compare(key.size() - kB.size() - 1, kB.size() + 1, "." + kB) == 0);
+    if (!is_a && !is_b) continue;
+    const std::string prefix = key.substr(0, key.size() - kA.size());  // "X." or ""
+    const std::string layer = prefix.empty() ? "<root>" : prefix.substr(0, prefix.size() - 1);
+    auto find = [&](const std::string& what) {
+      auto it = state.find(prefix + what);
+      ZS_REQUIRE(it != state.end() && it->second.defined(), UsageError, "lora::merged: layer '", layer, "' has '",
+                 key, "' but no '", prefix + what, "'");
+      return it->second;
+    };
+    const at::Tensor w = find("weight"), la = find(kA), lb = find(kB);
+    if (is_b) continue;  // merged once, from its lora_A
+    ZS_REQUIRE(la.dim() == 2 && lb.dim() == 2 && w.dim() == 2 && lb.size(1) == la.size(0) && lb.size(0) == w.size(0) &&
+                   la.size(1) == w.size(1),
+               UsageError, "lora::merged: layer '", layer, "' has weight ", w.sizes(), ", lora_A ", la.sizes(),
+               ", lora_B ", lb.sizes(), "; expected [out, in], [r, in], [out, r]");
+    const at::Tensor delta = at::matmul(lb.to(at::kFloat), la.to(at::kFloat)) * scale;
+    out[prefix + "weight"] = (w.to(at::kFloat) + delta).to(w.scalar_type());
+    out.erase(prefix + kA);
+    out.erase(prefix + kB);
+  }
+  return out;
+}
+
+Options options_from_config(const config::LoraConfig& cfg) {
+  Options o;
+  o.rank = cfg.rank();
+  o.alpha = cfg.alpha();
+  o.dropout = cfg.dropout();
+  std::string item;
+  for (char c : cfg.targets() + ",") {
+    if (c != ',') {
+      if (c != ' ') item += c;
+      continue;
+    }
+    if (!item.empty()) o.targets.push_back(item);
+    item.clear();
+  }
+  return o;
+}
+
+}  // namespace zeroshard::lora

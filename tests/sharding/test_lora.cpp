@@ -1,0 +1,256 @@
+// LoRA: adapters over a frozen base, trained sharded, equal element by element to a plain
+// LibTorch LoRA written here (the base weights and the adapters' initial values copied, the
+// forward x W^T + b + (x A^T) B^T alpha/r spelled out, torch::optim::AdamW over A and B only), at
+// 1, 2 and 4 ranks, for every strategy and with activation checkpointing; then the merge into
+// plain weights (a model without adapters computes what the adapted one does) and the errors.
+
+#include <gtest/gtest.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/lora.h"
+
+namespace zs = zeroshard;
+using Strategy = zs::ShardingStrategy;
+
+namespace {
+
+constexpr int64_t kIn = 6, kDim = 16, kOut = 5;
+constexpr int kSteps = 12, kLocalBatch = 3;
+constexpr double kLr = 2e-2, kWd = 0.01, kClip = 1.0;
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl()
+      : fc1(register_module("fc1", zs::lora::Linear(kDim, 2 * kDim))),
+        fc2(register_module("fc2", zs::lora::Linear(2 * kDim, kDim))) {}
+  torch::Tensor forward(torch::Tensor x) { return x + fc2(torch::tanh(fc1(x))); }
+  zs::lora::Linear fc1, fc2;
+};
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() : input(register_module("input", zs::lora::Linear(kIn, kDim))) {
+    for (int i = 0; i < 2; ++i) blocks.push_back(register_module("b" + std::to_string(i), zs::Unit<BlockImpl>()));
+    head = register_module("head", zs::lora::Linear(kDim, kOut));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = input(x);
+    for (auto& b : blocks) x = checkpoint ? zs::checkpoint([&b](const at::Tensor& t) { return b(t); }, x) : b(x);
+    return head(x);
+  }
+  zs::lora::Linear input{nullptr}, head{nullptr};
+  std::vector<zs::Unit<BlockImpl>> blocks;
+  bool checkpoint = false;
+};
+TORCH_MODULE(Net);
+
+zs::lora::Options lora_options() {
+  zs::lora::Options o;
+  o.rank = 3;
+  o.alpha = 6;
+  o.targets = {"input", "b*.fc?"};  // head stays frozen, without an adapter
+  return o;
+}
+
+// The global batch of a step.
+std::pair<torch::Tensor, torch::Tensor> batch(int step, int world) {
+  auto g = torch::make_generator<at::CPUGeneratorImpl>(300 + step);
+  return {torch::randn({kLocalBatch * world, kIn}, g), torch::randn({kLocalBatch * world, kOut}, g)};
+}
+
+Net adapted_net() {
+  torch::manual_seed(17);
+  Net net;
+  zs::lora::apply(*net, lora_options());
+  // B starts at zero; give it a nudge so the first step's gradients of A are not zero either.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->named_parameters()) {
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.05);
+    }
+  }
+  return net;
+}
+
+// Plain LibTorch LoRA: each layer's tensors by name, the forward written out.
+struct PlainLora {
+  std::map<std::string, torch::Tensor> t;  // copies of the adapted net's initial state
+  double scale = 0;
+
+  torch::Tensor layer(const std::string& name, const torch::Tensor& x) {
+    torch::Tensor y = torch::linear(x, t.at(name + ".weight"), t.at(name + ".bias"));
+    if (t.count(name + ".lora_A")) y = y + torch::linear(torch::linear(x, t.at(name + ".lora_A")), t.at(name + ".lora_B")) * scale;
+    return y;
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = layer("input", x);
+    for (const std::string b : {"b0", "b1"}) x = x + layer(b + ".fc2", torch::tanh(layer(b + ".fc1", x)));
+    return layer("head", x);
+  }
+};
+
+std::map<std::string, torch::Tensor> train_plain(int world) {
+  Net init = adapted_net();
+  PlainLora ref;
+  ref.scale = lora_options().alpha / lora_options().rank;
+  std::vector<torch::Tensor> trainable;
+  for (auto& p : init->named_parameters()) {
+    ref.t[p.key()] = p.value().detach().clone().requires_grad_(p.value().requires_grad());
+    if (p.value().requires_grad()) trainable.push_back(ref.t[p.key()]);
+  }
+  EXPECT_EQ(trainable.size(), 10u) << "lora_A and lora_B of input and the four block layers";
+  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(kLr).weight_decay(kWd));
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = batch(step, world);
+    opt.zero_grad();
+    torch::mse_loss(ref.forward(x), y).backward();
+    torch::nn::utils::clip_grad_norm_(trainable, kClip);
+    opt.step();
+  }
+  return ref.t;
+}
+
+std::map<std::string, torch::Tensor> train_sharded(Strategy strategy, bool checkpoint) {
+  const int world = zs::test::world_size(), rank = zs::test::rank();
+  Net net = adapted_net();
+  net->checkpoint = checkpoint;
+  zs::ShardingOptions o;
+  o.strategy = strategy;
+  o.hybrid_group_size = world >= 2 ? 2 : 1;
+  zs::ShardingEngine engine(zs::test::session(), net.ptr(), o);
+  EXPECT_EQ(engine.num_trainable_params(), 3 * (kIn + kDim) + 4 * 3 * (kDim + 2 * kDim));
+  zs::AdamOptions ao;
+  ao.lr = kLr;
+  ao.weight_decay = kWd;
+  auto opt = zs::make_adamw(ao);
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = batch(step, world);
+    torch::Tensor loss = engine.forward([&] {
+      return torch::mse_loss(net->forward(x.narrow(0, rank * kLocalBatch, kLocalBatch)),
+                             y.narrow(0, rank * kLocalBatch, kLocalBatch));
+    });
+    loss.backward();
+    engine.clip_grad_norm(kClip);
+    engine.step(*opt);
+    engine.zero_grad();
+  }
+  return engine.full_state_dict();
+}
+
+TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
+  const auto ref = train_plain(zs::test::world_size());
+  const Net initial = adapted_net();
+  for (Strategy s : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
+    for (bool checkpoint : {false, true}) {
+      if (checkpoint && s != Strategy::kFullShard) continue;
+      const auto got = train_sharded(s, checkpoint);
+      double worst = 0;
+      std::string worst_name;
+      for (const auto& [name, want] : ref) {
+        auto it = got.find(name);
+        const double d = it == got.end() ? HUGE_VAL : zs::test::max_abs_diff(it->second, want);
+        if (d > worst || worst_name.empty()) worst = d, worst_name = name;
+      }
+      EXPECT_LE(worst, 1e-5) << zs::to_string(s) << (checkpoint ? " + checkpointing" : "") << ": " << worst_name
+                             << " differs by " << worst;
+      // The base did not move; the adapters did.
+      const auto start = initial->named_parameters();
+      EXPECT_EQ(zs::test::max_abs_diff(got.at("b0.fc1.weight"), start["b0.fc1.weight"]), 0.0);
+      EXPECT_EQ(zs::test::max_abs_diff(got.at("head.weight"), start["head.weight"]), 0.0);
+      EXPECT_GT(zs::test::max_abs_diff(got.at("b1.fc2.lora_A"), start["b1.fc2.lora_A"]), 1e-3);
+      if (zs::test::rank() == 0) {
+        std::printf("  LoRA %s%s at %d rank(s): max |sharded - plain| = %.3g (%s)\n", zs::to_string(s),
+                    checkpoint ? " + checkpointing" : "", zs::test::world_size(), worst, worst_name.c_str());
+      }
+    }
+  }
+}
+
+TEST(Lora, AdaptersStartAsTheBaseAndMergeIntoPlainWeights) {
+  torch::manual_seed(5);
+  Net base;
+  const auto base_state = base->named_parameters();
+  torch::Tensor x = torch::randn({4, kIn});
+  torch::Tensor before = base->forward(x).detach();
+  zs::lora::apply(*base, lora_options());
+  EXPECT_TRUE(torch::equal(base->forward(x).detach(), before)) << "B = 0: the adapted model starts as the base";
+  EXPECT_EQ(base->input->lora_A.sizes(), (std::vector<int64_t>{3, kIn}));
+  EXPECT_EQ(base->input->lora_B.sizes(), (std::vector<int64_t>{kDim, 3}));
+  EXPECT_FALSE(base->head->has_adapter());
+  for (const auto& p : base->named_parameters()) {
+    EXPECT_EQ(p.value().requires_grad(), p.key().find("lora_") != std::string::npos) << p.key();
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : base->named_parameters()) {
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0, 0.3);
+    }
+  }
+  const torch::Tensor adapted = base->forward(x).detach();
+  EXPECT_GT((adapted - before).abs().max().item<double>(), 1e-2);
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& p : base->named_parameters()) state[p.key()] = p.value().detach();
+  const auto plain = zs::lora::merged(state, base->input->scale());
+  EXPECT_EQ(base->input->scale(), 2.0) << "alpha / rank";
+  EXPECT_EQ(plain.count("input.lora_A"), 0u);
+  EXPECT_EQ(plain.size(), base_state.size());
+  Net fresh;  // no adapters: the parameters of a torch::nn::Linear model
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : fresh->named_parameters()) p.value().copy_(plain.at(p.key()));
+  }
+  EXPECT_LE(zs::test::max_abs_diff(fresh->forward(x).detach(), adapted), 1e-5);
+  state.erase("b1.fc2.lora_B");
+  const std::string err = zs::test::error_text_of<zs::UsageError>([&] { zs::lora::merged(state, 2.0); });
+  EXPECT_TRUE(zs::test::contains(err, "layer 'b1.fc2' has 'b1.fc2.lora_A' but no 'b1.fc2.lora_B'")) << err;
+}
+
+struct WithTorchLinearImpl : torch::nn::Module {
+  WithTorchLinearImpl()
+      : a(register_module("a", zs::lora::Linear(4, 4))), b(register_module("b", torch::nn::Linear(4, 4))) {}
+  zs::lora::Linear a;
+  torch::nn::Linear b;
+};
+TORCH_MODULE(WithTorchLinear);
+
+TEST(Lora, BadRequestsAreClearErrorsAndChangeNothing) {
+  auto config_error = [](const std::function<void()>& fn) { return zs::test::error_text_of<zs::ConfigError>(fn); };
+  WithTorchLinear m;
+  zs::lora::Options o;
+  o.rank = 2;
+  o.targets = {"*"};
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "'b', a torch::nn::Linear"));
+  EXPECT_FALSE(m->a->has_adapter()) << "a refused apply changes nothing";
+  EXPECT_TRUE(m->b->weight.requires_grad());
+  o.targets = {"a", "c*"};
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.targets[1] = 'c*' matches no module"));
+  o.targets = {"a"};
+  o.rank = 5;
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "exceeds the smaller side of 'a'"));
+  o.rank = 0;
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.rank = 0"));
+  o.rank = 2;
+  o.dropout = 1;
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.dropout = 1"));
+  o.dropout = 0;
+  EXPECT_EQ(zs::lora::apply(*m, o), std::vector<std::string>{"a"});
+  EXPECT_FALSE(m->b->weight.requires_grad());
+  EXPECT_TRUE(zs::test::contains(zs::test::error_text_of<zs::UsageError>([&] { zs::lora::apply(*m, o); }),
+                                 "'a' already has an adapter"));
+  // After wrapping: refused.
+  Net net;
+  zs::ShardingEngine engine(zs::test::session(), net.ptr(), zs::ShardingOptions{});
+  EXPECT_TRUE(zs::test::contains(
+      zs::test::error_text_of<zs::UsageError>([&] { zs::lora::apply(*net, lora_options()); }),
+      "already sharded by a ShardingEngine"));
+}
+
+}  // namespace
