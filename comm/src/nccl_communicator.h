@@ -155,7 +155,8 @@ class NcclCommunicator final : public Communicator {
   CollectiveSignature make_signature(CollectiveKind kind, c10::ScalarType dtype, int64_t count,
                                      ReduceOp op, int root, std::string_view tag) const;
 
-  ncclRedOp_t nccl_op(ReduceOp op) const;
+  // to_nccl_op, or a CommError naming `call` for a dtype NCCL cannot reduce (Short).
+  ncclRedOp_t nccl_op(ReduceOp op, c10::ScalarType dtype, const char* call) const;
   std::string where(const char* op) const;  // "all_gather_into on nccl communicator 'world' ..."
   // Drops in-flight Works whose completion event the GPU has passed.
   void prune_completed();
