@@ -128,6 +128,9 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const std::string& name() const override { return options_.name; }
   const char* backend() const override { return "nccl"; }
+  c10::Device device() const override {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_));
+  }
 
   std::shared_ptr<Communicator> split(int color, int key) override;
 
