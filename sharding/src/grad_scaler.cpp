@@ -140,6 +140,16 @@ bool GradScaler::unscale_and_check(const std::vector<ParamShard>& shards) {
   return !found_inf_;
 }
 
+bool GradScaler::check_norm(double global_norm) {
+  ZS_REQUIRE(mode_ == LossScaleMode::kDisabled, UsageError, "GradScaler::check_norm with loss scaling ",
+             zeroshard::to_string(mode_), ": the gradients must be unscaled first; call unscale_and_check");
+  ZS_REQUIRE(!checked_, UsageError,
+             "GradScaler::check_norm called twice for one step: call update() after every step");
+  found_inf_ = !std::isfinite(global_norm);
+  checked_ = true;
+  return !found_inf_;
+}
+
 bool GradScaler::step(ShardedOptimizer& opt, const std::vector<ParamShard>& shards) {
   const bool finite = unscale_and_check(shards);
   if (finite) opt.step(shards);
