@@ -16,7 +16,8 @@
 # folder stays between calls on a warm machine):
 #   build  configure with ZS_REQUIRE_CUDA=ON (a missing CUDA, NCCL or CUDA LibTorch is an error),
 #          build the GPU tests and the benchmarks;
-#   test   ctest -L gpu (the GPU-labelled tests);
+#   test   ctest -L gpu (the GPU-labelled tests); fails when every one of them skipped
+#          (scripts/gpu-test-verdict.sh);
 #   bench  bench_step: a small smoke configuration, --preset gpt-1.3b, then --preset gpt-offload
 #          with offload.optimizer=CPU (reported as not built when the offload optimizer is absent).
 #
@@ -174,9 +175,12 @@ if [[ $phase == all || $phase == test ]]; then
   ctest --test-dir "$build" -L gpu --output-on-failure --timeout 900 --output-junit "$out/ctest.xml" \
     -V >"$out/ctest.log" 2>&1
   rc=$?
-  result=$(grep -E "tests passed|tests failed" "$out/ctest.log" | tail -1)
-  skipped=$(grep -c "Skipped" "$out/ctest.log" || true)
-  if ((rc == 0)); then say "test: ok: $result ($skipped lines mention Skipped)"; else fail "test: $result (see ctest.log)"; fi
+  # A run in which every GPU test skipped proved nothing: a failure, not "ok".
+  if verdict=$("$repo/scripts/gpu-test-verdict.sh" "$rc" "$out/ctest.log"); then
+    say "test: $verdict"
+  else
+    fail "test: ${verdict#FAILED: } (see ctest.log)"
+  fi
   grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest.log"
 fi
 

@@ -145,6 +145,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   const std::string& name() const override { return opts_.name; }
   const char* backend() const override { return "mpi"; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
 
  protected:
   std::string device_requirement(const at::Tensor& t) const override {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cuda_stream.h"
+#include "nccl_types.h"
 #include "signature_check.h"
 #include "watchdog.h"
 #include "zeroshard/comm/factory.h"
@@ -32,28 +33,8 @@ constexpr std::chrono::seconds kAbortedDrainLimit{10};
 // How long an abort waits for an NCCL call in progress on another thread.
 constexpr std::chrono::seconds kAbortLockWait{2};
 
-constexpr const char* kSupportedDtypes = "Float, Double, Half, BFloat16, Int, Long, Byte, Char";
-
-bool to_nccl_dtype(c10::ScalarType t, ncclDataType_t* out) {
-  switch (t) {
-    case c10::ScalarType::Float: *out = ncclFloat32; return true;
-    case c10::ScalarType::Double: *out = ncclFloat64; return true;
-    case c10::ScalarType::Half: *out = ncclFloat16; return true;
-    case c10::ScalarType::BFloat16: *out = ncclBfloat16; return true;
-    case c10::ScalarType::Int: *out = ncclInt32; return true;
-    case c10::ScalarType::Long: *out = ncclInt64; return true;
-    case c10::ScalarType::Byte: *out = ncclUint8; return true;
-    case c10::ScalarType::Char: *out = ncclInt8; return true;
-    default: return false;
-  }
-}
-
 // Only for tensors whose dtype passed the public call's check (supports_dtype).
-ncclDataType_t nccl_dtype(const at::Tensor& t) {
-  ncclDataType_t dt = ncclFloat32;
-  to_nccl_dtype(t.scalar_type(), &dt);
-  return dt;
-}
+NcclType nccl_type(const at::Tensor& t) { return *to_nccl_type(t.scalar_type()); }
 
 cudaEvent_t new_event() {
   cudaEvent_t ev = nullptr;
@@ -66,6 +47,33 @@ std::exception_ptr comm_error(std::string message, int line) {
 }
 
 }  // namespace
+
+std::optional<NcclType> to_nccl_type(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::ScalarType::Float: return NcclType{ncclFloat32};
+    case c10::ScalarType::Double: return NcclType{ncclFloat64};
+    case c10::ScalarType::Half: return NcclType{ncclFloat16};
+    case c10::ScalarType::BFloat16: return NcclType{ncclBfloat16};
+    case c10::ScalarType::Int: return NcclType{ncclInt32};
+    case c10::ScalarType::Long: return NcclType{ncclInt64};
+    case c10::ScalarType::Byte: return NcclType{ncclUint8};
+    case c10::ScalarType::Char: return NcclType{ncclInt8};
+    case c10::ScalarType::Bool: return NcclType{ncclUint8};
+    case c10::ScalarType::Short: return NcclType{ncclUint8, 2, /*reducible=*/false};
+    default: return std::nullopt;
+  }
+}
+
+ncclRedOp_t to_nccl_op(ReduceOp op, c10::ScalarType dtype) {
+  if (dtype == c10::ScalarType::Bool) return op == ReduceOp::kMin ? ncclMin : ncclMax;
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  ZS_THROW(CommError, "to_nccl_op: unknown ReduceOp ", static_cast<int>(op));
+}
 
 // ---------------------------------------------------------------------------------------------
 // NcclCommHandle
@@ -358,21 +366,15 @@ std::string NcclCommunicator::device_requirement(const at::Tensor& t) const {
   return concat("the NCCL backend takes CUDA tensors on cuda:", device_, " (this communicator's device)");
 }
 
-bool NcclCommunicator::supports_dtype(c10::ScalarType dtype) const {
-  ncclDataType_t unused;
-  return to_nccl_dtype(dtype, &unused);
-}
+bool NcclCommunicator::supports_dtype(c10::ScalarType dtype) const { return to_nccl_type(dtype).has_value(); }
 
-const char* NcclCommunicator::supported_dtypes() const { return kSupportedDtypes; }
+const char* NcclCommunicator::supported_dtypes() const { return kNcclSupportedDtypes; }
 
-ncclRedOp_t NcclCommunicator::nccl_op(ReduceOp op) const {
-  switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kAvg: return ncclAvg;  // floating dtypes only: checked by the public call
-  }
-  ZS_THROW(CommError, where("reduce"), ": unknown ReduceOp ", static_cast<int>(op));
+ncclRedOp_t NcclCommunicator::nccl_op(ReduceOp op, c10::ScalarType dtype, const char* call) const {
+  ZS_REQUIRE(to_nccl_type(dtype)->reducible, CommError, where(call), ": dtype ", c10::toString(dtype),
+             " cannot be reduced by NCCL (it has no 16-bit integer type; broadcast and all-gather move it as "
+             "bytes). Reduce it as Int (.to(at::kInt)) instead");
+  return to_nccl_op(op, dtype);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,8 +386,9 @@ std::shared_ptr<Work> NcclCommunicator::run_all_gather(const at::Tensor& out_fla
                                                        bool /*in_place*/, std::string_view tag) {
   const void* send = in_shard.data_ptr();
   void* recv = out_flat.data_ptr();
-  const size_t count = static_cast<size_t>(in_shard.numel());
-  const ncclDataType_t dt = nccl_dtype(in_shard);
+  const NcclType nt = nccl_type(in_shard);
+  const size_t count = static_cast<size_t>(in_shard.numel() * nt.per_element);
+  const ncclDataType_t dt = nt.type;
   return run_collective(make_signature(CollectiveKind::kAllGather, in_shard.scalar_type(),
                                        in_shard.numel(), ReduceOp::kSum, -1, tag),
                         {out_flat, in_shard}, [=](ncclComm_t comm, cudaStream_t s) {
@@ -395,11 +398,11 @@ std::shared_ptr<Work> NcclCommunicator::run_all_gather(const at::Tensor& out_fla
 
 std::shared_ptr<Work> NcclCommunicator::run_reduce_scatter(const at::Tensor& out_shard, const at::Tensor& in_flat,
                                                            ReduceOp op, std::string_view tag) {
-  const ncclRedOp_t red = nccl_op(op);
+  const ncclRedOp_t red = nccl_op(op, in_flat.scalar_type(), "reduce_scatter_into");
   const void* send = in_flat.data_ptr();
   void* recv = out_shard.data_ptr();
   const size_t count = static_cast<size_t>(out_shard.numel());
-  const ncclDataType_t dt = nccl_dtype(in_flat);
+  const ncclDataType_t dt = nccl_type(in_flat).type;
   return run_collective(make_signature(CollectiveKind::kReduceScatter, in_flat.scalar_type(),
                                        in_flat.numel(), op, -1, tag),
                         {out_shard, in_flat}, [=](ncclComm_t comm, cudaStream_t s) {
@@ -410,10 +413,10 @@ std::shared_ptr<Work> NcclCommunicator::run_reduce_scatter(const at::Tensor& out
 
 std::shared_ptr<Work> NcclCommunicator::run_all_reduce(const at::Tensor& tensor, ReduceOp op,
                                                        std::string_view tag) {
-  const ncclRedOp_t red = nccl_op(op);
+  const ncclRedOp_t red = nccl_op(op, tensor.scalar_type(), "all_reduce");
   void* buf = tensor.data_ptr();
   const size_t count = static_cast<size_t>(tensor.numel());
-  const ncclDataType_t dt = nccl_dtype(tensor);
+  const ncclDataType_t dt = nccl_type(tensor).type;
   return run_collective(
       make_signature(CollectiveKind::kAllReduce, tensor.scalar_type(), tensor.numel(), op, -1, tag),
       {tensor}, [=](ncclComm_t comm, cudaStream_t s) {
@@ -424,8 +427,9 @@ std::shared_ptr<Work> NcclCommunicator::run_all_reduce(const at::Tensor& tensor,
 std::shared_ptr<Work> NcclCommunicator::run_broadcast(const at::Tensor& tensor, int root,
                                                       std::string_view tag) {
   void* buf = tensor.data_ptr();
-  const size_t count = static_cast<size_t>(tensor.numel());
-  const ncclDataType_t dt = nccl_dtype(tensor);
+  const NcclType nt = nccl_type(tensor);
+  const size_t count = static_cast<size_t>(tensor.numel() * nt.per_element);
+  const ncclDataType_t dt = nt.type;
   return run_collective(make_signature(CollectiveKind::kBroadcast, tensor.scalar_type(),
                                        tensor.numel(), ReduceOp::kSum, root, tag),
                         {tensor}, [=](ncclComm_t comm, cudaStream_t s) {

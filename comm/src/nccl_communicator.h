@@ -128,6 +128,9 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   const std::string& name() const override { return options_.name; }
   const char* backend() const override { return "nccl"; }
+  c10::Device device() const override {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_));
+  }
 
   std::shared_ptr<Communicator> split(int color, int key) override;
 
@@ -155,7 +158,8 @@ class NcclCommunicator final : public Communicator {
   CollectiveSignature make_signature(CollectiveKind kind, c10::ScalarType dtype, int64_t count,
                                      ReduceOp op, int root, std::string_view tag) const;
 
-  ncclRedOp_t nccl_op(ReduceOp op) const;
+  // to_nccl_op, or a CommError naming `call` for a dtype NCCL cannot reduce (Short).
+  ncclRedOp_t nccl_op(ReduceOp op, c10::ScalarType dtype, const char* call) const;
   std::string where(const char* op) const;  // "all_gather_into on nccl communicator 'world' ..."
   // Drops in-flight Works whose completion event the GPU has passed.
   void prune_completed();

@@ -4,6 +4,14 @@
 
 namespace zeroshard::detail {
 
+void activate_cuda_device(int device) {
+  ZS_THROW(ConfigError, "runtime.device resolved to cuda:", device,
+           " but zs_core was built without CUDA support (a CPU-only LibTorch, or no NCCL/CUDA toolkit at "
+           "configure time); use runtime.device=CPU or rebuild against a CUDA LibTorch");
+}
+
+std::string cuda_device_pci_id(int) { return {}; }
+
 CudaAllocatorStats cuda_allocator_stats(int) { return {}; }
 
 void set_cuda_memory_limit(int device, int64_t) {

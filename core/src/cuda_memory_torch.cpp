@@ -1,7 +1,11 @@
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <string>
 
 #include "cuda_memory.h"
 #include "zeroshard/comm/check_cuda.h"
@@ -10,17 +14,31 @@
 namespace zeroshard::detail {
 
 namespace {
+// From the device's properties: no cudaSetDevice, so no context is created on another device
+// (switching to `device` and back used to leave one on GPU 0 in every rank).
 int64_t device_memory(int device) {
-  int previous = 0;
-  ZS_CUDA_CHECK(cudaGetDevice(&previous));
-  ZS_CUDA_CHECK(cudaSetDevice(device));
-  size_t free_bytes = 0, total_bytes = 0;
-  const cudaError_t rc = cudaMemGetInfo(&free_bytes, &total_bytes);
-  cudaSetDevice(previous);
-  ZS_CUDA_CHECK(rc);
-  return static_cast<int64_t>(total_bytes);
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device));
+  return static_cast<int64_t>(prop->totalGlobalMem);
 }
 }  // namespace
+
+void activate_cuda_device(int device) {
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  c10::cuda::set_device(index);
+  // LibTorch initialises its caching allocator lazily, on the first CUDA tensor; its memory
+  // fraction and out-of-memory observer cannot be set before (setMemoryFraction asserts
+  // "Allocator not initialized", attachOutOfMemoryObserver attaches to no device). One small
+  // allocation through ATen runs that initialisation whatever the LibTorch version calls it;
+  // emptying the cache hands its block back.
+  { const at::Tensor probe = at::empty({1}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, index)); }
+  c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
+std::string cuda_device_pci_id(int device) {
+  char id[32] = {0};
+  ZS_CUDA_CHECK(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof(id)), device));
+  return id;
+}
 
 CudaAllocatorStats cuda_allocator_stats(int device) {
   namespace alloc = c10::cuda::CUDACachingAllocator;

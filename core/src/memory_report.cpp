@@ -206,7 +206,9 @@ void apply_memory_config(const config::MemoryConfig& cfg, c10::Device device, in
   o.world_size = world_size;
   set_memory_report_options(o);
   set_host_refusal_observer(&capture_report);
-  detail::set_cuda_oom_observer(&capture_report);
+  // On CUDA the Session has made the device current and initialised LibTorch's allocator first
+  // (the observer attaches to the allocators that exist).
+  if (device.is_cuda()) detail::set_cuda_oom_observer(&capture_report);
   const int64_t limit = cfg.limit_mib() * 1048576;
   if (cfg.track_allocations() || (limit > 0 && device.is_cpu())) install_host_memory_tracking();
   if (limit <= 0) return;

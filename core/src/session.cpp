@@ -6,11 +6,16 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <ATen/ops/zeros.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <thread>
 
+#include "cuda_memory.h"
+#include "device_select.h"
 #include "zeroshard/comm/factory.h"
 #include "zeroshard/comm/runtime.h"
 #include "zeroshard/base/logging.h"
@@ -91,6 +96,9 @@ void Session::start(int argc, char** argv) {
   node_ = std::move(comms.node);
   check_launch_env();
   pick_device();
+  // The rank's GPU becomes current before anything touches CUDA (LibTorch's streams, NCCL, the
+  // caching allocator's limit below), so no rank creates a context on another rank's GPU.
+  if (device_.is_cuda()) detail::activate_cuda_device(device_.index());
   const std::string blas = share_blas_threads(local_world_size_);
   // Before the program allocates anything: the tracking allocator counts only what comes after.
   apply_memory_config(config_->memory(), device_, rank_, world_size_);
@@ -121,18 +129,55 @@ void Session::check_launch_env() const {
 void Session::pick_device() {
   using Dev = config::RuntimeConfig;
   const auto want = config_->runtime().device();
+  if (want == Dev::CPU) {
+    device_ = c10::Device(c10::kCPU);
+    return;
+  }
   const int gpus = torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-  if (want == Dev::CPU || (want == Dev::AUTO && gpus == 0)) {
+  // What each rank of this host sees, agreed before any rank decides: ranks that decided apart
+  // would leave some in a collective the others never join.
+  const std::vector<HostGpuView> views = exchange_gpu_views(gpus);
+  std::vector<int> counts;
+  for (const HostGpuView& v : views) counts.push_back(v.visible);
+  detail::check_same_gpu_counts(counts, host_);
+  if (want == Dev::AUTO && gpus == 0) {
     device_ = c10::Device(c10::kCPU);
     return;
   }
   ZS_REQUIRE(gpus > 0, ConfigError, "runtime.device = CUDA but no CUDA device is visible on host ", host_,
              " (this LibTorch ", torch::cuda::is_available() ? "sees no GPU" : "has no CUDA support or no GPU",
              "); use runtime.device=CPU or AUTO");
-  ZS_REQUIRE(local_rank_ < gpus, ConfigError, "local rank ", local_rank_, " on host ", host_, " needs GPU ",
-             local_rank_, " but only ", gpus, " GPU(s) are visible; start at most ", gpus,
-             " ranks per node or set CUDA_VISIBLE_DEVICES");
-  device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
+  const detail::DeviceChoice choice = detail::select_cuda_device(local_rank_, local_world_size_, gpus, host_);
+  if (choice.one_per_rank) {
+    std::vector<std::string> ids;
+    for (const HostGpuView& v : views) ids.push_back(v.first_gpu_id);
+    detail::check_distinct_devices(ids, host_);
+  }
+  device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(choice.index));
+}
+
+// One all-gather over the host's ranks (node()): each rank's GPU count and, when it sees exactly
+// one GPU, that GPU's PCI bus id. A host with one rank needs no exchange.
+std::vector<Session::HostGpuView> Session::exchange_gpu_views(int gpus) const {
+  const std::string id = gpus == 1 ? detail::cuda_device_pci_id(0) : std::string();
+  if (local_world_size_ == 1) return {{gpus, id}};
+  constexpr int64_t kIdBytes = 32;  // cudaDeviceGetPCIBusId needs 13; room for longer domains
+  constexpr int64_t kRecord = kIdBytes + 4;
+  at::Tensor mine = at::zeros({kRecord}, at::kByte);
+  auto* p = mine.data_ptr<uint8_t>();
+  const int32_t count = gpus;
+  std::memcpy(p, &count, 4);
+  std::memcpy(p + 4, id.data(), std::min<size_t>(id.size(), kIdBytes - 1));
+  at::Tensor all = at::zeros({kRecord * local_world_size_}, at::kByte);
+  node_->all_gather_into(all, mine, "session.gpu_views")->wait();
+  std::vector<HostGpuView> views;
+  for (int r = 0; r < local_world_size_; ++r) {
+    const uint8_t* q = all.data_ptr<uint8_t>() + r * kRecord;
+    int32_t n = 0;
+    std::memcpy(&n, q, 4);
+    views.push_back({n, std::string(reinterpret_cast<const char*>(q + 4))});
+  }
+  return views;
 }
 
 CommOptions Session::comm_options(const std::string& name) const {

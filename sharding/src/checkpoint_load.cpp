@@ -3,6 +3,7 @@
 // shards overlap it (resharding on load), then buffers, RNG states and per-rank entries.
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -251,6 +252,26 @@ void Checkpointer::Impl::load_rank_state(const ckpt::Manifest& m, const std::str
     std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
     gen.set_state(state);
     out.rng_restored = true;
+  }
+  // The CUDA generator of this rank's device, saved by a run on CUDA.
+  const c10::Device device = engine.session().device();
+  if (r->has("rng/cuda") && device.is_cuda()) {
+    const std::string bytes = r->read_bytes("rng/cuda");
+    at::Generator gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    at::Tensor state = gen.get_state();
+    ZS_REQUIRE(static_cast<size_t>(state.nbytes()) == bytes.size(), CheckpointError, "checkpoint '", dir,
+               "': the CUDA RNG state of rank ", comm->rank(), " has ", bytes.size(), " bytes, this LibTorch's ",
+               device.str(), " generator has ", state.nbytes());
+    std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
+    gen.set_state(state);
+  } else if (r->has("rng/cuda")) {
+    ZS_LOG(kInfo) << "checkpoint '" << dir << "' holds a CUDA RNG state; this run is on " << device.str()
+                  << ", so only the CPU RNG is restored";
+  } else if (device.is_cuda()) {
+    ZS_LOG(kWarn) << "checkpoint '" << dir << "' has no CUDA RNG state (saved by a run on the CPU or by an "
+                  << "older zeroshard): " << device.str() << "'s generator is not restored, so random draws "
+                  << "on the GPU (dropout) differ from an uninterrupted run";
   }
   for (const RankFileSection& sec : r->sections()) {
     if (sec.name.rfind("user/", 0) == 0) out.per_rank[sec.name.substr(5)] = r->read_bytes(sec.name);

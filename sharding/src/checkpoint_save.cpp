@@ -3,6 +3,7 @@
 // on any rank fails on every rank and leaves earlier checkpoints as they were.
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <fcntl.h>
 #include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
@@ -45,6 +46,14 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
     std::lock_guard<std::mutex> lock(gen.mutex());
     at::Tensor rng = gen.get_state();
     s.sections.push_back({"rng/cpu", "uint8", {rng.numel()}, rng.contiguous(), {}});
+  }
+  const c10::Device device = engine.session().device();
+  if (device.is_cuda()) {
+    // The CUDA generator of this rank's device (dropout on the GPU draws from it): exact resume.
+    at::Generator gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    at::Tensor rng = gen.get_state();
+    s.sections.push_back({"rng/cuda", "uint8", {rng.numel()}, rng.contiguous(), {}});
   }
   for (const auto& [k, v] : st.per_rank) s.sections.push_back({"user/" + k, "bytes", {}, at::Tensor(), v});
   if (s.rank == 0) {

@@ -6,6 +6,8 @@
 #include "sharded_init_internal.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/nan_to_num.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
@@ -328,7 +330,9 @@ ShardingEngine::~ShardingEngine() {
   for (auto& u : impl_->units) detail::unregister_managed_unit(u->module);
 }
 
-double ShardingEngine::clip_grad_norm(double max_norm) {
+double ShardingEngine::clip_grad_norm(double max_norm) { return clip_grad_norm_tensor(max_norm).item<double>(); }
+
+at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
   ZS_REQUIRE(max_norm > 0, UsageError, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   impl_->require_finished_backward("clip_grad_norm()");
   std::vector<at::Tensor> grads;
@@ -337,27 +341,19 @@ double ShardingEngine::clip_grad_norm(double max_norm) {
       if (f->trainable() && f->grad_shard().defined()) grads.push_back(f->grad_shard());
     }
   }
-  at::Tensor total;
-  if (!impl_->streams->enabled()) {
-    double sumsq = 0;
-    for (const at::Tensor& g : grads) {
-      const double n = g.norm().item<double>();
-      sumsq += n * n;
-    }
-    total = at::full({1}, sumsq, at::kDouble);
-  } else {
-    // On the device: the shards' norms and their sum of squares stay there, the all-reduce runs
-    // over the device communicator, and the host reads one number (the returned norm).
-    c10::AutoGradMode no_grad(false);
-    total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(impl_->streams->device()));
-    for (const at::Tensor& g : grads) total.add_(g.norm().to(at::kDouble).square());
-  }
+  c10::AutoGradMode no_grad(false);
+  // The shards' squared norms are summed in double where the shard group's collectives run (the
+  // CPU for MPI, the device with streams), all-reduced there, and never read by the host here.
+  const at::Device where = impl_->streams->enabled() ? impl_->streams->device() : at::Device(at::kCPU);
+  at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(where));
+  for (const at::Tensor& g : grads) total.add_(g.norm().to(at::kDouble).square());
   if (impl_->shard_group->size() > 1) impl_->shard_group->all_reduce(total, ReduceOp::kSum, "zs.clip")->wait();
-  const double norm = std::sqrt(total.item<double>());
-  const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) {
-    c10::AutoGradMode no_grad(false);
-    for (auto& g : grads) g.mul_(static_cast<float>(coef));
+  at::Tensor norm = total.sqrt_();
+  if (std::isfinite(max_norm)) {
+    // min(1, max_norm / (norm + 1e-6)) on the device; a NaN norm leaves the gradients as they are
+    // (the step is skipped), an infinite one zeroes them, as torch::nn::utils::clip_grad_norm_.
+    const at::Tensor coef = at::nan_to_num(at::full_like(norm, max_norm).div_(norm + 1e-6).clamp_max_(1.0), 1.0);
+    for (auto& g : grads) g.mul_(coef.to(g.options()));
   }
   return norm;
 }

@@ -8,7 +8,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/aminmax.h>
 #include <ATen/ops/cat.h>
-#include <ATen/ops/full.h>
+#include <ATen/ops/logical_not.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/isfinite.h>
 
 #include <algorithm>
@@ -56,11 +57,6 @@ double fixed_scale(const LossScale& c, LossScaleMode mode) {
 // (the loss is multiplied in float; a zero or subnormal scale would lose the gradients).
 double scale_floor(const LossScale& c) {
   return std::max(c.min_scale, static_cast<double>(std::numeric_limits<float>::min()));
-}
-
-// The device the communicator's collectives take tensors on.
-at::Device comm_device(const Communicator& comm) {
-  return std::string(comm.backend()) == "nccl" ? at::Device(at::kCUDA) : at::Device(at::kCPU);
 }
 
 }  // namespace
@@ -132,15 +128,24 @@ bool GradScaler::unscale_and_check(const std::vector<ParamShard>& shards) {
     extremes.push_back(lo.reshape({1}));
     extremes.push_back(hi.reshape({1}));
   }
-  bool local_inf = false;
-  if (!extremes.empty()) local_inf = !at::isfinite(at::cat(extremes)).all().item<bool>();
-  if (comm_->size() > 1) {
-    at::Tensor flag = at::full({1}, local_inf ? 1.0f : 0.0f, at::TensorOptions().dtype(at::kFloat).device(comm_device(*comm_)));
-    comm_->all_reduce(flag, ReduceOp::kMax, "zs.grad_scaler.found_inf")->wait();
-    found_inf_ = flag.item<float>() != 0.0f;
-  } else {
-    found_inf_ = local_inf;
-  }
+  // 1 where this rank holds a non-finite gradient, computed where the gradients are and moved to
+  // the communicator's device (its own index: cuda:<local rank> for NCCL); read once, after the
+  // all-reduce.
+  const at::TensorOptions on_comm = at::TensorOptions().dtype(at::kFloat).device(comm_->device());
+  at::Tensor flag = extremes.empty() ? at::zeros({1}, on_comm)
+                                     : at::isfinite(at::cat(extremes)).logical_not().any().reshape({1}).to(on_comm);
+  if (comm_->size() > 1) comm_->all_reduce(flag, ReduceOp::kMax, "zs.grad_scaler.found_inf")->wait();
+  found_inf_ = flag.item<float>() != 0.0f;
+  checked_ = true;
+  return !found_inf_;
+}
+
+bool GradScaler::check_norm(double global_norm) {
+  ZS_REQUIRE(mode_ == LossScaleMode::kDisabled, UsageError, "GradScaler::check_norm with loss scaling ",
+             zeroshard::to_string(mode_), ": the gradients must be unscaled first; call unscale_and_check");
+  ZS_REQUIRE(!checked_, UsageError,
+             "GradScaler::check_norm called twice for one step: call update() after every step");
+  found_inf_ = !std::isfinite(global_norm);
   checked_ = true;
   return !found_inf_;
 }

@@ -179,6 +179,10 @@ class ShardedOptimizerBase : public ShardedOptimizer {
     for (size_t i = 0; i < shards.size(); ++i) {
       ShardOptimizerState& st = (*pending_)[i];
       slots_[i].updates = st.updates;
+      // The fused kernel's step count on the device would still count this optimizer's own
+      // updates (an optimizer that stepped before the load): the next fused step derives it
+      // again from the restored `updates`.
+      slots_[i].device_step = at::Tensor();
       slots_[i].state.clear();
       for (at::Tensor& t : st.tensors) {
         slots_[i].state.push_back(t.to(shards[i].param.device(), at::kFloat).contiguous().clone());

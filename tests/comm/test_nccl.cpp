@@ -249,6 +249,49 @@ TEST_F(Nccl, BroadcastFromFirstAndLastRank) {
   }
 }
 
+// A model's bool mask or int16 buffer is broadcast at wrap time: both dtypes must travel.
+TEST_F(Nccl, BoolAndShortBroadcastAndAllGather) {
+  for (c10::ScalarType dtype : {c10::ScalarType::Bool, c10::ScalarType::Short}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    // Bool: 0/1 by element and rank; Short: values beyond one byte, negative ones included.
+    const auto value = [dtype](int r, int64_t i) {
+      return dtype == c10::ScalarType::Bool ? static_cast<double>((i + r) % 3 == 0)
+                                            : static_cast<double>((i * 37 + r * 1001) % 60001 - 30000);
+    };
+    const int root = size() - 1;
+    at::Tensor b = make(4097, dtype, [&](int64_t i) { return value(rank(), i); });
+    comm_->broadcast(b, root, "test.broadcast_bool_short")->wait();
+    EXPECT_TRUE(matches(b, [&](int64_t i) { return value(root, i); }));
+    const int64_t s = 1025;
+    at::Tensor in = make(s, dtype, [&](int64_t i) { return value(rank(), i); });
+    at::Tensor out = at::empty({size() * s}, on_gpu(dtype));
+    comm_->all_gather_into(out, in, "test.all_gather_bool_short")->wait();
+    EXPECT_TRUE(matches(out, [&](int64_t j) { return value(static_cast<int>(j / s), j % s); }));
+  }
+}
+
+// Bool reductions are logical: sum and max are or, min is and (never a 2 stored in a bool).
+TEST_F(Nccl, BoolAllReduceIsLogicalAndShortIsRefused) {
+  const auto flag = [](int r, int64_t i) { return static_cast<double>(((i >> r) & 1) != 0); };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+    SCOPED_TRACE(to_string(op));
+    at::Tensor t = make(64, c10::ScalarType::Bool, [&](int64_t i) { return flag(rank(), i); });
+    comm_->all_reduce(t, op, "test.bool_reduce")->wait();
+    EXPECT_TRUE(matches(t, [&](int64_t i) {
+      bool any = false, all = true;
+      for (int r = 0; r < size(); ++r) {
+        any = any || flag(r, i) != 0;
+        all = all && flag(r, i) != 0;
+      }
+      return static_cast<double>(op == ReduceOp::kMin ? all : any);
+    }));
+  }
+  at::Tensor s = at::zeros({8}, on_gpu(c10::ScalarType::Short));
+  const std::string msg = comm_error_of([&] { comm_->all_reduce(s, ReduceOp::kSum, "test.short_reduce"); });
+  EXPECT_TRUE(contains(msg, "Short cannot be reduced by NCCL")) << msg;
+  EXPECT_TRUE(contains(msg, "all_reduce")) << msg;
+}
+
 TEST_F(Nccl, BarrierAndSignatures) {
   at::Tensor t = seeded(rank(), 8, c10::ScalarType::Long);
   auto first = comm_->all_reduce(t, ReduceOp::kSum, "test.sig");

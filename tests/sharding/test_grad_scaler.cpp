@@ -497,3 +497,102 @@ TEST(GradScalerEngine, OverflowStepIsSkippedOnEveryRankAndNothingElseChanges) {
     EXPECT_EQ(max_diff(scaled[s + 1], plain[plain_index]), 0.0) << "after step " << s;
   }
 }
+
+// Without loss scaling the step's inf/nan decision comes from the global gradient norm
+// (check_norm): the same skip, without unscale_and_check's pass and all-reduce.
+TEST(GradScaler, DisabledDecidesFromTheGlobalNorm) {
+  auto scaler = make_scaler(make_cfg(LossScale::DISABLED, 1024));
+  EXPECT_TRUE(scaler.check_norm(3.5));
+  scaler.update();
+  EXPECT_FALSE(scaler.check_norm(std::numeric_limits<double>::infinity()));
+  scaler.update();
+  EXPECT_TRUE(scaler.last_step_skipped());
+  EXPECT_FALSE(scaler.check_norm(std::nan("")));
+  const std::string twice = error_of<zs::UsageError>([&] { scaler.check_norm(1.0); });
+  EXPECT_TRUE(contains(twice, "check_norm called twice")) << twice;
+  scaler.update();
+  EXPECT_EQ(scaler.steps(), 3);
+  EXPECT_EQ(scaler.skipped_steps(), 2);
+  EXPECT_EQ(scaler.scale(), 1.0);
+  for (auto mode : {LossScale::DYNAMIC, LossScale::STATIC}) {
+    auto scaling = make_scaler(make_cfg(mode, 1024));
+    const std::string e = error_of<zs::UsageError>([&] { scaling.check_norm(1.0); });
+    EXPECT_TRUE(contains(e, "call unscale_and_check")) << e;
+  }
+}
+
+namespace {
+// The world communicator's collectives between two barriers (each barrier has a sequence number).
+uint64_t world_seq() {
+  auto w = zs::test::world()->barrier("test.seq");
+  w->wait();
+  return w->signature().seq;
+}
+}  // namespace
+
+TEST(GradScalerEngine, DisabledSkipsFromTheClipNormWithoutACollectiveOfItsOwn) {
+  torch::manual_seed(11);
+  auto model = keep_alive(zs_test::Mlp());
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), zs::ShardingOptions{});
+  auto scaler = make_scaler(make_cfg(LossScale::DISABLED), /*fp16=*/false);
+  for (int step = 0; step < 2; ++step) {
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(700 + step + zs::test::rank());
+    torch::Tensor x = torch::randn({4, 7}, g), y = torch::randn({4, 5}, g);
+    torch::Tensor loss = engine.forward([&] { return torch::mse_loss(model->forward(x), y); });
+    scaler.scale(loss).backward();
+    if (step == 1 && zs::test::rank() == zs::test::world_size() - 1) {
+      at::NoGradGuard no_grad;
+      engine.param_shards().at(0).grad[0] = kInf;  // on one rank only: every rank must skip
+    }
+    const at::Tensor norm = engine.clip_grad_norm_tensor(std::numeric_limits<double>::infinity());
+    EXPECT_EQ(norm.numel(), 1);
+    EXPECT_EQ(norm.scalar_type(), at::kDouble);
+    EXPECT_TRUE(norm.device().is_cpu()) << "where the shard group's collectives run (MPI here)";
+    const uint64_t before = world_seq();
+    const bool finite = scaler.check_norm(norm.item<double>());
+    const uint64_t after = world_seq();
+    EXPECT_EQ(after - before, 1u) << "check_norm ran a collective";
+    EXPECT_EQ(finite, step == 0) << "step " << step << " on rank " << zs::test::rank();
+    scaler.update();
+    engine.zero_grad();
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+}
+
+// clip_grad_norm_tensor clips on the device exactly as the host formula does (coefficient
+// max_norm / (norm + 1e-6) in double, applied in float when below 1), and clip_grad_norm returns
+// the same norm as a double.
+TEST(GradScalerEngine, TensorClipEqualsTheHostFormulaBitForBit) {
+  std::vector<std::vector<at::Tensor>> grads(2);
+  std::vector<double> norms(2);
+  for (int variant = 0; variant < 2; ++variant) {
+    torch::manual_seed(11);
+    auto model = keep_alive(zs_test::Mlp());
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), zs::ShardingOptions{});
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(500 + zs::test::rank());
+    torch::Tensor x = torch::randn({4, 7}, g), y = torch::randn({4, 5}, g);
+    engine.forward([&] { return torch::mse_loss(model->forward(x), y); }).backward();
+    const double unclipped = engine.clip_grad_norm_tensor(std::numeric_limits<double>::infinity()).item<double>();
+    const double max_norm = unclipped / 4;  // clipping takes effect
+    if (variant == 0) {
+      norms[0] = engine.clip_grad_norm(std::numeric_limits<double>::infinity());
+      const double coef = max_norm / (norms[0] + 1e-6);
+      at::NoGradGuard no_grad;
+      for (const zs::ParamShard& s : engine.param_shards()) {
+        if (s.grad.defined()) s.grad.mul_(static_cast<float>(coef));
+      }
+    } else {
+      norms[1] = engine.clip_grad_norm_tensor(max_norm).item<double>();
+    }
+    EXPECT_EQ(norms[variant], unclipped) << "measuring without clipping changed the gradients";
+    for (const zs::ParamShard& s : engine.param_shards()) {
+      if (s.grad.defined()) grads[variant].push_back(s.grad.clone());
+    }
+    const double after = engine.clip_grad_norm_tensor(std::numeric_limits<double>::infinity()).item<double>();
+    EXPECT_NEAR(after, max_norm, max_norm * 1e-5);
+    engine.zero_grad();
+  }
+  EXPECT_EQ(norms[0], norms[1]);
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "shard " << i;
+}

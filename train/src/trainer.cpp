@@ -5,6 +5,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Optional.h>
 #include <google/protobuf/text_format.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -52,6 +54,17 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
 
 Trainer::~Trainer() = default;
 
+namespace {
+// One copy to the host: the step's loss sum and, when defined, the gradient norm (NaN otherwise).
+std::pair<double, double> read_loss_and_norm(const at::Tensor& loss_sum, const at::Tensor& norm) {
+  at::Tensor both = loss_sum.to(at::kDouble).reshape({1});
+  if (norm.defined()) both = at::cat({both, norm.to(both.options()).reshape({1})});
+  both = both.cpu();
+  const double* p = both.data_ptr<double>();
+  return {p[0], norm.defined() ? p[1] : std::numeric_limits<double>::quiet_NaN()};
+}
+}  // namespace
+
 Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_loss) {
   static const int kPhase = memory_phase_id("training step, outside the engine");
   MemoryPhase phase(kPhase);
@@ -68,24 +81,38 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
     scaler_.scale(loss / micro_batches).backward();
   }
-  bool stepped = false;
-  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  // Host synchronisations per step: one read of [loss sum, gradient norm] from the device, plus
+  // the loss scaler's all-reduced flag when loss scaling is on. Without loss scaling the inf/nan
+  // check is the norm's: the clip already computed and all-reduced it on the device.
+  const double clip = start_.options.grad_clip_norm;
+  const double max_norm = clip > 0 ? clip : std::numeric_limits<double>::infinity();
   const double loss_scale = scaler_.scale();
-  if (scaler_.unscale_and_check(engine_.param_shards())) {
-    // The norm is measured every step (reported); gradients change only when clipping is on.
-    const double clip = start_.options.grad_clip_norm;
-    grad_norm = engine_.clip_grad_norm(clip > 0 ? clip : std::numeric_limits<double>::infinity());
-    engine_.step(*optimizer_);
-    stepped = true;
+  const bool scaling = scaler_.mode() != LossScaleMode::kDisabled;
+  bool finite = true;
+  at::Tensor norm;  // measured every step (reported); gradients change only when clipping is on
+  if (scaling) {
+    finite = scaler_.unscale_and_check(engine_.param_shards());
+    if (finite) norm = engine_.clip_grad_norm_tensor(max_norm);
+  } else {
+    norm = engine_.clip_grad_norm_tensor(max_norm);
   }
+  // Read before the optimizer only when the decision needs it (no loss scaling).
+  std::pair<double, double> read;
+  if (!scaling) {
+    read = read_loss_and_norm(loss_sum, norm);
+    finite = scaler_.check_norm(read.second);
+  }
+  if (finite) engine_.step(*optimizer_);
+  if (scaling) read = read_loss_and_norm(loss_sum, norm);
   scaler_.update();
   engine_.zero_grad();
   ++steps_;
-  const double mean = loss_sum.to(at::kDouble).cpu().item<double>() / micro_batches;
+  const double grad_norm = finite ? read.second : std::numeric_limits<double>::quiet_NaN();
+  const double mean = read.first / micro_batches;
   const double loss = all_reduce_sum(session_, {mean}, "train.loss")[0] / session_.world_size();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   train_seconds_ += seconds;
-  return {loss, lr, !stepped, seconds, grad_norm, loss_scale};
+  return {loss, lr, !finite, seconds, grad_norm, loss_scale};
 }
 
 std::vector<double> Trainer::evaluate(const EvalSpec& eval) {

@@ -103,6 +103,8 @@ class Communicator {
   virtual int size() const = 0;
   virtual const std::string& name() const = 0;
   virtual const char* backend() const = 0;  // "mpi" or "nccl"
+  // Where the tensors of its collectives live: cpu (MPI) or cuda:<index> (NCCL, with the index).
+  virtual c10::Device device() const = 0;
 
   // out_flat[r*S : (r+1)*S] = in_shard of rank r, with S = in_shard.numel() the same on every rank
   // and out_flat.numel() == size() * S.

@@ -13,8 +13,11 @@
 // checked), sets the process identity used by errors and logs, reads the config from the command
 // line (--config FILE, --set key=value; see config.h), applies the logging settings, finds the
 // local rank with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), cross-checks the launcher's environment
-// variables, and picks the device (cuda:<local rank> when CUDA is available and runtime.device
-// allows, else CPU). A process started without mpirun is a job of world size 1.
+// variables, and picks the device when CUDA is available and runtime.device allows (else CPU):
+// cuda:<local rank> when the rank sees at least as many GPUs as its host has ranks, cuda:0 when
+// it sees exactly one (one GPU per rank, e.g. srun --gpus-per-task=1; ranks of a host given the
+// same GPU are a ConfigError; so are ranks of a host that see different GPU counts), and makes it
+// the current device before any CUDA work. A process started without mpirun is a job of world size 1.
 // Only one Session may exist at a time. Destruction stops the communicators and the watchdog and
 // finalizes MPI if the Session initialized it. Not thread-safe: create and destroy on one thread.
 
@@ -74,6 +77,11 @@ class Session {
  private:
   void start(int argc, char** argv);
   void pick_device();
+  struct HostGpuView {
+    int visible = 0;           // GPUs this rank sees
+    std::string first_gpu_id;  // PCI bus id of its cuda:0 when it sees exactly one, else empty
+  };
+  std::vector<HostGpuView> exchange_gpu_views(int gpus) const;  // collective over node()
   void check_launch_env() const;
 
   std::unique_ptr<Config> config_;

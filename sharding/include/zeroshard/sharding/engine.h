@@ -112,8 +112,15 @@ class ShardingEngine {
   NoSync no_sync() { return NoSync(*this); }
 
   // Scales every gradient shard so the global L2 norm is at most max_norm (as
-  // torch::nn::utils::clip_grad_norm_); returns the norm before clipping. Collective.
+  // torch::nn::utils::clip_grad_norm_); returns the norm before clipping. Collective. Reads the
+  // norm on the host (one device synchronisation): clip_grad_norm_tensor does not.
   double clip_grad_norm(double max_norm);
+  // The same without a host read: returns the global norm before clipping as a one-element double
+  // tensor where the shard group's collectives run (the device with CUDA, else the CPU), and scales
+  // the gradients on the device by min(1, max_norm / (norm + 1e-6)). max_norm = infinity measures
+  // without clipping. The norm is NaN or infinity when some gradient is (or when a shard's fp32
+  // norm overflows); then a NaN norm leaves the gradients unchanged and an infinite one zeroes them.
+  at::Tensor clip_grad_norm_tensor(double max_norm);
   // One optimizer step on this rank's shards, then buffers are synchronised as
   // options().buffer_sync says. Throws UsageError if gradients are still pending (e.g. inside
   // no_sync).

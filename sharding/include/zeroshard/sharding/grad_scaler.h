@@ -35,7 +35,9 @@
 //   DISABLED  the scale is 1 (scale() returns the loss itself, gradients are not touched), but the
 //             inf/nan check still runs: unscale_and_check returns false when any rank's gradients
 //             are not finite, so a non-finite step is skipped on every rank instead of writing
-//             inf/nan into the parameters.
+//             inf/nan into the parameters. check_norm(global_norm) takes the same decision from the
+//             global gradient norm the step computes anyway (engine.clip_grad_norm_tensor): no
+//             second pass over the gradients, no second all-reduce (the Trainer does this).
 // Every skipped step counts in skipped_steps(), in every mode.
 //
 // unscale_and_check is a collective over the communicator passed to the constructor (one small
@@ -115,6 +117,14 @@ class GradScaler {
   // applied. Call it exactly once per step, after backward and before clipping, then update().
   // Throws UsageError if called twice without update() in between, or for a non-fp32 gradient.
   bool unscale_and_check(const std::vector<ParamShard>& shards);
+
+  // DISABLED only, instead of unscale_and_check: the step's inf/nan decision from `global_norm`,
+  // the all-reduced L2 norm of every rank's gradients (so every rank decides alike; not a
+  // collective itself). Returns true when it is finite (a NaN or infinite gradient makes it
+  // non-finite; so does a norm beyond the float range, counted as a skipped step too). Then
+  // update(), as after unscale_and_check. UsageError in another mode (the gradients must be
+  // unscaled: use unscale_and_check) or when called twice without update().
+  bool check_norm(double global_norm);
 
   // unscale_and_check(shards), opt.step(shards) only if it returned true, then update(). Returns
   // whether the optimizer stepped. For shards without a ShardingEngine (see the header comment).
