@@ -15,7 +15,7 @@
 #
 # What it does, each phase timed: debootstrap --variant=minbase trixie (once); chroot apt-get
 # install of the packages `scripts/setup.sh --list-packages --tests` names (with --cuda: those of
-# `--cuda` plus the CUDA LibTorch), each checked to exist in trixie first (a missing one is
+# `--list-packages --cuda` plus the CUDA LibTorch and toolkit), each checked to exist in trixie first (a missing one is
 # reported and left out); the source tree bind-mounted read-only at /src, the build folder
 # build-lt2/build (or build-cuda) at /zs-build; cmake + ninja inside the root; ctest there.
 # /proc, /sys, /dev, /dev/pts and a /dev/shm tmpfs are mounted for the chroot and unmounted on exit.
@@ -117,9 +117,10 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 components=main
 ((cuda)) && components="main contrib non-free non-free-firmware"
 echo "deb $mirror trixie $components" >"$root/etc/apt/sources.list"
-mapfile -t wanted < <(if ((cuda)); then scripts/setup.sh --list-packages --tests --cuda; else scripts/setup.sh --list-packages --tests; fi)
-# The CUDA LibTorch and the toolkit with nvcc (non-free) in place of what setup.sh --cuda fetches
-# from NVIDIA and PyTorch.
+# With --cuda, not the tests' packages: python3-torch needs the CPU libtorch2.6, which
+# libtorch-cuda-2.6 conflicts with (and nothing runs there). The CUDA LibTorch and the toolkit with
+# nvcc (non-free) come in place of what setup.sh --cuda fetches from NVIDIA and PyTorch.
+mapfile -t wanted < <(if ((cuda)); then scripts/setup.sh --list-packages --cuda; else scripts/setup.sh --list-packages --tests; fi)
 ((cuda)) && wanted+=(libtorch-cuda-dev nvidia-cuda-toolkit)
 in_root apt-get update -qq >"$work/apt-$name.log" 2>&1 || die "apt-get update in the root failed; see $work/apt-$name.log"
 packages=()
