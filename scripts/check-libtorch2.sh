@@ -130,6 +130,7 @@ for p in "${wanted[@]}"; do
 done
 ((${#absent[@]})) && log "not in trixie ($components), left out: ${absent[*]}"
 log "apt-get install in the root: ${packages[*]}"
+in_root dpkg --configure -a >>"$work/apt-$name.log" 2>&1  # finishes an install that was interrupted
 in_root apt-get install -y -q --no-install-recommends "${packages[@]}" >>"$work/apt-$name.log" 2>&1 ||
   { tail -20 "$work/apt-$name.log" >&2; die "apt-get install in the root failed; see $work/apt-$name.log"; }
 in_root apt-get clean
