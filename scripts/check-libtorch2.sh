@@ -6,12 +6,14 @@
 # keeps LibTorch-API compile errors apart from those toolchain ones and from test failures.
 # Not part of ctest or CI: it takes about an hour on 2 cores (docs/gpu.md gives each phase).
 #
-#   scripts/check-libtorch2.sh [--cuda] [--no-tests] [--fresh-root]
+#   scripts/check-libtorch2.sh [--cuda] [--no-tests] [--fresh-root] [TARGET...]
 #     --cuda        instead: a second root (build-lt2/root-cuda) with contrib and non-free enabled,
 #                   libtorch-cuda-dev and nvidia-cuda-toolkit (several GB), configured with
 #                   -DZS_REQUIRE_CUDA=ON and built (compile and link only; nothing runs)
 #     --no-tests    build only
 #     --fresh-root  delete the root and make it again (otherwise it is made once and reused)
+#     TARGET        build only these CMake targets (default all); then name their tests with
+#                   ZS_CTEST_ARGS, e.g. ZS_CTEST_ARGS="-R '^test_streams$'" (others are "Not Run")
 #
 # What it does, each phase timed: debootstrap --variant=minbase trixie (once); chroot apt-get
 # install of the packages `scripts/setup.sh --list-packages --tests` names (with --cuda: those of
@@ -30,12 +32,14 @@ repo=$PWD
 cuda=0
 tests=1
 fresh=0
+targets=()
 for arg in "$@"; do
   case "$arg" in
     --cuda) cuda=1 tests=0 ;;
     --no-tests) tests=0 ;;
     --fresh-root) fresh=1 ;;
-    *) echo "check-libtorch2: error: unknown argument '$arg' (usage: $0 [--cuda] [--no-tests] [--fresh-root])" >&2; exit 2 ;;
+    -*) echo "check-libtorch2: error: unknown option '$arg' (usage: $0 [--cuda] [--no-tests] [--fresh-root] [TARGET...])" >&2; exit 2 ;;
+    *) targets+=("$arg") ;;
   esac
 done
 
@@ -153,9 +157,11 @@ phase_done configure
 
 # ---- phase 4: build (keeps going past errors, so every broken file is reported) ----
 jobs=${ZS_JOBS:-$(nproc)}
-log "building with $jobs jobs (log: $build/build.log)"
+target_args=()
+for t in "${targets[@]}"; do target_args+=(--target "$t"); done
+log "building ${targets[*]:-everything} with $jobs jobs (log: $build/build.log)"
 build_ok=1
-in_root cmake --build /zs-build -j "$jobs" -- -k 0 >"$build/build.log" 2>&1 || build_ok=0
+in_root cmake --build /zs-build -j "$jobs" "${target_args[@]}" -- -k 0 >"$build/build.log" 2>&1 || build_ok=0
 phase_done build
 
 # Sorts the compiler's error lines into LibTorch-API errors and toolchain ones.
