@@ -13,7 +13,7 @@
 #     --no-tests    build only
 #     --fresh-root  delete the root and make it again (otherwise it is made once and reused)
 #     TARGET        build only these CMake targets (default all); then name their tests with
-#                   ZS_CTEST_ARGS, e.g. ZS_CTEST_ARGS="-R '^test_streams$'" (others are "Not Run")
+#                   ZS_CTEST_ARGS, e.g. ZS_CTEST_ARGS='-R ^test_streams$' (split on spaces; others are "Not Run")
 #
 # What it does, each phase timed: debootstrap --variant=minbase trixie (once); chroot apt-get
 # install of the packages `scripts/setup.sh --list-packages --tests` names (with --cuda: those of
