@@ -208,7 +208,8 @@ if ((tests && build_ok)); then
   grep -E 'tests passed|tests failed' "$build/ctest.log" | indent || true
   if ((!test_ok)); then
     log "failing tests:"
-    sed -n '/The following tests FAILED/,$p' "$build/ctest.log" | tail -n +2 | grep -E '^\s+[0-9]+ - ' | indent || true
+    # From the per-test lines, so an interrupted ctest (no final list) still names them.
+    grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(\*\*\*|Failed|Not Run)' "$build/ctest.log" | indent || true
   fi
 fi
 summary=$(printf '%s, ' "${timings[@]}")
