@@ -4,7 +4,7 @@
 # API, fused Adam, scaled_dot_product_attention, c10::Stream/Event) are compiled and run on CPU.
 # Trixie also brings GCC 14, Open MPI 5, a newer GoogleTest and python3-torch 2.6; the summary
 # keeps LibTorch-API compile errors apart from those toolchain ones and from test failures.
-# Not part of ctest or CI: it takes about an hour on 2 cores (docs/gpu.md gives each phase).
+# Not part of ctest or CI: it takes far longer than CI allows (docs/gpu.md gives the measured phases).
 #
 #   scripts/check-libtorch2.sh [--cuda] [--no-tests] [--fresh-root] [TARGET...]
 #     --cuda        instead: a second root (build-lt2/root-cuda) with contrib and non-free enabled,
