@@ -3,6 +3,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +15,14 @@
 #include <unordered_map>
 
 #include "zeroshard/base/error.h"
+
+// LibTorch 2.3 made c10::Allocator::allocate non-const, with the pure virtual copy_data below
+// (built against 1.13 and 2.6).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define ZS_ALLOCATE_CONST
+#else
+#define ZS_ALLOCATE_CONST const
+#endif
 
 namespace zeroshard {
 namespace {
@@ -109,7 +118,7 @@ class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* base) : base_(base) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) ZS_ALLOCATE_CONST override {
     const int64_t bytes = static_cast<int64_t>(n);
     // Reserve first, so concurrent allocations cannot pass the limit together.
     const int64_t now = g_current.fetch_add(bytes) + bytes;
