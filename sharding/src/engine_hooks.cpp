@@ -103,8 +103,13 @@ void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs) 
 
 at::Tensor unit_mark_input(UnitState* unit, const at::Tensor& t) { return unit->engine->mark_input(unit, t); }
 
+// Only units with frozen parameters wait for their inputs (mark_input): the others keep ending
+// their backward on their last parameter gradient, whatever their arguments.
 void unit_input_opaque(UnitState* unit) {
-  if (c10::GradMode::is_enabled()) unit->inputs_opaque = true;
+  if (!c10::GradMode::is_enabled()) return;
+  for (const auto& f : unit->flats) {
+    if (!f->trainable()) unit->inputs_opaque = true;
+  }
 }
 
 bool unit_in_backward(UnitState* unit) { return unit->engine->in_backward(); }
