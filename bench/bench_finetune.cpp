@@ -13,10 +13,8 @@
 // 4-bit base (NF4) is not implemented: its row says so. Final line: JSON.
 
 #include <ATen/ops/full.h>
-#include <torch/nn/functional/loss.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -25,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "gpt/gpt_model.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
@@ -92,11 +91,6 @@ ex::GptOptions model_options(const Args& a, bool checkpointing) {
   return o;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 int64_t max_over_ranks(zs::Session& s, int64_t v, const char* tag) {
   at::Tensor t = at::full({1}, static_cast<double>(v), at::kDouble);
   s.world()->all_reduce(t, zs::ReduceOp::kMax, tag)->wait();
@@ -159,22 +153,17 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   for (int step = 0; step < a.steps; ++step) {
     auto g = torch::make_generator<at::CPUGeneratorImpl>(100 * step + s.rank());
     const at::Tensor x = torch::randint(256, {a.batch, a.seq}, g), y = torch::randint(256, {a.batch, a.seq}, g);
-    s.world()->barrier("bench.finetune.step")->wait();
-    const auto t0 = std::chrono::steady_clock::now();
-    at::Tensor loss = engine.forward([&] {
-      at::Tensor logits = model->forward(x).to(at::kFloat);
-      return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+    const double seconds = zs_bench::time_step(*s.world(), [&] {
+      at::Tensor loss = engine.forward([&] { return zs_bench::lm_loss(model->forward(x).to(at::kFloat), y); });
+      loss.backward();
+      engine.clip_grad_norm(1.0);
+      engine.step(*opt);
+      engine.zero_grad();
     });
-    loss.backward();
-    engine.clip_grad_norm(1.0);
-    engine.step(*opt);
-    engine.zero_grad();
-    at::Tensor t = at::full({1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), at::kDouble);
-    s.world()->all_reduce(t, zs::ReduceOp::kMax, "bench.finetune.time")->wait();
-    if (step > 0) times.push_back(t.item<double>());
+    if (step > 0) times.push_back(seconds);
   }
   r.peak_bytes = max_over_ranks(s, zs::host_memory_stats().peak, "bench.finetune.peak");
-  r.step_s = median(times);
+  r.step_s = zs_bench::median(times);
 }
 
 }  // namespace

@@ -145,15 +145,7 @@ ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& ou
 
 namespace {
 
-bool is_lora_name(const std::string& name) {
-  for (const char* suffix : {"lora_A", "lora_B"}) {
-    const std::string s(suffix);
-    if (name == s || (name.size() > s.size() && name.compare(name.size() - s.size() - 1, s.size() + 1, "." + s) == 0)) {
-      return true;
-    }
-  }
-  return false;
-}
+bool is_lora_name(const std::string& name) { return lora::has_leaf(name, "lora_A") || lora::has_leaf(name, "lora_B"); }
 
 // The LoRA scale (alpha / rank) of the run that saved `m`, from its config.
 double lora_scale_of(const Manifest& m, const std::string& dir) {
@@ -217,11 +209,8 @@ ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::str
       if (merge_lora && is_lora_name(p.name())) continue;
       std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
       at::Tensor t = flat.narrow(0, p.offset(), p.numel()).view(shape);
-      const std::string suffix = "weight";
-      const bool weight = p.name() == suffix || (p.name().size() > suffix.size() &&
-                                                 p.name().compare(p.name().size() - suffix.size() - 1, suffix.size() + 1, "." + suffix) == 0);
-      if (merge_lora && weight) {
-        const std::string prefix = p.name().substr(0, p.name().size() - suffix.size());
+      if (merge_lora && lora::has_leaf(p.name(), "weight")) {
+        const std::string prefix = p.name().substr(0, p.name().size() - std::string("weight").size());
         auto a = adapters.find(prefix + "lora_A");
         auto b = adapters.find(prefix + "lora_B");
         ZS_REQUIRE((a == adapters.end()) == (b == adapters.end()), CheckpointError, "checkpoint '", c.dir, "': '",

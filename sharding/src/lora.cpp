@@ -127,12 +127,16 @@ std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
   return names;
 }
 
+bool has_leaf(const std::string& name, const std::string& leaf) {
+  return name == leaf ||
+         (name.size() > leaf.size() && name.compare(name.size() - leaf.size() - 1, leaf.size() + 1, "." + leaf) == 0);
+}
+
 std::map<std::string, at::Tensor> merged(const std::map<std::string, at::Tensor>& state, double scale) {
   static const std::string kA = "lora_A", kB = "lora_B";
   std::map<std::string, at::Tensor> out = state;
   for (const auto& [key, a] : state) {
-    const bool is_a = key == kA || (key.size() > kA.size() && key.compare(key.size() - kA.size() - 1, kA.size() + 1, "." + kA) == 0);
-    const bool is_b = key == kB || (key.size() > kB.size() && key.compare(key.size() - kB.size() - 1, kB.size() + 1, "." + kB) == 0);
+    const bool is_a = has_leaf(key, kA), is_b = has_leaf(key, kB);
     if (!is_a && !is_b) continue;
     const std::string prefix = key.substr(0, key.size() - kA.size());  // "X." or ""
     const std::string layer = prefix.empty() ? "<root>" : prefix.substr(0, prefix.size() - 1);

@@ -82,6 +82,17 @@ std::string case_name(const testing::TestParamInfo<PathCase>& info) {
   return std::string(zs::to_string(info.param.path)) + "_" + info.param.sgd.name;
 }
 
+// zeroshard's options for a case, at learning rate `lr`.
+zs::SgdOptions sgd_options(const SgdCase& c, double lr) {
+  zs::SgdOptions o;
+  o.lr = lr;
+  o.momentum = c.momentum;
+  o.dampening = c.dampening;
+  o.weight_decay = c.weight_decay;
+  o.nesterov = c.nesterov;
+  return o;
+}
+
 class CpuSgdVsTorch : public testing::TestWithParam<PathCase> {};
 
 TEST_P(CpuSgdVsTorch, TwentyStepsMatchTorchOptim) {
@@ -103,13 +114,7 @@ TEST_P(CpuSgdVsTorch, TwentyStepsMatchTorchOptim) {
                                        .dampening(c.sgd.dampening)
                                        .weight_decay(c.sgd.weight_decay)
                                        .nesterov(c.sgd.nesterov));
-  zs::SgdOptions o;
-  o.lr = lr;
-  o.momentum = c.sgd.momentum;
-  o.dampening = c.sgd.dampening;
-  o.weight_decay = c.sgd.weight_decay;
-  o.nesterov = c.sgd.nesterov;
-  zs::FusedCpuSgd ours(o);
+  zs::FusedCpuSgd ours(sgd_options(c.sgd, lr));
   ours.set_path(c.path);
   ASSERT_EQ(ours.path(), c.path);
 
@@ -172,13 +177,7 @@ TEST_P(CpuSgdVsTorch, GroupsInsideAShardMatchTorchParamGroups) {
                                                                       .nesterov(c.sgd.nesterov)));
   }
   torch::optim::SGD torch_opt(std::move(groups), torch::optim::SGDOptions(lr));
-  zs::SgdOptions o;
-  o.lr = lr;
-  o.momentum = c.sgd.momentum;
-  o.dampening = c.sgd.dampening;
-  o.weight_decay = c.sgd.weight_decay;
-  o.nesterov = c.sgd.nesterov;
-  zs::FusedCpuSgd ours(o);
+  zs::FusedCpuSgd ours(sgd_options(c.sgd, lr));
   ours.set_path(c.path);
   double worst = 0;
   for (int step = 0; step < 10; ++step) {

@@ -31,6 +31,16 @@ run() {
   [[ $rc -eq 0 ]] || fail "exit status $rc: $*"
 }
 mpi2() { run "$mpirun" -n 2 --oversubscribe "$@"; }
+# refused REGEX CMD...: CMD must exit non-zero with output matching the extended REGEX.
+refused() {
+  local regex=$1 rc=0
+  shift
+  echo "+ $* (must fail)"
+  out=$("$@" 2>&1) || rc=$?
+  printf '%s\n' "$out"
+  [[ $rc -ne 0 ]] || fail "did not fail: $*"
+  contains "$out" "$regex" "the error of: $*"
+}
 
 # plot_and_check METRICS NAME SERIES_PATTERNS...: zeroshard-plot the file; every pattern must be
 # among the lines it prints; then each chart must decode and show its expected number of series
@@ -177,6 +187,10 @@ case $case_name in
     trainable=$(sed -nE 's/.*parameters \(([0-9]+) trainable\).*/\1/p' <<<"$out" | head -n 1)
     [[ -n $params && -n $trainable && $trainable -gt 0 && $((trainable * 10)) -lt $params ]] ||
       fail "LoRA trains $trainable of the model's $params parameters; expected only the adapters (< 10%)"
+    refused "checkpoint '.*base.*' was saved by a run with lora.rank = 0: it has no adapters to merge" \
+      "$bin/zeroshard-ckpt" export "$work/base" "$work/none.safetensors" --merge-lora
+    refused "--merge-lora writes safetensors: name OUT \*.safetensors or pass --format safetensors" \
+      "$bin/zeroshard-ckpt" export "$work/lora" "$work/merged.pt" --merge-lora
     run "$bin/zeroshard-ckpt" export "$work/lora" "$work/merged.safetensors" --dtype float32 --merge-lora
     contains "$out" "wrote $work/merged.safetensors \(safetensors\): [0-9]+ parameter names, $params elements" \
       "the merged export holds other than the base model's $params parameters"

@@ -84,6 +84,9 @@ std::vector<std::string> apply(torch::nn::Module& model, const Options& options)
 // a pair or its weight is missing or the shapes disagree.
 std::map<std::string, at::Tensor> merged(const std::map<std::string, at::Tensor>& state, double scale);
 
+// Whether the qualified name `name` is `leaf` or ends in "." + leaf ("h0.qkv.lora_A", "lora_A").
+bool has_leaf(const std::string& name, const std::string& leaf);
+
 // From the config's lora section (rank, alpha, dropout, comma-separated targets).
 Options options_from_config(const config::LoraConfig& cfg);
 
