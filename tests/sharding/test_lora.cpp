@@ -208,6 +208,11 @@ TEST(Lora, AdaptersStartAsTheBaseAndMergeIntoPlainWeights) {
     for (auto& p : fresh->named_parameters()) p.value().copy_(plain.at(p.key()));
   }
   EXPECT_LE(zs::test::max_abs_diff(fresh->forward(x).detach(), adapted), 1e-5);
+  std::map<std::string, torch::Tensor> bad = state;
+  bad["b0.fc1.lora_A"] = torch::zeros({3, kDim + 1});
+  EXPECT_TRUE(zs::test::contains(zs::test::error_text_of<zs::UsageError>([&] { zs::lora::merged(bad, 2.0); }),
+                                 "lora::merged: layer 'b0.fc1' has weight [32, 16], lora_A [3, 17], lora_B [32, 3]; "
+                                 "expected [out, in], [r, in], [out, r]"));
   state.erase("b1.fc2.lora_B");
   const std::string err = zs::test::error_text_of<zs::UsageError>([&] { zs::lora::merged(state, 2.0); });
   EXPECT_TRUE(zs::test::contains(err, "layer 'b1.fc2' has 'b1.fc2.lora_A' but no 'b1.fc2.lora_B'")) << err;
@@ -241,6 +246,17 @@ TEST(Lora, BadRequestsAreClearErrorsAndChangeNothing) {
   o.dropout = 1;
   EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.dropout = 1"));
   o.dropout = 0;
+  o.alpha = 0;
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.alpha = 0 must be finite and > 0"));
+  o.alpha = 16;
+  o.targets = {""};
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }),
+                                 "lora.targets[0] is empty; give a glob over module names"));
+  torch::nn::Linear plain(4, 4);
+  o.targets = {};
+  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*plain, o); }),
+                                 "the model has no zeroshard::lora::Linear layer; nothing would train"));
+  o.targets = {"a"};
   EXPECT_EQ(zs::lora::apply(*m, o), std::vector<std::string>{"a"});
   EXPECT_FALSE(m->b->weight.requires_grad());
   EXPECT_TRUE(zs::test::contains(zs::test::error_text_of<zs::UsageError>([&] { zs::lora::apply(*m, o); }),
