@@ -158,7 +158,8 @@ TEST_F(GpuStreams, GatherReadsShardWrittenBehindASleep) {
     ASSERT_TRUE(master.defined()) << "no shard for unit b0";
     fill_after_sleep(master, 0.5f);
     at::Tensor x = at::full({4, 7}, 1.0, f32());
-    at::Tensor out = engine.forward([&] { return model->forward(x); });
+    // The root's inputs are the caller's to cast (ShardingEngine::compute_dtype).
+    at::Tensor out = engine.forward([&] { return model->forward(x.to(engine.compute_dtype())); });
     const at::Tensor& weight = model->layers[0]->fc->weight;  // a view of the gathered buffer
     EXPECT_EQ(weight.scalar_type(), dtype);
     EXPECT_EQ(mismatches(weight, [](int64_t) { return 0.5; }), 0)

@@ -375,7 +375,8 @@ TEST(GpuSizeOneGroup, NonAliasedBf16GatherAndReductionMatchPlainBf16) {
 
     auto g = torch::make_generator<at::CPUGeneratorImpl>(77);
     const torch::Tensor x = torch::randn({8, 7}, g).to(gpu()), y = torch::randn({8, 5}, g).to(gpu());
-    torch::Tensor out = engine.forward([&] { return sharded->forward(x); });
+    // The root's inputs are the caller's to cast (ShardingEngine::compute_dtype).
+    torch::Tensor out = engine.forward([&] { return sharded->forward(x.to(engine.compute_dtype())); });
     for (const auto& p : sharded->named_parameters()) {
       SCOPED_TRACE(p.key());
       EXPECT_EQ(p.value().scalar_type(), at::kBFloat16);
