@@ -21,9 +21,10 @@ if [[ ! -r $log ]]; then
   echo "FAILED: ctest log '$log' is missing or unreadable"
   exit 1
 fi
-# "100% tests passed, 0 tests failed out of 4" (the last one: -V logs hold only the summary's).
-result=$(grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$log" | tail -1)
-total=$(sed -nE 's/.*failed out of ([0-9]+).*/\1/p' <<<"$result")
+# "100% tests passed, 0 tests failed out of 4" (CTest 3), "100% tests passed out of 4" (CTest 4,
+# when none failed); the last one: -V logs hold only the summary's.
+result=$(grep -E "tests passed,? ([0-9]+ tests? failed )?out of [0-9]+" "$log" | tail -1)
+total=$(sed -nE 's/.*out of ([0-9]+).*/\1/p' <<<"$result")
 # "The following tests did not run:" lists each skipped test as "  15 - name (Skipped)".
 mapfile -t skipped < <(grep -E "^[[:space:]]*[0-9]+ - .* \(Skipped\)" "$log" | sed -E 's/^[[:space:]]*[0-9]+ - ([^ ]+) \(Skipped\).*/\1/')
 if grep -q "No tests were found" "$log" || [[ -z $total || $total == 0 ]]; then
