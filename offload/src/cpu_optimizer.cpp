@@ -144,14 +144,7 @@ void FusedCpuOptimizer::import_state(std::vector<ShardOptimizerState> state, int
 // builds is dropped (it holds no state before its first step).
 std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const config::OptimizerConfig& cfg) {
   (void)make_optimizer(cfg);
-  if (cfg.type() == config::OptimizerConfig::SGD) {
-    SgdOptions o;
-    o.lr = cfg.lr();
-    o.momentum = cfg.momentum();
-    o.nesterov = cfg.nesterov();
-    o.weight_decay = cfg.weight_decay();
-    return std::make_unique<FusedCpuSgd>(o);
-  }
+  if (cfg.type() == config::OptimizerConfig::SGD) return std::make_unique<FusedCpuSgd>(sgd_options_from_config(cfg));
   return std::make_unique<FusedCpuAdam>(CpuAdamOptions::from_config(cfg));
 }
 

@@ -2,12 +2,15 @@
 // them, and the choice of kernel (shard checks and tiling: cpu_optimizer.cpp, cpu_simd.cpp).
 
 #include "zeroshard/offload/cpu_sgd.h"
+#include "zeroshard/core/config.h"
 
 #include <ATen/ops/empty_like.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu_common.h"
+#include "sgd_update.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
@@ -40,6 +43,51 @@ cpu_optim::SgdFn kernel_for(SimdPath path) {
 
 }  // namespace
 
+SgdOptions sgd_options_from_config(const config::OptimizerConfig& cfg) {
+  (void)make_optimizer(cfg);  // one set of rules and messages
+  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::SGD, ConfigError, "optimizer.type = ",
+             config::OptimizerConfig::Type_Name(cfg.type()), " is not SGD");
+  SgdOptions o;
+  o.lr = cfg.lr();
+  o.momentum = cfg.momentum();
+  o.nesterov = cfg.nesterov();
+  o.weight_decay = cfg.weight_decay();
+  return o;
+}
+
+namespace detail {
+
+void sgd_update_runs(SimdPath path, const SgdOptions& o, const std::vector<ShardGroupRange>& runs, double lr,
+                     bool first, int64_t offset, float* p, const float* g, float* buf, uint16_t* lp,
+                     cpu_optim::LowPrecision lp_type, int64_t n) {
+  const cpu_optim::SgdFn kernel = kernel_for(path);
+  for (const ShardGroupRange& r : runs) {
+    const int64_t lo = std::max(r.begin, offset);
+    const int64_t hi = std::min(r.end, offset + n);
+    if (lo >= hi) continue;
+    const int64_t at = lo - offset;
+    cpu_optim::SgdArgs a{};
+    a.p = p + at;
+    a.g = g + at;
+    a.lp = lp == nullptr ? nullptr : lp + at;
+    a.lp_type = lp_type;
+    // As torch::optim::SGD 1.13: the Scalar arguments (double) cast to float by the tensor ops.
+    a.l2 = r.weight_decay != 0;
+    a.weight_decay = static_cast<float>(r.weight_decay);
+    a.neg_lr = static_cast<float>(-1 * (lr * r.lr_scale));
+    if (buf != nullptr) {
+      a.first = first;
+      a.buf = buf + at;
+      a.momentum = static_cast<float>(o.momentum);
+      a.one_minus_dampening = static_cast<float>(1 - o.dampening);
+      a.nesterov = o.nesterov;
+    }
+    cpu_optim::run_tiles(hi - lo, [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
+  }
+}
+
+}  // namespace detail
+
 FusedCpuSgd::FusedCpuSgd(const SgdOptions& options)
     : FusedCpuOptimizer("FusedCpuSgd", options.lr), o_(options) {
   check_options(options);
@@ -57,27 +105,9 @@ void FusedCpuSgd::update(size_t index, const ParamShard& s, const at::Tensor& lp
     first = !buf->defined();
     if (first) *buf = at::empty_like(s.param, at::MemoryFormat::Contiguous);
   }
-  const cpu_optim::SgdFn kernel = kernel_for(path());
-  uint16_t* lp_data = cpu_optim::low_precision_data(lp);
-  for (const ShardGroupRange& r : shard_runs(s, o_.weight_decay)) {
-    cpu_optim::SgdArgs a{};
-    a.p = s.param.data_ptr<float>() + r.begin;
-    a.g = s.grad.data_ptr<float>() + r.begin;
-    a.lp = lp_data == nullptr ? nullptr : lp_data + r.begin;
-    a.lp_type = cpu_optim::low_precision_of(lp);
-    // As torch::optim::SGD 1.13: the Scalar arguments (double) cast to float by the tensor ops.
-    a.l2 = r.weight_decay != 0;
-    a.weight_decay = static_cast<float>(r.weight_decay);
-    a.neg_lr = static_cast<float>(-1 * (lr_ * r.lr_scale));
-    if (buf != nullptr) {
-      a.first = first;
-      a.buf = buf->data_ptr<float>() + r.begin;
-      a.momentum = static_cast<float>(o_.momentum);
-      a.one_minus_dampening = static_cast<float>(1 - o_.dampening);
-      a.nesterov = o_.nesterov;
-    }
-    cpu_optim::run_tiles(r.end - r.begin, [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
-  }
+  detail::sgd_update_runs(path(), o_, shard_runs(s, o_.weight_decay), lr_, first, 0, s.param.data_ptr<float>(),
+                          s.grad.data_ptr<float>(), buf == nullptr ? nullptr : buf->data_ptr<float>(),
+                          cpu_optim::low_precision_data(lp), cpu_optim::low_precision_of(lp), s.param.numel());
 }
 
 // SGD counts no updates: a position's first update is the one that finds no momentum buffer.

@@ -82,10 +82,10 @@ NvmeRankDir::~NvmeRankDir() {
 }
 
 NvmeShardFiles::NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit,
-                               int64_t numel_, int64_t chunk_elems_, bool direct)
+                               int64_t numel_, int64_t chunk_elems_, int state_arrays, bool direct)
     : numel(numel_), chunk_elems(chunk_elems_) {
   chunks = (numel + chunk_elems - 1) / chunk_elems;
-  record_bytes = 3 * chunk_elems * static_cast<int64_t>(sizeof(float));
+  record_bytes = (1 + state_arrays) * chunk_elems * static_cast<int64_t>(sizeof(float));
   for (int g = 0; g < 2; ++g) {
     paths[g] = dir + "/" + std::to_string(index) + "-" + sanitize(unit) + ".state." + std::to_string(g);
     files[g] = std::make_unique<AioFile>(paths[g], AioFile::kReadWrite | AioFile::kCreate | AioFile::kTruncate, direct);

@@ -3,8 +3,8 @@
 //
 // Rank directory <nvme_path>/zeroshard-rank<R>/ holds a lock file and, per shard, two state files
 // "<index>-<unit>.state.<0|1>". Each file is a sequence of chunk records of `record_bytes` bytes:
-// [master C floats | exp_avg C floats | exp_avg_sq C floats], C = chunk elements; the last record
-// is zero-padded. Steps read generation `current` and write the other one, so the previous
+// [master C floats | state array 1 C floats | ...], C = chunk elements (Adam: exp_avg, exp_avg_sq;
+// SGD: momentum_buffer, or none); the last record is zero-padded. Steps read generation `current` and write the other one, so the previous
 // state survives a failed step. Per record a CRC-32C is kept in memory per generation.
 
 #include <cstdint>
@@ -34,19 +34,21 @@ class NvmeRankDir {
 
 struct NvmeShardFiles {
   NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit, int64_t numel,
-                 int64_t chunk_elems, bool direct);
+                 int64_t chunk_elems, int state_arrays, bool direct);
   ~NvmeShardFiles();
 
   int64_t numel;
   int64_t chunk_elems;
   int64_t chunks;
-  int64_t record_bytes;  // 3 * chunk_elems * 4
+  int64_t record_bytes;  // (1 + state arrays) * chunk_elems * 4
   std::string paths[2];
   std::unique_ptr<AioFile> files[2];
   std::vector<uint32_t> crc[2];
   int current = 0;           // generation holding the state of the last completed step
   bool initialized = false;  // generation `current` has been written once
   int64_t updates = 0;       // completed updates (Adam bias correction)
+  bool started = false;      // the state arrays hold values (an update or an import), not the
+                             // zeros of initialisation: SGD's first update writes its buffer whole
 
   int64_t bytes_on_disk() const { return 2 * chunks * record_bytes; }
   int64_t chunk_numel(int64_t k) const { return std::min(chunk_elems, numel - k * chunk_elems); }

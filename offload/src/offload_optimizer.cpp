@@ -14,6 +14,8 @@
 #include <utility>
 
 #include "adam_update.h"
+#include "sgd_update.h"
+#include "zeroshard/offload/cpu_sgd.h"
 #include "zeroshard/base/crc32c.h"
 #include "nvme_state.h"
 #include "zeroshard/base/error.h"
@@ -35,11 +37,23 @@ IoBackend io_backend_from(config::OffloadConfig::IoBackend b) {
   }
 }
 
+bool is_sgd(const config::OptimizerConfig& cfg) { return cfg.type() == config::OptimizerConfig::SGD; }
+
+// Adam's options for ADAM/ADAMW (validated there); unused defaults for SGD, and the reverse below.
 CpuAdamOptions adam_options(const config::OptimizerConfig& cfg) {
-  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::ADAM || cfg.type() == config::OptimizerConfig::ADAMW,
-             ConfigError, "optimizer.type = ", config::OptimizerConfig::Type_Name(cfg.type()),
-             " cannot run with offload.optimizer = CPU/NVME; the offloaded optimizer implements ADAM and ADAMW");
-  return CpuAdamOptions::from_config(cfg);
+  return is_sgd(cfg) ? CpuAdamOptions{} : CpuAdamOptions::from_config(cfg);
+}
+
+SgdOptions sgd_options(const config::OptimizerConfig& cfg) {
+  return is_sgd(cfg) ? sgd_options_from_config(cfg) : SgdOptions{};
+}
+
+float* data_at(const at::Tensor& t, int64_t offset) { return t.defined() ? t.data_ptr<float>() + offset : nullptr; }
+
+std::string describe_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "no state" : out;
 }
 
 bool host_fp32(const at::Tensor& t) {
@@ -70,12 +84,16 @@ OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
 struct HostSlot {
   int64_t numel = 0;
   int64_t updates = 0;
-  at::Tensor master;  // host fp32 master when the shard is not a host fp32 tensor
-  at::Tensor m, v;
+  bool started = false;  // state allocated (first update or import)
+  at::Tensor master;     // host fp32 master when the shard is not a host fp32 tensor
+  at::Tensor m, v;       // Adam: exp_avg, exp_avg_sq; SGD: m = momentum_buffer (when momentum > 0)
 };
 
 struct OffloadedOptimizer::Impl {
-  CpuAdamOptions adam;
+  bool sgd;
+  CpuAdamOptions adam;  // ADAM/ADAMW
+  SgdOptions sgdo;      // SGD
+  int state_arrays;     // per element besides the master: Adam 2, SGD 1 with momentum, else 0
   OffloadOptions o;
   int rank;
   MemoryStats* mem;
@@ -97,7 +115,10 @@ struct OffloadedOptimizer::Impl {
 
   Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
        std::shared_ptr<IoEngine> engine)
-      : adam(adam_options(opt)),
+      : sgd(is_sgd(opt)),
+        adam(adam_options(opt)),
+        sgdo(sgd_options(opt)),
+        state_arrays(sgd ? (sgdo.momentum != 0 ? 1 : 0) : 2),
         o(opts),
         rank(r),
         mem(m),
@@ -127,6 +148,18 @@ struct OffloadedOptimizer::Impl {
     }
   }
 
+  double default_weight_decay() const { return sgd ? sgdo.weight_decay : adam.weight_decay; }
+  // One update of elements [offset, offset + n) of a shard (pointers at `offset`); `first`: SGD's
+  // momentum buffer holds nothing yet. m/v may be null where the optimizer has no such state.
+  void update_elements(const std::vector<ShardGroupRange>& runs, int64_t update, bool first, int64_t offset,
+                       float* p, const float* g, float* m, float* v, int64_t n) const {
+    if (sgd) {
+      detail::sgd_update_runs(path, sgdo, runs, lr, first, offset, p, g, m, nullptr, cpu_optim::LowPrecision::kNone, n);
+    } else {
+      detail::adam_update_runs(path, adam, runs, lr, update, offset, p, g, m, v, nullptr,
+                               cpu_optim::LowPrecision::kNone, n);
+    }
+  }
   void check_shards(const std::vector<ParamShard>& shards);
   void step_cpu(const std::vector<ParamShard>& shards);
   void step_nvme(const std::vector<ParamShard>& shards);
@@ -151,7 +184,7 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
                                      s.grad.is_contiguous()),
                UsageError, "OffloadedOptimizer step: the grad of shard ", i, " ('", s.name,
                "') must be a contiguous fp32 tensor of ", s.param.numel(), " elements");
-    (void)shard_runs(s, adam.weight_decay);  // throws on malformed groups before anything changes
+    (void)shard_runs(s, default_weight_decay());  // throws on malformed groups before anything changes
   }
   if (!layout_recorded) {
     if (o.target == OffloadTarget::kCpu) {
@@ -160,7 +193,7 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
     } else {
       for (size_t i = 0; i < shards.size(); ++i) {
         files.push_back(std::make_unique<detail::NvmeShardFiles>(
-            dir->path(), i, shards[i].name, shards[i].param.numel(), chunk_elems, o.direct_io));
+            dir->path(), i, shards[i].name, shards[i].param.numel(), chunk_elems, state_arrays, o.direct_io));
       }
     }
     layout_recorded = true;
@@ -187,17 +220,23 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
     HostSlot& slot = host[i];
     const int64_t n = slot.numel;
     const bool in_place = host_fp32(s.param);
-    if (!slot.m.defined()) {
-      slot.m = state_pool.empty(n, at::kFloat).zero_();
-      slot.v = state_pool.empty(n, at::kFloat).zero_();
+    if (!slot.started) {
+      if (!sgd) {
+        slot.m = state_pool.empty(n, at::kFloat).zero_();
+        slot.v = state_pool.empty(n, at::kFloat).zero_();
+      }
       if (!in_place) slot.master = state_pool.empty(n, at::kFloat).copy_(s.param);
+      slot.started = true;
     }
+    // SGD: the momentum buffer is created by its first update, which writes it whole (as torch's
+    // clone of d_p); an imported buffer is continued.
+    const bool first = sgd && state_arrays == 1 && !slot.m.defined();
+    if (first) slot.m = state_pool.empty(n, at::kFloat);
     const int64_t update = slot.updates + 1;
     float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
-    const std::vector<ShardGroupRange> runs = shard_runs(s, adam.weight_decay);
+    const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
     if (in_place && host_fp32(s.grad)) {
-      detail::adam_update_runs(path, adam, runs, lr, update, 0, p, s.grad.data_ptr<float>(), slot.m.data_ptr<float>(),
-                               slot.v.data_ptr<float>(), nullptr, cpu_optim::LowPrecision::kNone, n);
+      update_elements(runs, update, first, 0, p, s.grad.data_ptr<float>(), data_at(slot.m, 0), data_at(slot.v, 0), n);
     } else {
       // Device-resident shard (or a gradient elsewhere): chunks of the gradient come to the host
       // through pinned staging, chunks of the new values go back.
@@ -206,9 +245,8 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
         const int64_t c = std::min(chunk_elems, n - off);
         at::Tensor g = grad_staging.narrow(0, 0, c);
         g.copy_(s.grad.narrow(0, off, c));
-        detail::adam_update_runs(path, adam, runs, lr, update, off, p + off, g.data_ptr<float>(),
-                                 slot.m.data_ptr<float>() + off, slot.v.data_ptr<float>() + off, nullptr,
-                                 cpu_optim::LowPrecision::kNone, c);
+        update_elements(runs, update, first, off, p + off, g.data_ptr<float>(), data_at(slot.m, off),
+                        data_at(slot.v, off), c);
         if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
       }
     }
@@ -245,7 +283,8 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
   const int dst = initialize ? f.current : 1 - f.current;
   const int64_t C = f.chunk_elems;
   const int64_t update = f.updates + 1;
-  const std::vector<ShardGroupRange> runs = shard_runs(s, adam.weight_decay);
+  const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
+  const bool first = !f.started;  // SGD: the buffer is written whole by this update
   std::vector<IoEngine::Handle> reads(static_cast<size_t>(f.chunks), 0);
   std::vector<IoEngine::Handle> writes(static_cast<size_t>(f.chunks), 0);
   std::vector<bool> write_pending(static_cast<size_t>(f.chunks), false);
@@ -272,14 +311,16 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
       float* buf = buf_of(k);
       const int64_t c = f.chunk_numel(k);
       float* p = buf;
-      float* m = buf + C;
-      float* v = buf + 2 * C;
+      float* m = state_arrays >= 1 ? buf + C : nullptr;
+      float* v = state_arrays >= 2 ? buf + 2 * C : nullptr;
       if (initialize) {
         std::memset(buf, 0, static_cast<size_t>(f.record_bytes));
         at::from_blob(p, {c}, at::kFloat).copy_(s.param.narrow(0, k * C, c));
-        if (imported != nullptr && !imported->tensors.empty()) {
-          at::from_blob(m, {c}, at::kFloat).copy_(imported->tensors[0].narrow(0, k * C, c));
-          at::from_blob(v, {c}, at::kFloat).copy_(imported->tensors[1].narrow(0, k * C, c));
+        if (imported != nullptr) {
+          for (size_t j = 0; j < imported->tensors.size(); ++j) {
+            at::from_blob(buf + (1 + static_cast<int64_t>(j)) * C, {c}, at::kFloat)
+                .copy_(imported->tensors[j].narrow(0, k * C, c));
+          }
         }
       } else {
         io->wait(reads[static_cast<size_t>(k)]);
@@ -293,8 +334,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
           staged.copy_(s.grad.narrow(0, k * C, c));
           g = staged.data_ptr<float>();
         }
-        detail::adam_update_runs(path, adam, runs, lr, update, k * C, p, g, m, v, nullptr,
-                                 cpu_optim::LowPrecision::kNone, c);
+        update_elements(runs, update, first, k * C, p, g, m, v, c);
         if (host_fp32(s.param)) {
           std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
         } else {
@@ -343,19 +383,23 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
       HostSlot& slot = host[i];
       slot.updates = st.updates;
       slot.m = slot.v = slot.master = at::Tensor();
+      slot.started = false;
       if (!st.tensors.empty()) {
         slot.m = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[0]);
-        slot.v = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[1]);
+        if (st.tensors.size() > 1) slot.v = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[1]);
         if (!host_fp32(shards[i].param)) slot.master = state_pool.empty(slot.numel, at::kFloat).copy_(shards[i].param);
+        slot.started = true;
       }
     } else {
       ensure_buffers();
       detail::NvmeShardFiles& f = *files[i];
       f.updates = st.updates;
       f.initialized = false;
+      f.started = false;
       if (!st.tensors.empty()) {
         nvme_shard(shards[i], f, /*initialize=*/true, &st);
         f.initialized = true;
+        f.started = true;
       }
     }
   }
@@ -364,7 +408,9 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
 
 void OffloadedOptimizer::Impl::ensure_buffers() {
   if (!buffers.empty()) return;
-  for (int b = 0; b < o.buffer_count; ++b) buffers.push_back(staging_pool.empty(3 * chunk_elems, at::kFloat));
+  for (int b = 0; b < o.buffer_count; ++b) {
+    buffers.push_back(staging_pool.empty((1 + state_arrays) * chunk_elems, at::kFloat));
+  }
   grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
 }
 
@@ -405,6 +451,7 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards) 
     if (!shards[i].grad.defined()) continue;
     files[i]->current = 1 - files[i]->current;
     ++files[i]->updates;
+    files[i]->started = true;
   }
   io_stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -441,10 +488,12 @@ void OffloadedOptimizer::step(const std::vector<ParamShard>& shards) {
 int64_t OffloadedOptimizer::state_bytes() const {
   int64_t bytes = 0;
   for (const HostSlot& s : impl_->host) {
-    if (s.m.defined()) bytes += static_cast<int64_t>(s.m.nbytes() + s.v.nbytes());
+    for (const at::Tensor* t : {&s.m, &s.v}) {
+      if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
+    }
   }
   for (const auto& f : impl_->files) {
-    if (f->initialized) bytes += 2 * f->numel * static_cast<int64_t>(sizeof(float));
+    if (f->initialized) bytes += impl_->state_arrays * f->numel * static_cast<int64_t>(sizeof(float));
   }
   return bytes;
 }
@@ -452,9 +501,9 @@ int64_t OffloadedOptimizer::state_bytes() const {
 ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
   Placement p;
   for (const HostSlot& s : impl_->host) {
-    if (!s.m.defined()) continue;
-    p.host += static_cast<int64_t>(s.m.nbytes() + s.v.nbytes());
-    if (s.master.defined()) p.host += static_cast<int64_t>(s.master.nbytes());
+    for (const at::Tensor* t : {&s.m, &s.v, &s.master}) {
+      if (t->defined()) p.host += static_cast<int64_t>(t->nbytes());
+    }
   }
   for (const auto& f : impl_->files) {
     if (f->initialized) p.nvme += f->bytes_on_disk();
@@ -464,8 +513,13 @@ ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
 
 std::string OffloadedOptimizer::describe() const {
   const auto& o = impl_->o;
-  std::string s = std::string("Offloaded") + (impl_->adam.adamw ? "AdamW" : "Adam") + "(lr=" + cpu_optim::format_double(lr_) +
-                  ", state=" + to_string(o.target) + ", simd=" + to_string(impl_->path);
+  std::string s = std::string("Offloaded") + (impl_->sgd ? "Sgd" : impl_->adam.adamw ? "AdamW" : "Adam") +
+                  "(lr=" + cpu_optim::format_double(lr_);
+  if (impl_->sgd) {
+    s += ", momentum=" + cpu_optim::format_double(impl_->sgdo.momentum) +
+         ", nesterov=" + (impl_->sgdo.nesterov ? "true" : "false");
+  }
+  s += std::string(", state=") + to_string(o.target) + ", simd=" + to_string(impl_->path);
   if (o.target == OffloadTarget::kNvme) {
     s += ", dir=" + impl_->dir->path() + ", io=" + to_string(impl_->io->backend()) +
          ", block=" + std::to_string(o.block_size) + ", depth=" + std::to_string(o.queue_depth) +
@@ -476,6 +530,12 @@ std::string OffloadedOptimizer::describe() const {
 
 int64_t OffloadedOptimizer::steps() const { return impl_->steps; }
 
+std::vector<std::string> OffloadedOptimizer::state_names() const {
+  if (!impl_->sgd) return {"exp_avg", "exp_avg_sq"};
+  if (impl_->state_arrays == 0) return {};
+  return {"momentum_buffer"};
+}
+
 std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
   Impl& im = *impl_;
   if (im.pending) return *im.pending;
@@ -483,24 +543,28 @@ std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
   for (const HostSlot& slot : im.host) {
     ShardOptimizerState st;
     st.updates = slot.updates;
-    if (slot.m.defined()) st.tensors = {slot.m, slot.v};
+    for (const at::Tensor* t : {&slot.m, &slot.v}) {
+      if (t->defined()) st.tensors.push_back(*t);
+    }
     out.push_back(std::move(st));
   }
   for (const auto& fp : im.files) {
     detail::NvmeShardFiles& f = *fp;
     ShardOptimizerState st;
     st.updates = f.updates;
-    if (f.initialized) {
+    // SGD's buffer before its first update is no state (the next update starts it afresh).
+    if (f.initialized && im.state_arrays > 0 && (!im.sgd || f.started)) {
       im.ensure_buffers();
-      at::Tensor m = at::empty({f.numel}, at::kFloat), v = at::empty({f.numel}, at::kFloat);
+      for (int j = 0; j < im.state_arrays; ++j) st.tensors.push_back(at::empty({f.numel}, at::kFloat));
       float* buf = im.buffers[0].data_ptr<float>();
       for (int64_t k = 0; k < f.chunks; ++k) {
         const int64_t c = f.chunk_numel(k);
         im.read_record(f, f.current, k, buf);
-        std::memcpy(m.data_ptr<float>() + k * f.chunk_elems, buf + f.chunk_elems, static_cast<size_t>(c) * 4);
-        std::memcpy(v.data_ptr<float>() + k * f.chunk_elems, buf + 2 * f.chunk_elems, static_cast<size_t>(c) * 4);
+        for (int j = 0; j < im.state_arrays; ++j) {
+          std::memcpy(st.tensors[static_cast<size_t>(j)].data_ptr<float>() + k * f.chunk_elems,
+                      buf + (1 + j) * f.chunk_elems, static_cast<size_t>(c) * sizeof(float));
+        }
       }
-      st.tensors = {m, v};
     }
     out.push_back(std::move(st));
   }
@@ -508,10 +572,11 @@ std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
 }
 
 void OffloadedOptimizer::import_state(std::vector<ShardOptimizerState> state, int64_t steps) {
+  const std::vector<std::string> names = state_names();
   for (size_t i = 0; i < state.size(); ++i) {
-    ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == 2, UsageError,
+    ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == names.size(), UsageError,
                "OffloadedOptimizer import_state: position ", i, " has ", state[i].tensors.size(),
-               " state tensors; expected exp_avg and exp_avg_sq");
+               " state tensors; expected none or ", names.size(), " (", describe_names(names), ")");
     for (at::Tensor& t : state[i].tensors) t = t.to(at::kCPU, at::kFloat).contiguous();
   }
   impl_->pending = std::make_unique<std::vector<ShardOptimizerState>>(std::move(state));

@@ -1,18 +1,20 @@
 #pragma once
 // OffloadedOptimizer: the optimizer step of ZeRO-Offload / ZeRO-Infinity. The optimizer state of
-// this rank's shards (fp32 master values and moments) lives in host memory (Target CPU) or in
-// files on an NVMe drive (Target NVME), and the update runs on the CPU with the fused kernels of
-// cpu_adam.h; the engine's shards receive the new values.
+// this rank's shards (fp32 master values and moments, or SGD's momentum buffers) lives in host
+// memory (Target CPU) or in files on an NVMe drive (Target NVME), and the update runs on the CPU
+// with the fused kernels of cpu_adam.h (ADAM, ADAMW) and cpu_sgd.h (SGD); the engine's shards
+// receive the new values.
 //
 //   auto opt = zeroshard::make_engine_optimizer(cfg, session.world().rank(), &engine.memory());
 //   engine.step(*opt);   // device, cpu or nvme, as cfg.offload().optimizer() says
 //
 // Each step walks every shard in chunks of `block_size` bytes per state array:
-//   CPU   the moments are host tensors from a PinnedPool (page-locked); when the shard itself is
+//   CPU   the state arrays are host tensors from a PinnedPool (page-locked); when the shard itself is
 //         an fp32 CPU tensor it is the master (no copy), otherwise a host fp32 master is kept and
 //         gradients/values travel through pinned staging buffers.
 //   NVME  each shard has two state files under <nvme_path>/zeroshard-rank<R>/ holding chunk by
-//         chunk [master | exp_avg | exp_avg_sq]. A step reads chunk k+1.. ahead while chunk k is
+//         chunk [master | exp_avg | exp_avg_sq] (SGD: [master | momentum_buffer], or [master]
+//         without momentum). A step reads chunk k+1.. ahead while chunk k is
 //         updated and chunk k-1 is written, through buffer_count pinned buffers and the async I/O
 //         engine (aio.h), and writes the new state into the *other* file: the previous step's
 //         file stays intact until the step has completed. Every chunk carries a CRC-32C kept in
@@ -22,7 +24,8 @@
 // the step: the shards are restored from the intact file, update counts are unchanged, and the
 // error says so; after the cause is fixed, the same step can be retried (or a checkpoint saved).
 // Results equal the device-resident optimizer bit for bit in fp32 on a CPU with AVX2 (the fused
-// kernel's contract, see cpu_adam.h). ADAM and ADAMW are supported; other types are a ConfigError.
+// kernels' contract, see cpu_adam.h and cpu_sgd.h). ADAM, ADAMW and SGD (momentum, Nesterov) are
+// supported; the `optimizer` section is validated as make_optimizer() validates it.
 // Files are created at the first step, truncated if left by an earlier run, and removed by the
 // destructor; a lock file stops two processes from using the same rank directory.
 // Not supported yet (clear ConfigError where the config asks for it): offload.params != DEVICE,
@@ -81,7 +84,9 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   Placement placement() const override;
   std::string describe() const override;
   int64_t steps() const override;
-  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  // Adam/AdamW: exp_avg, exp_avg_sq; SGD: momentum_buffer (none without momentum), as the device
+  // optimizers name them, so checkpoints move between placements.
+  std::vector<std::string> state_names() const override;
   // NVME: reads the moments back from the current files (checksums verified).
   std::vector<ShardOptimizerState> export_state() const override;
   void import_state(std::vector<ShardOptimizerState> state, int64_t steps) override;
