@@ -4,8 +4,9 @@
 // Rank directory <nvme_path>/zeroshard-rank<R>/ holds a lock file and, per shard, two state files
 // "<index>-<unit>.state.<0|1>". Each file is a sequence of chunk records of `record_bytes` bytes:
 // [master C floats | state array 1 C floats | ...], C = chunk elements (Adam: exp_avg, exp_avg_sq;
-// SGD: momentum_buffer, or none); the last record is zero-padded. Steps read generation `current` and write the other one, so the previous
-// state survives a failed step. Per record a CRC-32C is kept in memory per generation.
+// SGD: momentum_buffer, or none); the last record is zero-padded. Steps read generation `current`
+// and write the other one, so the previous state survives a failed step. Per record a CRC-32C is
+// kept in memory per generation.
 
 #include <cstdint>
 #include <memory>
