@@ -248,7 +248,12 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   if (opt_target != Target::kDevice) {
     e.offloaded = true;
     const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
-    (opt_target == Target::kCpu ? e.offload_host : e.nvme) += state;
+    // On NVMe the store keeps two generations (the previous step's survives a failed step).
+    if (opt_target == Target::kCpu) {
+      e.offload_host += state;
+    } else {
+      e.nvme += 2 * state;
+    }
     e.optimizer_state = 0;
     e.sharded_params = static_cast<int64_t>(p) * shard;  // the device keeps the shard it gathers from
     e.pinned_host += 4 * shard;                           // fp32 gradient shard copied for the CPU optimizer

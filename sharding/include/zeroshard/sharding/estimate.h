@@ -23,9 +23,10 @@
 // The peak of their sum (device_peak) comes from replaying a step unit by unit: the transients
 // peak in backward, while only some gradient shards exist yet.
 // Offload (offload.optimizer / offload.params = CPU or NVME) moves the fp32 master and moments
-// (12 bytes / param / N) to host memory or NVMe, and the rank's parameter shard (param_dtype) to
-// host or NVMe; these are formulas only: the offload engine is not built yet, so they are not
-// checked against measurement.
+// (12 bytes / param / N for Adam; on NVMe twice that: the store keeps the previous step's
+// generation) to host memory or NVMe, and the rank's parameter shard (param_dtype) to host or NVMe;
+// these are formulas, not yet checked against measured offload runs (parameter offload is not
+// built at all).
 // Thread-safety: pure functions.
 
 #include <cstdint>
