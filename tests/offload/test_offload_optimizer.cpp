@@ -83,9 +83,9 @@ zs::config::OptimizerConfig sgd_config(double momentum, bool nesterov) {
   return c;
 }
 
-std::map<std::string, at::Tensor> reference_after(int steps) {
+std::map<std::string, at::Tensor> reference_after(int steps, const zs::config::OptimizerConfig& cfg = adamw_config()) {
   Trainer t;
-  auto opt = zs::make_optimizer(adamw_config());
+  auto opt = zs::make_optimizer(cfg);
   t.train(*opt, 0, steps);
   return t.params();
 }
@@ -116,6 +116,14 @@ class FaultyIo : public zs::IoEngine {
  private:
   std::shared_ptr<zs::IoEngine> inner_;
 };
+
+// A FaultyIo over the I/O engine `o` would build.
+std::shared_ptr<FaultyIo> faulty_io(const zs::OffloadOptions& o) {
+  zs::IoOptions io_opts;
+  io_opts.queue_depth = o.queue_depth;
+  io_opts.block_size = o.block_size;
+  return std::make_shared<FaultyIo>(zs::make_io_engine(io_opts));
+}
 
 template <typename Err>
 std::string error_of(const std::function<void()>& fn) {
@@ -245,13 +253,7 @@ TEST(OffloadedOptimizer, SgdOnHostAndNvmeEqualsDeviceSgdBitwise) {
   for (const Case& k : {Case{0, false}, Case{0.9, false}, Case{0.9, true}}) {
     SCOPED_TRACE("momentum " + std::to_string(k.momentum) + (k.nesterov ? ", nesterov" : ""));
     const auto cfg = sgd_config(k.momentum, k.nesterov);
-    std::map<std::string, at::Tensor> ref;
-    {
-      Trainer t;
-      auto opt = zs::make_optimizer(cfg);
-      t.train(*opt, 0, 6);
-      ref = t.params();
-    }
+    const auto ref = reference_after(6, cfg);
     const int64_t state_bytes = k.momentum != 0 ? 4 : 0;
     {
       Trainer t;
@@ -302,22 +304,13 @@ TEST(OffloadedOptimizer, SgdOnHostAndNvmeEqualsDeviceSgdBitwise) {
 // for every shard) rolls back like any other step: the retry and two more steps equal the
 // uninterrupted run. (Whether the retry treats the buffer as new or continues its zeros cannot
 // show in the numbers: with dampening 0, the only value the config allows, 0.9 * 0 + d = d.)
-TEST(OffloadedOptimizer, SgdFirstStepFailingOnNvmeRetriesAsAFirstStep) {
+TEST(OffloadedOptimizer, SgdFailedFirstStepOnNvmeRollsBack) {
   const auto cfg = sgd_config(0.9, false);
-  std::map<std::string, at::Tensor> ref;
-  {
-    Trainer t;
-    auto opt = zs::make_optimizer(cfg);
-    t.train(*opt, 0, 3);
-    ref = t.params();
-  }
+  const auto ref = reference_after(3, cfg);
   TempDir dir("sgd_enospc");
   Trainer t;
   auto o = nvme_options(dir.path);
-  zs::IoOptions io_opts;
-  io_opts.queue_depth = o.queue_depth;
-  io_opts.block_size = o.block_size;
-  auto faulty = std::make_shared<FaultyIo>(zs::make_io_engine(io_opts));
+  auto faulty = faulty_io(o);
   zs::OffloadedOptimizer opt(cfg, o, zs::test::rank(), nullptr, faulty);
   t.forward_backward(0);
   const auto before = shard_values(*t.engine);
@@ -343,10 +336,7 @@ TEST(OffloadedOptimizer, DiskFullMidStepRollsBackAndRetrySucceeds) {
   TempDir dir("enospc");
   Trainer t;
   auto o = nvme_options(dir.path);
-  zs::IoOptions io_opts;
-  io_opts.queue_depth = o.queue_depth;
-  io_opts.block_size = o.block_size;
-  auto faulty = std::make_shared<FaultyIo>(zs::make_io_engine(io_opts));
+  auto faulty = faulty_io(o);
   zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank(), nullptr, faulty);
   t.train(opt, 0, 3);
   t.forward_backward(3);
