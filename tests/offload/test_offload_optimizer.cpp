@@ -236,6 +236,12 @@ TEST(OffloadedOptimizer, ConfigErrors) {
   adam_momentum.set_momentum(0.9);
   err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(adam_momentum, o, 0); });
   EXPECT_TRUE(contains(err, "apply only to optimizer.type = SGD")) << err;
+  // State of the wrong optimizer (Adam's two moments into SGD) is refused, naming what fits.
+  zs::OffloadedOptimizer sgd_opt(sgd_config(0.9, false), o, 0);
+  std::vector<zs::ShardOptimizerState> adam_state(1);
+  adam_state[0].tensors = {at::zeros({4}), at::zeros({4})};
+  err = error_of<zs::UsageError>([&] { sgd_opt.import_state(adam_state, 1); });
+  EXPECT_TRUE(contains(err, "position 0 has 2 state tensors; expected none or 1 (momentum_buffer)")) << err;
   zs::config::Config full;
   full.mutable_offload()->set_optimizer(OffloadConfig::CPU);
   *full.mutable_optimizer() = adamw_config();
