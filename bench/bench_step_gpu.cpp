@@ -272,7 +272,7 @@ Variant run_zeroshard(Session& s, const StepArgs& a, const Model& m, double peak
     torch::manual_seed(1);
     zs_test::Gpt model(m.cfg);
     model->to(device);
-    ShardingOptions o = ShardingOptions::from_config(s.config().sharding(), s.config().precision());
+    ShardingOptions o = ShardingOptions::from_config(s.config());
     config::ShardingConfig::Strategy strategy;
     ZS_REQUIRE(config::ShardingConfig::Strategy_Parse(a.strategy, &strategy), UsageError, "--strategy '", a.strategy,
                "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     torch::manual_seed(1);
     Net model(dim, blocks);
     Net teacher(dim, blocks);
-    zs::ShardingEngine engine(session, model.ptr(), zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision()));
+    zs::ShardingEngine engine(session, model.ptr(), zs::ShardingOptions::from_config(cfg));
     auto opt = zs::make_engine_optimizer(cfg, rank, &engine.memory());
     const double budget = budget_mb * 1048576.0;
     const double adam_state = 12.0 * engine.num_padded_trainable_params() / engine.shard_group_size();

@@ -115,7 +115,7 @@ int run(zs::Session& s) {
                                                                   zs::kFashionMnistMean, zs::kFashionMnistStd);
 
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
-  zs::ShardedInit init(s, zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision()));
+  zs::ShardedInit init(s, zs::ShardingOptions::from_config(cfg));
   at::manual_seed(cfg.runtime().seed());
   Cnn model(cfg.model().dropout(), s.device());
   zs::ShardingEngine engine(init, model.ptr());

@@ -116,7 +116,7 @@ int run(zs::Session& s) {
   // a ShardedInit would shard each block before its adapters exist.
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
   const bool lora = cfg.lora().rank() > 0;
-  const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg);
   std::unique_ptr<zs::ShardedInit> init = lora ? nullptr : std::make_unique<zs::ShardedInit>(s, sharding);
   at::manual_seed(cfg.runtime().seed());
   ex::Gpt model(ex::GptOptions::from_config(cfg, s.device()));

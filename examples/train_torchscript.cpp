@@ -135,7 +135,7 @@ int run(zs::Session& s) {
   units.checkpoint = cfg.activation_checkpointing().enabled();
   units.checkpoint_every = cfg.activation_checkpointing().every_n_blocks();
   zs::TorchScriptModel model(model_path, units, s.device());
-  zs::ShardingEngine engine(s, model.module(), zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision()));
+  zs::ShardingEngine engine(s, model.module(), zs::ShardingOptions::from_config(cfg));
 
   zs::Trainer trainer(s, engine, *start);
   task.loss = [&](const zs::Batch& b) { return mean_loss(model.forward(b.data), b.target); };

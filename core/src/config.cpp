@@ -228,6 +228,12 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
               " = NVME needs offload.nvme_path (a directory on the NVMe drive), but it is empty");
     }
   }
+  if (c.offload().params() != opt::OffloadConfig::DEVICE && c.offload().optimizer() == opt::OffloadConfig::DEVICE) {
+    add({"offload.params", "offload.optimizer"},
+        std::string("offload.params = ") + opt::OffloadConfig::Target_Name(c.offload().params()) +
+            " needs offload.optimizer = CPU or NVME (the fp32 master and moments live with the offloaded "
+            "optimizer, whose step streams the parameter shards), but offload.optimizer = DEVICE");
+  }
   const auto& s = c.scheduler();
   if (s.type() == opt::SchedulerConfig::COSINE && s.total_steps() == 0) {
     add({"scheduler.type", "scheduler.total_steps"},

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
       return std::make_shared<zs::ImageClassificationDataset>(
           zs::load_fashion_mnist(zs::kFashionMnistDir, train), zs::kFashionMnistMean, zs::kFashionMnistStd);
     };
-    zs::ShardedInit init(s, zs::ShardingOptions::from_config(s.config().sharding(), s.config().precision()));
+    zs::ShardedInit init(s, zs::ShardingOptions::from_config(s.config()));
     Net net;
     zs::ShardingEngine engine(init, net.ptr());
     zs::Trainer trainer(s, engine, *start);  // optimizer, schedule, checkpoints: the config's

@@ -1,7 +1,7 @@
 #pragma once
 // The files of one rank's offloaded optimizer state on NVMe (private to zs_offload).
 //
-// Rank directory <nvme_path>/zeroshard-rank<R>/ holds a lock file and, per shard, two state files
+// Rank directory <nvme_path>/zeroshard-rank<R>/ (an OffloadDir) holds a lock file and, per shard, two state files
 // "<index>-<unit>.state.<0|1>". Each file is a sequence of chunk records of `record_bytes` bytes:
 // [master C floats | state array 1 C floats | ...], C = chunk elements (Adam: exp_avg, exp_avg_sq;
 // SGD: momentum_buffer, or none); the last record is zero-padded. Steps read generation `current`
@@ -14,32 +14,20 @@
 #include <vector>
 
 #include "zeroshard/io/aio.h"
+#include "zeroshard/io/offload_dir.h"
 
 namespace zeroshard::detail {
 
-// The rank directory: created at construction (the parent must exist and be writable), locked
-// against a second process, cleared of state files an earlier run left; removed by the destructor.
-class NvmeRankDir {
- public:
-  NvmeRankDir(const std::string& nvme_path, int rank);
-  ~NvmeRankDir();
-  NvmeRankDir(const NvmeRankDir&) = delete;
-  NvmeRankDir& operator=(const NvmeRankDir&) = delete;
-  const std::string& path() const { return dir_; }
-
- private:
-  std::string dir_;
-  std::string lock_path_;
-  int lock_fd_ = -1;
-};
-
 struct NvmeShardFiles {
+  // `generations`: 2 (files .0 and .1, the step writes the one it does not read) or 1 (one file,
+  // updated in place).
   NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit, int64_t numel,
-                 int64_t chunk_elems, int state_arrays, bool direct);
+                 int64_t chunk_elems, int state_arrays, bool direct, int generations = 2);
   ~NvmeShardFiles();
 
   int64_t numel;
   int64_t chunk_elems;
+  int generations;
   int64_t chunks;
   int64_t record_bytes;  // (1 + state arrays) * chunk_elems * 4
   std::string paths[2];
@@ -51,7 +39,9 @@ struct NvmeShardFiles {
   bool started = false;      // the state arrays hold values (an update or an import), not the
                              // zeros of initialisation: SGD's first update writes its buffer whole
 
-  int64_t bytes_on_disk() const { return 2 * chunks * record_bytes; }
+  int64_t bytes_on_disk() const { return generations * chunks * record_bytes; }
+  // The generation a step writes: the other one, or the same one when there is only one.
+  int next() const { return generations == 2 ? 1 - current : current; }
   int64_t chunk_numel(int64_t k) const { return std::min(chunk_elems, numel - k * chunk_elems); }
 };
 

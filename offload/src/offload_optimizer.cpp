@@ -60,21 +60,42 @@ bool host_fp32(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
+// The pager of a step over resident shards: nothing to load or write back.
+class ResidentPager final : public ShardPager {
+ public:
+  explicit ResidentPager(const std::vector<ParamShard>& shards) : shards_(shards) {}
+  int64_t numel(size_t i) const override {
+    const ParamShard& s = shards_.at(i);
+    ZS_REQUIRE(s.param.defined(), UsageError, "OffloadedOptimizer step: shard ", i, " ('", s.name,
+               "') has no values: its parameters are offloaded (offload.params); step it through "
+               "engine.step(optimizer), which brings them in");
+    return s.param.numel();
+  }
+  void acquire(size_t, bool) override {}
+  void release(size_t, bool) override {}
+  void prefetch(size_t) override {}
+
+ private:
+  const std::vector<ParamShard>& shards_;
+};
+
 }  // namespace
 
 OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
-  ZS_REQUIRE(cfg.params() == config::OffloadConfig::DEVICE, ConfigError, "offload.params = ",
-             config::OffloadConfig::Target_Name(cfg.params()),
-             " is not supported yet; parameter shards stay on the device (offload.params = DEVICE). "
-             "Offload the optimizer state instead (offload.optimizer = CPU or NVME)");
   OffloadOptions o;
   o.target = static_cast<OffloadTarget>(cfg.optimizer());  // the same values (sharding/src/options.cpp)
+  o.params = static_cast<OffloadTarget>(cfg.params());
+  ZS_REQUIRE(o.params == OffloadTarget::kDevice || o.target != OffloadTarget::kDevice, ConfigError,
+             "offload.params = ", to_string(o.params),
+             " needs offload.optimizer = CPU or NVME: the fp32 master and the moments live with the offloaded "
+             "optimizer, whose step streams the parameter shards one at a time");
   o.nvme_path = cfg.nvme_path();
   o.pin_memory = cfg.pin_memory();
   o.block_size = cfg.block_size();
   o.queue_depth = cfg.queue_depth();
   o.buffer_count = cfg.buffer_count();
   o.io_backend = io_backend_from(cfg.io_backend());
+  o.nvme_generations = cfg.nvme_generations();
   ZS_REQUIRE(o.target != OffloadTarget::kNvme || !o.nvme_path.empty(), ConfigError,
              "offload.optimizer = NVME needs offload.nvme_path (a directory on the NVMe drive)");
   return o;
@@ -85,6 +106,7 @@ struct HostSlot {
   int64_t numel = 0;
   int64_t updates = 0;
   bool started = false;  // state allocated (first update or import)
+  int64_t step_done = 0;  // the optimizer step whose update the slot holds (a retried step skips it)
   at::Tensor master;     // host fp32 master when the shard is not a host fp32 tensor
   at::Tensor m, v;       // Adam: exp_avg, exp_avg_sq; SGD: m = momentum_buffer (when momentum > 0)
 };
@@ -108,7 +130,7 @@ struct OffloadedOptimizer::Impl {
   std::vector<HostSlot> host;
   // NVME target
   std::shared_ptr<IoEngine> io;
-  std::unique_ptr<detail::NvmeRankDir> dir;
+  std::unique_ptr<OffloadDir> dir;
   std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
   std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
   at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
@@ -132,12 +154,14 @@ struct OffloadedOptimizer::Impl {
                "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
     ZS_REQUIRE(o.buffer_count >= 2, ConfigError, "offload.buffer_count = ", o.buffer_count,
                " must be at least 2 (one chunk read while another is written)");
+    ZS_REQUIRE(o.nvme_generations == 1 || o.nvme_generations == 2, ConfigError, "offload.nvme_generations = ",
+               o.nvme_generations, " must be 1 or 2");
     path = o.simd == SimdPath::kAuto ? detect_simd() : o.simd;
     ZS_REQUIRE(simd_supported(path), UsageError, "OffloadOptions.simd = ", to_string(path),
                " cannot run on this CPU (flags: ", cpu_simd_flags(), ")");
     chunk_elems = o.block_size / static_cast<int64_t>(sizeof(float));
     if (o.target == OffloadTarget::kNvme) {
-      dir = std::make_unique<detail::NvmeRankDir>(o.nvme_path, rank);
+      dir = std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-rank", rank, ".state.", "optimizer state");
       if (!io) {
         IoOptions io_opts;
         io_opts.backend = o.io_backend;
@@ -160,40 +184,54 @@ struct OffloadedOptimizer::Impl {
                                cpu_optim::LowPrecision::kNone, n);
     }
   }
-  void check_shards(const std::vector<ParamShard>& shards);
-  void step_cpu(const std::vector<ParamShard>& shards);
-  void step_nvme(const std::vector<ParamShard>& shards);
+  // Every step function takes the shards with the pager that brings their values in (offload.params)
+  // and touches shards[i].param only between pager.acquire(i) and pager.release(i).
+  void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
+  void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
+  void step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager);
   void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
                   const ShardOptimizerState* imported = nullptr);
-  void apply_pending(const std::vector<ParamShard>& shards);
+  void apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager);
+  // The next shard after `i` with a gradient (shards.size() when none): read ahead while i updates.
+  static size_t next_with_grad(const std::vector<ParamShard>& shards, size_t i) {
+    for (++i; i < shards.size(); ++i) {
+      if (shards[i].grad.defined()) return i;
+    }
+    return shards.size();
+  }
   void ensure_buffers();
   std::unique_ptr<std::vector<ShardOptimizerState>> pending;
+  std::string unwritten;  // step_cpu: the first parameter shard whose write-back failed
+  std::string broken;     // one NVMe generation: why the state on disk is no longer a step's
   void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f);
   void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
   void verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const;
   double lr = 0;
 };
 
-void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shards) {
+void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shards, ShardPager& pager) {
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& s = shards[i];
-    ZS_REQUIRE(s.param.defined() && s.param.scalar_type() == at::kFloat && s.param.is_contiguous(),
+    const int64_t n = pager.numel(i);
+    ZS_REQUIRE(!s.param.defined() || (s.param.scalar_type() == at::kFloat && s.param.is_contiguous() &&
+                                      s.param.numel() == n),
                UsageError, "OffloadedOptimizer step: shard ", i, " ('", s.name,
-               "') must be a contiguous fp32 tensor");
-    ZS_REQUIRE(!s.grad.defined() || (s.grad.scalar_type() == at::kFloat && s.grad.numel() == s.param.numel() &&
+               "') must be a contiguous fp32 tensor of ", n, " elements");
+    ZS_REQUIRE(!s.grad.defined() || (s.grad.scalar_type() == at::kFloat && s.grad.numel() == n &&
                                      s.grad.is_contiguous()),
                UsageError, "OffloadedOptimizer step: the grad of shard ", i, " ('", s.name,
-               "') must be a contiguous fp32 tensor of ", s.param.numel(), " elements");
-    (void)shard_runs(s, default_weight_decay());  // throws on malformed groups before anything changes
+               "') must be a contiguous fp32 tensor of ", n, " elements");
+    (void)shard_runs(s, default_weight_decay(), n);  // throws on malformed groups before anything changes
   }
   if (!layout_recorded) {
     if (o.target == OffloadTarget::kCpu) {
       host.resize(shards.size());
-      for (size_t i = 0; i < shards.size(); ++i) host[i].numel = shards[i].param.numel();
+      for (size_t i = 0; i < shards.size(); ++i) host[i].numel = pager.numel(i);
     } else {
       for (size_t i = 0; i < shards.size(); ++i) {
         files.push_back(std::make_unique<detail::NvmeShardFiles>(
-            dir->path(), i, shards[i].name, shards[i].param.numel(), chunk_elems, state_arrays, o.direct_io));
+            dir->path(), i, shards[i].name, pager.numel(i), chunk_elems, state_arrays, o.direct_io,
+            o.nvme_generations));
       }
     }
     layout_recorded = true;
@@ -205,19 +243,29 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
              "; pass the same shard list, in the same order, every step");
   for (size_t i = 0; i < shards.size(); ++i) {
     const int64_t n = o.target == OffloadTarget::kCpu ? host[i].numel : files[i]->numel;
-    ZS_REQUIRE(shards[i].param.numel() == n, UsageError, "OffloadedOptimizer step ", steps + 1,
-               ": shard ", i, " ('", shards[i].name, "') changed: expected ", n, " elements, got ",
-               shards[i].param.numel());
+    ZS_REQUIRE(pager.numel(i) == n, UsageError, "OffloadedOptimizer step ", steps + 1, ": shard ", i, " ('",
+               shards[i].name, "') changed: expected ", n, " elements, got ", pager.numel(i));
   }
 }
 
 // ---- CPU target: state in host tensors, the update chunk by chunk where data must travel ----
 
-void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
+void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager) {
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& s = shards[i];
-    if (!s.grad.defined()) continue;
     HostSlot& slot = host[i];
+    // Updated by an earlier attempt at this step that failed on a later shard: the update is in
+    // place and cannot be undone, so the retry completes the step without repeating it.
+    if (!s.grad.defined() || slot.step_done == steps + 1) continue;
+    try {
+      pager.acquire(i);
+    } catch (const Error& e) {
+      ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at shard ", i, " ('",
+               s.name, "'): ", e.message(),
+               ". The shards before it have this step's update (in place: the state is in host memory), the rest "
+               "not; once the cause is fixed, engine.step(optimizer) again completes the step (it skips them)");
+    }
+    pager.prefetch(next_with_grad(shards, i));
     const int64_t n = slot.numel;
     const bool in_place = host_fp32(s.param);
     if (!slot.started) {
@@ -251,6 +299,15 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards) {
       }
     }
     slot.updates = update;
+    slot.step_done = steps + 1;
+    // The update was in place on the only copy of the master (an offloaded shard on a CPU run) or
+    // on the host master: it cannot be undone, so a failed write-back (whose values stay in
+    // memory, the pager's contract) must not stop the rest of the step.
+    try {
+      pager.release(i, true);
+    } catch (const Error& e) {
+      if (unwritten.empty()) unwritten = "shard " + std::to_string(i) + " ('" + s.name + "'): " + e.message();
+    }
   }
 }
 
@@ -280,7 +337,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
   const int B = static_cast<int>(buffers.size());
   const int lookahead = std::max(1, B - 2);
   const int src = f.current;
-  const int dst = initialize ? f.current : 1 - f.current;
+  const int dst = initialize ? f.current : f.next();
   const int64_t C = f.chunk_elems;
   const int64_t update = f.updates + 1;
   const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
@@ -367,14 +424,14 @@ void OffloadedOptimizer::Impl::restore_shard(const ParamShard& s, detail::NvmeSh
 
 // Imported state (a checkpoint) replaces the current one: host moments (CPU), or fresh files
 // written from the shards and the imported moments (NVME).
-void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shards) {
+void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager) {
   if (!pending) return;
   ZS_REQUIRE(pending->size() == shards.size(), UsageError, "OffloadedOptimizer: the imported state has ",
              pending->size(), " shard positions, the step got ", shards.size(), " shards");
   for (size_t i = 0; i < shards.size(); ++i) {
     for (const at::Tensor& t : (*pending)[i].tensors) {
-      ZS_REQUIRE(t.numel() == shards[i].param.numel(), UsageError, "OffloadedOptimizer: imported state of shard ",
-                 i, " ('", shards[i].name, "') has ", t.numel(), " elements, the shard has ", shards[i].param.numel());
+      ZS_REQUIRE(t.numel() == pager.numel(i), UsageError, "OffloadedOptimizer: imported state of shard ", i, " ('",
+                 shards[i].name, "') has ", t.numel(), " elements, the shard has ", pager.numel(i));
     }
   }
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -382,12 +439,15 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
     if (o.target == OffloadTarget::kCpu) {
       HostSlot& slot = host[i];
       slot.updates = st.updates;
+      slot.step_done = 0;
       slot.m = slot.v = slot.master = at::Tensor();
       slot.started = false;
       if (!st.tensors.empty()) {
         slot.m = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[0]);
         if (st.tensors.size() > 1) slot.v = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[1]);
+        pager.acquire(i);
         if (!host_fp32(shards[i].param)) slot.master = state_pool.empty(slot.numel, at::kFloat).copy_(shards[i].param);
+        pager.release(i, false);
         slot.started = true;
       }
     } else {
@@ -397,7 +457,9 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
       f.initialized = false;
       f.started = false;
       if (!st.tensors.empty()) {
+        pager.acquire(i);
         nvme_shard(shards[i], f, /*initialize=*/true, &st);
+        pager.release(i, false);
         f.initialized = true;
         f.started = true;
       }
@@ -414,7 +476,7 @@ void OffloadedOptimizer::Impl::ensure_buffers() {
   grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
 }
 
-void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards) {
+void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager) {
   const auto t0 = std::chrono::steady_clock::now();
   ensure_buffers();
   // Shards seen for the first time: write their initial state (master from the shard, zero
@@ -422,34 +484,61 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards) 
   for (size_t i = 0; i < shards.size(); ++i) {
     detail::NvmeShardFiles& f = *files[i];
     if (f.initialized || !shards[i].grad.defined()) continue;
+    pager.acquire(i);
     nvme_shard(shards[i], f, /*initialize=*/true);
+    pager.release(i, false);
     f.initialized = true;
   }
   size_t done = 0;
   try {
     for (; done < shards.size(); ++done) {
       if (!shards[done].grad.defined()) continue;
+      // The update takes the master from the state file and only writes the shard: nothing to read.
+      pager.acquire(done, /*read=*/false);
       nvme_shard(shards[done], *files[done], /*initialize=*/false);
+      pager.release(done, true);
     }
   } catch (const Error& e) {
+    if (o.nvme_generations == 1) {
+      // In place: records of this shard (and every shard before it) hold this step's state, the
+      // rest the previous step's; nothing can be rolled back.
+      broken = "step " + std::to_string(steps + 1) + " failed at shard " + std::to_string(done) + " ('" +
+               shards[std::min(done, shards.size() - 1)].name + "'): " + e.message();
+      ZS_THROW(IoError, "offloaded optimizer ", broken, " (rank ", rank,
+               "). With offload.nvme_generations = 1 the state is updated in place and is now partly this step's: "
+               "restart from the last checkpoint (offload.nvme_generations = 2 keeps the previous step's state and "
+               "rolls back)");
+    }
     // Roll back: every shard touched by this step gets the previous step's values back from its
-    // intact generation; update counts and `current` were not advanced.
+    // intact generation; update counts and `current` were not advanced. Offloaded parameter
+    // shards are brought in, restored and written back; one whose write-back fails keeps the
+    // restored values in memory (the pager's contract), so the training state is still whole.
     std::string rollback = "the parameters and optimizer state are as before this step; fix the cause and retry, "
                            "or save a checkpoint";
+    std::string unwritten;
     try {
       for (size_t i = 0; i <= done && i < shards.size(); ++i) {
-        if (shards[i].grad.defined() && files[i]->initialized) restore_shard(shards[i], *files[i]);
+        if (!shards[i].grad.defined() || !files[i]->initialized) continue;
+        pager.acquire(i, /*read=*/false);  // the master in the intact generation has every value
+        restore_shard(shards[i], *files[i]);
+        try {
+          pager.release(i, true);
+        } catch (const Error& e3) {
+          unwritten = std::string(" (the restored parameters of shard ") + std::to_string(i) + " ('" +
+                      shards[i].name + "') stay in memory until a write succeeds: " + e3.message() + ")";
+        }
       }
     } catch (const Error& e2) {
       rollback = std::string("rolling back failed too (") + e2.message() +
                  "); the parameters of this rank are inconsistent: restart from the last checkpoint";
     }
+    rollback += unwritten;
     ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at shard ",
              done, " ('", shards[std::min(done, shards.size() - 1)].name, "'): ", e.message(), ". ", rollback);
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     if (!shards[i].grad.defined()) continue;
-    files[i]->current = 1 - files[i]->current;
+    files[i]->current = files[i]->next();
     ++files[i]->updates;
     files[i]->started = true;
   }
@@ -473,17 +562,32 @@ OffloadedOptimizer::~OffloadedOptimizer() {
 }
 
 void OffloadedOptimizer::step(const std::vector<ParamShard>& shards) {
-  impl_->check_shards(shards);
+  ResidentPager pager(shards);
+  std::vector<ParamShard> copy = shards;  // the same tensors; the pager never changes them
+  step(copy, pager);
+}
+
+void OffloadedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager) {
+  ZS_REQUIRE(impl_->broken.empty(), IoError, "offloaded optimizer: an earlier ", impl_->broken,
+             ", and with offload.nvme_generations = 1 the state on disk is partly that step's; restart from the "
+             "last checkpoint");
+  impl_->check_shards(shards, pager);
   at::NoGradGuard no_grad;
-  impl_->apply_pending(shards);
+  impl_->apply_pending(shards, pager);
   impl_->lr = lr_;
   if (impl_->o.target == OffloadTarget::kCpu) {
-    impl_->step_cpu(shards);
+    impl_->unwritten.clear();
+    impl_->step_cpu(shards, pager);
   } else {
-    impl_->step_nvme(shards);
+    impl_->step_nvme(shards, pager);
   }
   ++impl_->steps;
+  ZS_REQUIRE(impl_->unwritten.empty(), IoError, "offloaded optimizer step ", impl_->steps, " was applied on rank ",
+             impl_->rank, ", but writing a parameter shard back to its store failed: ", impl_->unwritten,
+             ". The new values stay in memory and are written at the shard's next release; do not repeat the step");
 }
+
+bool OffloadedOptimizer::expects_offloaded_params() const { return impl_->o.params != OffloadTarget::kDevice; }
 
 int64_t OffloadedOptimizer::state_bytes() const {
   int64_t bytes = 0;
@@ -523,7 +627,7 @@ std::string OffloadedOptimizer::describe() const {
   if (o.target == OffloadTarget::kNvme) {
     s += ", dir=" + impl_->dir->path() + ", io=" + to_string(impl_->io->backend()) +
          ", block=" + std::to_string(o.block_size) + ", depth=" + std::to_string(o.queue_depth) +
-         ", buffers=" + std::to_string(o.buffer_count);
+         ", buffers=" + std::to_string(o.buffer_count) + ", generations=" + std::to_string(o.nvme_generations);
   }
   return s + ", pinned=" + impl_->staging_pool.mode() + ")";
 }
@@ -538,6 +642,9 @@ std::vector<std::string> OffloadedOptimizer::state_names() const {
 
 std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
   Impl& im = *impl_;
+  ZS_REQUIRE(im.broken.empty(), IoError, "offloaded optimizer: cannot export the state (e.g. for a checkpoint): ",
+             "an earlier ", im.broken, ", and with offload.nvme_generations = 1 the state on disk is partly that "
+             "step's; restart from the last checkpoint");
   if (im.pending) return *im.pending;
   std::vector<ShardOptimizerState> out;
   for (const HostSlot& slot : im.host) {
@@ -590,7 +697,7 @@ OffloadedOptimizer::IoStats OffloadedOptimizer::io_stats() const { return impl_-
 std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const config::Config& cfg, int rank, MemoryStats* mem) {
   const config::OffloadConfig& off = cfg.offload();
   if (off.optimizer() == config::OffloadConfig::DEVICE) {
-    (void)OffloadOptions::from_config(off);  // still rejects what is not supported (params offload)
+    (void)OffloadOptions::from_config(off);  // rejects offload.params without an offloaded optimizer
     return make_optimizer(cfg.optimizer());
   }
   return std::make_unique<OffloadedOptimizer>(cfg.optimizer(), OffloadOptions::from_config(off), rank, mem);

@@ -195,6 +195,7 @@ void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest&
     const int64_t lo = static_cast<int64_t>(f.shard_group().rank()) * f.shard_numel();
     const int64_t hi = lo + f.shard_numel();
     f.shard().copy_(saved.read_range(i, "param", lo, hi, f.padded_numel()));
+    f.release_shard();  // offloaded: written back to its store now, one shard resident at a time
     if (!f.trainable()) continue;
     ShardOptimizerState st;
     st.updates = fe.optimizer_updates();

@@ -79,7 +79,8 @@ void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatPara
   size_t trainable_index = 0;
   for (size_t i = 0; i < flats.size(); ++i) {
     FlatParam& f = *flats[i];
-    s.sections.push_back({detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, host_copy(f.shard(), o.async_save), {}});
+    s.sections.push_back({detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, host_copy(f.shard_for_read(), o.async_save), {}});
+    f.release_shard();  // offloaded: back to the store (unchanged); the snapshot keeps its copy
     if (!f.trainable()) continue;
     const size_t pos = trainable_index++;
     if (pos >= opt_state.size()) continue;

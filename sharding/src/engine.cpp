@@ -25,6 +25,7 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/core/memory_report.h"
 
@@ -189,6 +190,7 @@ void detail::ShardingEngineImpl::discover_units() {
       };
   visit(*model, "", root);
   // One FlatParam for the trainable parameters of each unit, one for the frozen ones.
+  const bool offloaded = options.offload_params.target != OffloadTarget::kDevice;
   for (auto& u : units) {
     std::vector<ParamSlot> trainable, frozen;
     for (Seen& s : seen) {
@@ -202,11 +204,13 @@ void detail::ShardingEngineImpl::discover_units() {
     if (adopt(u.get(), trainable, frozen)) continue;
     if (!trainable.empty()) {
       u->flats.push_back(std::make_unique<FlatParam>(u->name, std::move(trainable), true, shard_group,
-                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
+                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
+                                                     offloaded));
     }
     if (!frozen.empty()) {
       u->flats.push_back(std::make_unique<FlatParam>(u->name + " (frozen)", std::move(frozen), false, shard_group,
-                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
+                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
+                                                     offloaded));
     }
   }
 }
@@ -270,12 +274,96 @@ void detail::ShardingEngineImpl::check_parameters() const {
   }
 }
 
+void detail::ShardingEngineImpl::start_param_store() {
+  const bool wanted = options.offload_params.target != OffloadTarget::kDevice;
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      ZS_REQUIRE(f->offload_capable() == wanted, UsageError, "unit '", u->name,
+                 "' was sharded at construction by a ShardedInit whose offload_params.target differs from the "
+                 "engine's (", to_string(options.offload_params.target),
+                 "); give the ShardedInit and the engine the same ShardingOptions");
+    }
+  }
+  if (!wanted) return;
+  // Units a ShardedInit built are in its store already: the engine takes it over.
+  if (init != nullptr && init->store != nullptr) {
+    param_store = std::move(init->store);
+  } else {
+    param_store =
+        std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);
+  }
+}
+
+void detail::ShardingEngineImpl::log_param_store() const {
+  if (param_store == nullptr) return;
+  ZS_LOG(kInfo) << "offload.params = " << to_string(options.offload_params.target) << ": "
+                << format_bytes(param_store->bytes_on_disk() + param_store->bytes_in_host())
+                << " of parameter shards moved off the device"
+                << (options.offload_params.target == OffloadTarget::kNvme ? " to " + options.offload_params.nvme_path
+                                                                            : std::string(" to host memory"));
+}
+
+void detail::ShardingEngineImpl::read_ahead(detail::UnitState* u) {
+  if (param_store == nullptr || recording_order || u->forward_index < 0) return;
+  const int next = u->forward_index + (in_backward() ? -1 : 1);
+  if (next < 0 || next >= static_cast<int>(forward_order.size())) return;
+  for (auto& f : forward_order[static_cast<size_t>(next)]->flats) {
+    if (!f->gathered()) f->prefetch_shard();
+  }
+}
+
+void detail::ShardingEngineImpl::release_offloaded_shards() {
+  if (param_store == nullptr) return;
+  for (auto& u : units) {
+    for (auto& f : u->flats) f->release_shard();
+  }
+}
+
+void detail::ShardingEngineImpl::release_offloaded_shards_noexcept() noexcept {
+  if (param_store == nullptr) return;
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      try {
+        f->release_shard();
+      } catch (...) {  // stays resident and modified: the next release retries the write
+      }
+    }
+  }
+}
+
+detail::FlatParamPager::FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards)
+    : flats_(std::move(flats)), shards_(shards) {
+  ZS_CHECK(flats_.size() == shards_.size(), "pager over ", flats_.size(), " flat parameters and ", shards_.size(),
+           " shards");
+}
+
+int64_t detail::FlatParamPager::numel(size_t i) const { return flats_.at(i)->shard_numel(); }
+
+void detail::FlatParamPager::acquire(size_t i, bool read) {
+  shards_.at(i).param = read ? flats_.at(i)->shard_for_read() : flats_.at(i)->shard_for_overwrite();
+}
+
+void detail::FlatParamPager::release(size_t i, bool modified) {
+  shards_.at(i).param = at::Tensor();
+  if (modified) flats_.at(i)->mark_shard_modified();
+  flats_.at(i)->release_shard();
+}
+
+void detail::FlatParamPager::prefetch(size_t i) {
+  if (i < flats_.size()) flats_[i]->prefetch_shard();
+}
+
 void detail::ShardingEngineImpl::init_flat_params() {
   Communicator* sync = options.sync_module_states ? comm.get() : nullptr;
+  start_param_store();
+  // Offloaded shards go to the store as each is built, so building never holds them all.
   for (auto& u : units) {
-    if (u->adopted) continue;  // sharded (and synchronised) at construction
-    for (auto& f : u->flats) f->init_from_params(sync);  // resharded: forward gathers it
+    for (auto& f : u->flats) {
+      if (!u->adopted) f->init_from_params(sync);  // resharded: forward gathers it (adopted: done)
+      if (param_store != nullptr && !f->shard_offloaded()) f->attach_store(param_store.get());
+    }
   }
+  log_param_store();
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> buffers = model->buffers();
   for (auto& b : buffers) {
@@ -363,7 +451,7 @@ std::vector<ParamShard> ShardingEngine::param_shards() {
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
       if (!f->trainable()) continue;
-      ParamShard s{f->shard(), f->grad_shard(), f->name(), {}};
+      ParamShard s{f->shard_offloaded() ? at::Tensor() : f->shard(), f->grad_shard(), f->name(), {}};
       if (!impl_->shard_group_ranges.empty()) s.groups = impl_->shard_group_ranges[out.size()];
       out.push_back(std::move(s));
     }
@@ -444,7 +532,31 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   c10::AutoGradMode no_grad(false);
   static const int kStepPhase = memory_phase_id("optimizer step");
   MemoryPhase phase(kStepPhase);
-  optimizer.step(param_shards());
+  ZS_REQUIRE(!optimizer.expects_offloaded_params() || impl_->param_store != nullptr, UsageError,
+             "optimizer ", optimizer.describe(), " was made for offload.params = CPU or NVME, but this engine keeps "
+             "its parameter shards on the device: build the engine with ShardingOptions::from_config(config) (the "
+             "two-section overload leaves out the offload section)");
+  if (impl_->param_store != nullptr) {
+    // Offloaded parameters: the optimizer brings each shard in through the pager while it updates
+    // it, so at most a shard or two is resident.
+    std::vector<ParamShard> shards = param_shards();
+    std::vector<FlatParam*> flats;
+    for (auto& u : impl_->units) {
+      for (auto& f : u->flats) {
+        if (f->trainable()) flats.push_back(f.get());
+      }
+    }
+    detail::FlatParamPager pager(flats, shards);
+    try {
+      optimizer.step(shards, pager);
+    } catch (...) {
+      impl_->release_offloaded_shards_noexcept();
+      throw;
+    }
+    impl_->release_offloaded_shards();
+  } else {
+    optimizer.step(param_shards());
+  }
   // Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard,
   // unless they alias it: drop it so the next forward casts the updated values again.
   for (auto& u : impl_->units) {
@@ -453,9 +565,10 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
     }
   }
   const ShardedOptimizer::Placement where = optimizer.placement();
+  const ShardStore* store = impl_->param_store.get();
   impl_->mem->set(MemCategory::kOptimizerState, where.device);
-  impl_->mem->set(MemCategory::kOffloadHost, where.host);
-  impl_->mem->set(MemCategory::kNvme, where.nvme);
+  impl_->mem->set(MemCategory::kOffloadHost, where.host + (store != nullptr ? store->bytes_in_host() : 0));
+  impl_->mem->set(MemCategory::kNvme, where.nvme + (store != nullptr ? store->bytes_on_disk() : 0));
   impl_->sync_buffers_after_step();
 }
 
@@ -477,6 +590,7 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict(const StateDic
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
       at::Tensor flat = f->gather_values("zs.state_dict");  // collective: every rank gathers
+      f->release_shard();  // offloaded: back to the store (unchanged)
       if (!keep) continue;
       if (o.offload_to_cpu) flat = flat.to(at::kCPU);  // one copy of the unit, sliced below
       for (const ParamSlot& s : f->slots()) {
@@ -493,6 +607,7 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict(const StateDic
 
 const MemoryStats& ShardingEngine::memory() const { return *impl_->mem; }
 MemoryStats& ShardingEngine::memory() { return *impl_->mem; }
+const ShardStore* ShardingEngine::param_store() const { return impl_->param_store.get(); }
 
 std::string ShardingEngine::memory_report() const {
   return impl_->mem->report(detail::concat("zeroshard memory, rank ", impl_->session.rank(), " (shard group of ",

@@ -159,6 +159,7 @@ void detail::ShardingEngineImpl::issue_gather(UnitState* u) {
     if (w) u->gathers.push_back(std::move(w));
   }
   u->gathered_on_side_stream = streams->enabled();
+  read_ahead(u);
 }
 
 void detail::ShardingEngineImpl::wait_gather(UnitState* u) {
@@ -172,6 +173,16 @@ void detail::ShardingEngineImpl::complete_gather(UnitState* u) {
   if (u->gathered_on_side_stream) {
     streams->wait(streams->current(), streams->all_gather());
     u->gathered_on_side_stream = false;
+  }
+  // Offloaded shards: the gathered buffer holds what the unit needs; the shard goes back to the
+  // store (unchanged: nothing is written) until the next gather or step.
+  // On a GPU the all-gather stream may still read a shard: it is kept until that stream is past
+  // this point.
+  if (param_store != nullptr) {
+    std::vector<at::Tensor> dropped;
+    for (auto& f : u->flats) f->release_shard(&dropped);
+    released_shards.poll();
+    if (!dropped.empty()) released_shards.release_after(std::move(dropped), streams->mark(streams->all_gather()));
   }
 }
 

@@ -13,7 +13,9 @@
 #include "zeroshard/comm/streams.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/sharding/optimizer.h"
 #include "zeroshard/sharding/param_groups.h"
+#include "zeroshard/sharding/shard_store.h"
 #include "zeroshard/sharding/sharded_init.h"
 
 namespace zeroshard {
@@ -46,6 +48,21 @@ struct UnitState {
   bool inputs_opaque = false;
 };
 
+// The engine's side of an offloaded optimizer step (ShardPager, optimizer.h): shard i of the step
+// is trainable flat parameter i.
+class FlatParamPager final : public ShardPager {
+ public:
+  FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards);
+  int64_t numel(size_t i) const override;
+  void acquire(size_t i, bool read) override;
+  void release(size_t i, bool modified) override;
+  void prefetch(size_t i) override;
+
+ private:
+  std::vector<FlatParam*> flats_;
+  std::vector<ParamShard>& shards_;
+};
+
 struct ShardingEngineImpl {
   ShardingEngineImpl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options,
        ShardedInitImpl* init);
@@ -58,6 +75,16 @@ struct ShardingEngineImpl {
   void check_same_structure();
   void check_parameters() const;
   void init_flat_params();
+  // offload.params: creates the store (shard_store.h), after checking every flat parameter can
+  // move there (init_flat_params moves each as it is built).
+  void start_param_store();
+  void log_param_store() const;
+  // Starts reading the shards of the unit the engine will gather after `u` (forward order, or
+  // reverse during backward), so its load overlaps this unit's compute.
+  void read_ahead(detail::UnitState* u);
+  // Writes back and drops every resident offloaded shard (after a step, a checkpoint, a load).
+  void release_offloaded_shards();
+  void release_offloaded_shards_noexcept() noexcept;  // keeps what fails to write resident
   void install_grad_hooks();
 
   // Module buffers (buffers.h, options.buffer_sync): BROADCAST before every forward, AVERAGE
@@ -126,6 +153,9 @@ struct ShardingEngineImpl {
   detail::ShardedInitImpl* init = nullptr;  // units sharded at construction, adopted by discover_units
   // Declared before `units`: FlatParams report into it when destroyed. Shared with ShardedInit.
   std::shared_ptr<MemoryStats> mem = std::make_shared<MemoryStats>();
+  // offload.params = CPU / NVME: where the shards live between uses (null otherwise). Declared
+  // before `units`: their FlatParams point into it.
+  std::unique_ptr<ShardStore> param_store;
   std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
   // set_param_groups: every trainable parameter's assignment (flat order), and per trainable
   // flat (param_shards() order) its shard's element ranges.
@@ -163,6 +193,8 @@ struct ShardingEngineImpl {
   // Gradient buffers (compute-stream memory) read by the reduce-scatter stream, kept until it is
   // done with them.
   ReleaseQueue retired_grads;
+  // Offloaded shards dropped after a gather, kept until the all-gather stream is done with them.
+  ReleaseQueue released_shards;
   std::unique_ptr<AutocastGuard> autocast;  // alive during the root forward when options.autocast
 };
 

@@ -187,6 +187,7 @@ EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, 
   o.offload_optimizer = static_cast<OffloadTarget>(cfg.offload().optimizer());
   o.offload_params = static_cast<OffloadTarget>(cfg.offload().params());
   o.offload_staging_bytes = static_cast<int64_t>(cfg.offload().buffer_count()) * cfg.offload().block_size();
+  o.nvme_generations = cfg.offload().nvme_generations();
   return o;
 }
 
@@ -248,11 +249,12 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   if (opt_target != Target::kDevice) {
     e.offloaded = true;
     const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
-    // On NVMe the store keeps two generations (the previous step's survives a failed step).
+    // On NVMe the store keeps offload.nvme_generations copies (with 2, the previous step's survives a
+    // failed step).
     if (opt_target == Target::kCpu) {
       e.offload_host += state;
     } else {
-      e.nvme += 2 * state;
+      e.nvme += o.nvme_generations * state;
     }
     e.optimizer_state = 0;
     e.sharded_params = static_cast<int64_t>(p) * shard;  // the device keeps the shard it gathers from
@@ -264,9 +266,12 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   }
   if (param_target != Target::kDevice) {
     e.offloaded = true;
-    const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu && p == 4;
+    // The store keeps the fp32 shard (shard_store.h); with both in host memory on a CPU run the
+    // optimizer updates it in place as its master (no second copy). Between uses nothing of the
+    // shard stays on the device (a gathered unit's shard is read in for its gather only).
+    const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu;
     e.sharded_params = 0;
-    if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += static_cast<int64_t>(p) * shard;
+    if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
     if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
   }
   // What offload took off the device comes off the peak too (the transients stay).

@@ -8,12 +8,14 @@
 #include <utility>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/sharding/shard_store.h"
 
 namespace zeroshard {
 
 FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
                      std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
-                     MemoryStats* mem, c10::ScalarType param_dtype, c10::ScalarType reduce_dtype)
+                     MemoryStats* mem, c10::ScalarType param_dtype, c10::ScalarType reduce_dtype,
+                     bool offloaded_shard)
     : name_(std::move(name)),
       slots_(std::move(slots)),
       trainable_(trainable),
@@ -21,7 +23,8 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
       replicate_(std::move(replicate)),
       mem_(mem),
       param_dtype_(param_dtype),
-      reduce_dtype_(reduce_dtype) {
+      reduce_dtype_(reduce_dtype),
+      offloaded_shard_(offloaded_shard) {
   ZS_CHECK(!slots_.empty(), "unit '", name_, "' has no parameters to flatten");
   int64_t offset = 0;
   for (ParamSlot& s : slots_) {
@@ -34,11 +37,11 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
   numel_ = offset;
   padded_ = (numel_ + n - 1) / n * n;
   shard_numel_ = padded_ / n;
-  aliased_ = n == 1 && param_dtype_ == c10::kFloat;
+  aliased_ = n == 1 && param_dtype_ == c10::kFloat && !offloaded_shard_;
 }
 
 FlatParam::~FlatParam() {
-  mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
+  if (shard_.defined()) mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
   if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
   if (grad_shard_.defined()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
@@ -58,6 +61,7 @@ void FlatParam::rename(std::string name,
   ZS_CHECK(slot_names.size() == slots_.size(), "renaming ", slots_.size(), " parameters of '", name_, "' with ",
            slot_names.size(), " names");
   name_ = std::move(name);
+  if (store_ != nullptr) store_->rename(store_slot_, name_);
   for (size_t i = 0; i < slots_.size(); ++i) {
     slots_[i].name = slot_names[i].first;
     slots_[i].aliases = slot_names[i].second;
@@ -118,6 +122,58 @@ void FlatParam::point_params_at(const at::Tensor& flat) {
   for (ParamSlot& s : slots_) s.param.set_data(flat.narrow(0, s.offset, s.numel).view(s.shape));
 }
 
+at::Tensor& FlatParam::shard() {
+  if (store_ != nullptr) {
+    resident_shard();
+    shard_dirty_ = true;
+  }
+  return shard_;
+}
+
+const at::Tensor& FlatParam::resident_shard() {
+  if (store_ != nullptr && !shard_.defined()) {
+    shard_ = store_->load(store_slot_, device_);
+    shard_dirty_ = false;
+    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  }
+  return shard_;
+}
+
+at::Tensor& FlatParam::shard_for_overwrite() {
+  if (store_ != nullptr && !shard_.defined()) {
+    shard_ = store_->allocate(store_slot_, device_);
+    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  }
+  shard_dirty_ = store_ != nullptr;
+  return shard_;
+}
+
+void FlatParam::attach_store(ShardStore* store) {
+  ZS_CHECK(offloaded_shard_ && store_ == nullptr && shard_.defined() && !aliased_, "attach_store on unit '", name_,
+           "' that was not built for an offloaded shard, or twice");
+  store_ = store;
+  store_slot_ = store->add(name_, shard_numel_);
+  shard_dirty_ = true;
+  release_shard();
+}
+
+void FlatParam::prefetch_shard() {
+  if (store_ != nullptr && !shard_.defined()) store_->prefetch(store_slot_, device_);
+}
+
+void FlatParam::release_shard(std::vector<at::Tensor>* retired) {
+  if (store_ == nullptr || !shard_.defined()) return;
+  if (shard_dirty_) {
+    store_->save(store_slot_, shard_);  // throws with the shard still resident and modified
+    shard_dirty_ = false;
+  }
+  if (retired != nullptr) retired->push_back(std::move(shard_));
+  shard_ = at::Tensor();
+  mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
+}
+
+std::string FlatParam::shard_file() const { return store_ != nullptr ? store_->file(store_slot_) : std::string(); }
+
 bool FlatParam::gathered() const { return aliased_ || full_allocated_; }
 
 void FlatParam::alloc_full_storage() {
@@ -137,10 +193,11 @@ std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* e
     // One rank, low precision: the "gather" is the cast itself, written straight into the full
     // buffer (bitwise what gathering the cast shard gives, without the copy or the collective).
     c10::AutoGradMode no_grad(false);
-    full_.copy_(shard_);
+    full_.copy_(resident_shard());
     return nullptr;
   }
   *elements += padded_;
+  resident_shard();
   if (param_dtype_ == c10::kFloat) return shard_group_->all_gather_into(full_, shard_, tag);
   // Low-precision compute: the shard is cast straight into this rank's slice of the full buffer
   // and gathered in place, so no cast copy of the shard exists while the gather is in flight.
@@ -282,6 +339,7 @@ void FlatParam::drop_grad_shard() {
 
 at::Tensor FlatParam::gather_values(const std::string& tag) {
   if (aliased_) return shard_.clone();
+  resident_shard();
   at::Tensor out = at::empty({padded_}, shard_.options());
   shard_group_->all_gather_into(out, shard_, tag)->wait();
   return out;

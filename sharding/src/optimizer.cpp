@@ -451,8 +451,16 @@ std::unique_ptr<ShardedOptimizer> make_adam_checked(const AdamOptions& o, bool d
 
 }  // namespace
 
-std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay) {
-  const int64_t numel = shard.param.defined() ? shard.param.numel() : 0;
+void ShardedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager) {
+  (void)shards;
+  (void)pager;
+  ZS_THROW(UsageError, "optimizer ", describe(),
+           " keeps its state on the device and cannot step offloaded parameter shards (offload.params = CPU or "
+           "NVME): set offload.optimizer = CPU or NVME (make_engine_optimizer builds the offloaded optimizer)");
+}
+
+std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay, int64_t numel) {
+  if (numel < 0) numel = shard.param.defined() ? shard.param.numel() : 0;
   std::vector<ShardGroupRange> runs;
   auto append = [&](ShardGroupRange r) {
     if (r.end == r.begin) return;

@@ -96,4 +96,28 @@ ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg, 
   return o;
 }
 
+ShardingOptions ShardingOptions::from_config(const config::Config& cfg) {
+  ShardingOptions o = from_config(cfg.sharding(), cfg.precision());
+  const config::OffloadConfig& off = cfg.offload();
+  ParamOffloadOptions& p = o.offload_params;
+  p.target = static_cast<OffloadTarget>(off.params());
+  p.nvme_path = off.nvme_path();
+  p.pin_memory = off.pin_memory();
+  p.block_size = off.block_size();
+  p.queue_depth = off.queue_depth();
+  switch (off.io_backend()) {
+    case config::OffloadConfig::IO_URING: p.io_backend = IoBackend::kIoUring; break;
+    case config::OffloadConfig::LIBAIO: p.io_backend = IoBackend::kLibaio; break;
+    case config::OffloadConfig::THREADS: p.io_backend = IoBackend::kThreads; break;
+    default: p.io_backend = IoBackend::kAuto; break;
+  }
+  ZS_REQUIRE(p.target == OffloadTarget::kDevice || off.optimizer() != config::OffloadConfig::DEVICE, ConfigError,
+             "offload.params = ", to_string(p.target),
+             " needs offload.optimizer = CPU or NVME: the fp32 master and the moments live with the offloaded "
+             "optimizer, whose step streams the parameter shards one at a time");
+  ZS_REQUIRE(p.target != OffloadTarget::kNvme || !p.nvme_path.empty(), ConfigError,
+             "offload.params = NVME needs offload.nvme_path (a directory on the NVMe drive)");
+  return o;
+}
+
 }  // namespace zeroshard

@@ -184,11 +184,17 @@ PretrainedReport load_local(ShardingEngine& engine, const std::string& path, con
   PretrainedReport r;
   r.path = path;
   r.format = file->format();
+  // Targets come flat by flat: an offloaded shard is loaded once, filled, and written back when
+  // the next flat starts, so at most one is resident.
+  FlatParam* resident = nullptr;
   for (const Target& t : m.targets) {
     if (t.source.empty()) continue;
+    if (resident != nullptr && t.flat != resident) resident->release_shard();
+    if (t.flat != nullptr) resident = t.flat;
     r.elements_read += t.flat != nullptr ? load_param_part(t, *file) : load_buffer(t, *file);
     ++r.tensors_loaded;
   }
+  if (resident != nullptr) resident->release_shard();
   // Gathered copies hold the old values: every unit gathers again at its next forward.
   for (FlatParam* f : engine.flat_params()) f->free_full();
   r.bytes_read = file->bytes_read();

@@ -67,11 +67,13 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   std::vector<std::unique_ptr<FlatParam>> flats;
   if (!trainable.empty()) {
     flats.push_back(std::make_unique<FlatParam>(name, std::move(trainable), true, groups.shard_group,
-                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
+                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
+                                                options.offload_params.target != OffloadTarget::kDevice));
   }
   if (!frozen.empty()) {
     flats.push_back(std::make_unique<FlatParam>(name + " (frozen)", std::move(frozen), false, groups.shard_group,
-                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype));
+                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
+                                                options.offload_params.target != OffloadTarget::kDevice));
   }
   // Same unit on every rank, checked before the broadcast below could mismatch.
   std::ostringstream desc;
@@ -80,7 +82,13 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   detail::check_same_description(*session.world(), desc.str(), detail::concat("units at construction (", name, ")"));
   for (const auto& f : flats) f->check_params();
   Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
-  for (const auto& f : flats) f->init_from_params(sync);  // leaves the unit resharded
+  if (options.offload_params.target != OffloadTarget::kDevice && store == nullptr) {
+    store = std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);
+  }
+  for (const auto& f : flats) {
+    f->init_from_params(sync);  // leaves the unit resharded
+    if (store != nullptr) f->attach_store(store.get());
+  }
   units[module] = std::move(flats);
   ++count;
 }

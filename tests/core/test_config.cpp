@@ -339,8 +339,11 @@ TEST(Config, CrossFieldRules) {
   EXPECT_EQ(problem_paths({"comm.backend=NCCL", "runtime.device=CPU"}),
             (V{"comm.backend", "runtime.device"}));
   EXPECT_TRUE(problem_paths({"comm.backend=NCCL", "runtime.device=CUDA"}).empty());
-  EXPECT_EQ(problem_paths({"offload.params=NVME"}), (V{"offload.params", "offload.nvme_path"}));
-  EXPECT_TRUE(problem_paths({"offload.params=NVME", "offload.nvme_path=/nvme"}).empty());
+  EXPECT_EQ(problem_paths({"offload.params=NVME", "offload.optimizer=CPU"}),
+            (V{"offload.params", "offload.nvme_path"}));
+  EXPECT_TRUE(problem_paths({"offload.params=NVME", "offload.optimizer=CPU", "offload.nvme_path=/nvme"}).empty());
+  // Parameter offload streams the shards through the offloaded optimizer's step.
+  EXPECT_EQ(problem_paths({"offload.params=CPU"}), (V{"offload.params", "offload.optimizer"}));
   EXPECT_EQ(problem_paths({"scheduler.type=COSINE"}),
             (V{"scheduler.type", "scheduler.total_steps"}));
   EXPECT_EQ(problem_paths({"scheduler.warmup_steps=10", "scheduler.total_steps=10"}),

@@ -225,8 +225,10 @@ TEST(OffloadedOptimizer, ConfigErrors) {
   EXPECT_TRUE(contains(err, "offload.nvme_path")) << err;
   c.set_nvme_path("/x");
   c.set_params(OffloadConfig::CPU);
+  EXPECT_EQ(zs::OffloadOptions::from_config(c).params, zs::OffloadTarget::kCpu);
+  c.set_optimizer(OffloadConfig::DEVICE);
   err = error_of<zs::ConfigError>([&] { zs::OffloadOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.params = CPU")) << err;
+  EXPECT_TRUE(contains(err, "offload.params = CPU needs offload.optimizer = CPU or NVME")) << err;
   // The `optimizer` section is checked as make_optimizer() checks it, SGD's fields too.
   auto sgd = sgd_config(-0.5, false);
   zs::OffloadOptions o;
@@ -359,6 +361,55 @@ TEST(OffloadedOptimizer, DiskFullMidStepRollsBackAndRetrySucceeds) {
   t.engine->step(opt);  // the gradients are still there: retry
   t.engine->zero_grad();
   EXPECT_EQ(max_diff(t.params(), ref), 0.0);
+}
+
+// offload.nvme_generations = 1: one state file per shard, updated in place. The same training, bit
+// for bit, on half the disk.
+TEST(OffloadedOptimizer, OneGenerationInPlaceEqualsTwoOnHalfTheDisk) {
+  for (const auto& cfg : {adamw_config(), sgd_config(0.9, true)}) {
+    const auto ref = reference_after(6, cfg);
+    int64_t disk[3] = {0, 0, 0};
+    for (int generations : {1, 2}) {
+      TempDir dir("gen" + std::to_string(generations));
+      Trainer t;
+      auto o = nvme_options(dir.path);
+      o.nvme_generations = generations;
+      zs::OffloadedOptimizer opt(cfg, o, zs::test::rank(), &t.engine->memory());
+      t.train(opt, 0, 6);
+      EXPECT_EQ(max_diff(t.params(), ref), 0.0) << generations << " generation(s)";
+      disk[generations] = opt.placement().nvme;
+      int files = 0;
+      for (const auto& e : fs::directory_iterator(opt.rank_dir())) files += contains(e.path().string(), ".state.");
+      EXPECT_EQ(files, generations * static_cast<int>(t.engine->param_shards().size()));
+    }
+    EXPECT_GT(disk[1], 0);
+    EXPECT_EQ(disk[2], 2 * disk[1]);
+  }
+}
+
+// In place, a failed step cannot be undone: the error says so, and the optimizer refuses to step
+// or to export (a checkpoint of a half-updated state) until training restarts from a checkpoint.
+TEST(OffloadedOptimizer, OneGenerationFailedStepAsksForARestart) {
+  TempDir dir("gen1_fail");
+  Trainer t;
+  auto o = nvme_options(dir.path);
+  o.nvme_generations = 1;
+  auto faulty = faulty_io(o);
+  zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank(), nullptr, faulty);
+  t.train(opt, 0, 2);
+  t.forward_backward(2);
+  faulty->fail_writes = true;
+  faulty->writes_before_failure = 3;
+  std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "step 3 failed")) << err;
+  EXPECT_TRUE(contains(err, "nvme_generations = 1")) << err;
+  EXPECT_TRUE(contains(err, "restart from the last checkpoint")) << err;
+  faulty->fail_writes = false;
+  err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "an earlier step 3 failed")) << err;
+  err = error_of<zs::IoError>([&] { (void)opt.export_state(); });
+  EXPECT_TRUE(contains(err, "cannot export")) << err;
+  t.engine->zero_grad();
 }
 
 // A state file changed or truncated behind the engine's back is detected before its data is used.

@@ -212,7 +212,7 @@ TEST(EstimateModelStates, OffloadFormulas) {
   o.offload_optimizer = zs::OffloadTarget::kNvme;
   o.offload_params = zs::OffloadTarget::kNvme;
   e = zs::estimate_memory(m, o);
-  EXPECT_EQ(e.nvme, 2 * 12 * shard + 2 * shard);  // two generations of optimizer state + the bf16 shard
+  EXPECT_EQ(e.nvme, 2 * 12 * shard + 4 * shard);  // two generations of optimizer state + the fp32 shard
   EXPECT_EQ(e.sharded_params, 0);
   EXPECT_EQ(e.offload_host, 0);
   EXPECT_EQ(e.pinned_host, 4 * shard + 4 * 1048576);  // gradient shard + buffer_count x block_size

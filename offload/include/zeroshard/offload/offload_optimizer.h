@@ -20,7 +20,9 @@
 //         file stays intact until the step has completed. Every chunk carries a CRC-32C kept in
 //         memory; a read that does not match (file truncated or changed behind the engine's back)
 //         is an IoError naming the file, the offset and the chunk.
-// A step that fails (disk full, I/O error, checksum) leaves the training state as it was before
+// With offload.nvme_generations = 1 each shard has one state file, updated in place (half the
+// disk); a step that fails then cannot be undone (see nvme_generations below). Otherwise:
+// a step that fails (disk full, I/O error, checksum) leaves the training state as it was before
 // the step: the shards are restored from the intact file, update counts are unchanged, and the
 // error says so; after the cause is fixed, the same step can be retried (or a checkpoint saved).
 // Results equal the device-resident optimizer bit for bit in fp32 on a CPU with AVX2 (the fused
@@ -28,8 +30,11 @@
 // supported; the `optimizer` section is validated as make_optimizer() validates it.
 // Files are created at the first step, truncated if left by an earlier run, and removed by the
 // destructor; a lock file stops two processes from using the same rank directory.
-// Not supported yet (clear ConfigError where the config asks for it): offload.params != DEVICE,
-// gradient swap-out during backward. Not thread-safe.
+// With offload.params = CPU or NVME (the engine's ShardStore), engine.step hands the shards over
+// with a pager and the step brings each shard's values in only while it updates it (reading the
+// next one ahead), so the parameters never have to fit in memory at once.
+// Not supported yet: gradient swap-out during backward (gradient shards stay resident). Not
+// thread-safe.
 
 #include <ATen/core/Tensor.h>
 
@@ -55,16 +60,23 @@ class MemoryStats;
 
 struct OffloadOptions {
   OffloadTarget target = OffloadTarget::kCpu;  // kCpu or kNvme
+  // offload.params: where the engine keeps the parameter shards (the step then expects a pager;
+  // kDevice: resident shards).
+  OffloadTarget params = OffloadTarget::kDevice;
   std::string nvme_path;            // NVME: existing, writable directory
   bool pin_memory = true;
   int64_t block_size = 1 << 20;     // bytes per state array per chunk (multiple of 4096)
   int queue_depth = 32;
   int buffer_count = 4;             // pinned chunk buffers in the NVMe pipeline (>= 2)
+  // NVME: 2 state files per shard (a failed step rolls back), or 1 updated in place (half the
+  // disk; a failed step leaves the state partly updated: the optimizer then refuses further steps
+  // and exports, and training resumes from the last checkpoint).
+  int nvme_generations = 2;
   IoBackend io_backend = IoBackend::kAuto;
   bool direct_io = true;            // O_DIRECT (falls back with a warning where refused)
   SimdPath simd = SimdPath::kAuto;
 
-  // From the `offload` section. ConfigError for params != DEVICE (not supported) and for
+  // From the `offload` section. ConfigError for params != DEVICE with optimizer = DEVICE and for
   // optimizer = NVME without nvme_path.
   static OffloadOptions from_config(const config::OffloadConfig& cfg);
 };
@@ -80,6 +92,8 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   ~OffloadedOptimizer() override;
 
   void step(const std::vector<ParamShard>& shards) override;
+  void step(std::vector<ParamShard>& shards, ShardPager& pager) override;
+  bool expects_offloaded_params() const override;
   int64_t state_bytes() const override;
   Placement placement() const override;
   std::string describe() const override;

@@ -51,6 +51,7 @@ namespace zeroshard {
 
 class ShardedInit;
 class FlatParam;
+class ShardStore;
 namespace detail {
 struct ShardingEngineImpl;
 }  // namespace detail
@@ -139,7 +140,9 @@ class ShardingEngine {
   void reset_after_error();
 
   // This rank's trainable shards with their gradients, in a fixed order (with their parameter
-  // groups' element ranges once set_param_groups() ran).
+  // groups' element ranges once set_param_groups() ran). With offload.params = CPU or NVME each
+  // `param` is undefined: the values live in the shard store, and step() brings them in one at a
+  // time (the gradients are there).
   std::vector<ParamShard> param_shards();
   // Resolves per-parameter weight decay and lr scale (param_group.h) over every trainable
   // parameter and keeps each shard's ranges for param_shards(), so optimizer steps use them.
@@ -154,6 +157,9 @@ class ShardingEngine {
 
   const MemoryStats& memory() const;
   MemoryStats& memory();
+  // offload.params = CPU / NVME: where the parameter shards live between uses (shard_store.h);
+  // null when they stay resident.
+  const ShardStore* param_store() const;
   std::string memory_report() const;
   const CommCounters& comm_counters() const;
   void reset_comm_counters();

@@ -23,10 +23,11 @@
 // The peak of their sum (device_peak) comes from replaying a step unit by unit: the transients
 // peak in backward, while only some gradient shards exist yet.
 // Offload (offload.optimizer / offload.params = CPU or NVME) moves the fp32 master and moments
-// (12 bytes / param / N for Adam; on NVMe twice that: the store keeps the previous step's
-// generation) to host memory or NVMe, and the rank's parameter shard (param_dtype) to host or NVMe;
-// these are formulas, not yet checked against measured offload runs (parameter offload is not
-// built at all).
+// (12 bytes / param / N for Adam; on NVMe times offload.nvme_generations: by default the store
+// keeps the previous step's generation) to host memory or NVMe, and the rank's fp32 parameter shard to host or NVMe (the
+// ShardStore; on a CPU run with both in host memory the shard is the optimizer's master). The
+// shards read in for a gather (one or two units' at a time) are not in the device figures. These
+// offload figures are formulas, not yet checked against measured offload runs.
 // Thread-safety: pure functions.
 
 #include <cstdint>
@@ -75,6 +76,7 @@ struct EstimateOptions {
   OffloadTarget offload_optimizer = OffloadTarget::kDevice;
   OffloadTarget offload_params = OffloadTarget::kDevice;
   int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
+  int nvme_generations = 2;                  // offload.nvme_generations: copies of the state on NVMe
   // Takes the sharding, precision, optimizer and offload sections of a config (core/config.h).
   static EstimateOptions from_config(const Config& cfg, int world_size, int ranks_per_node);
 };

@@ -12,6 +12,10 @@
 // nothing is gathered or freed (NO_SHARD, or any strategy at world size 1). With a lower-precision
 // param_dtype, parameters and their gradients live in that dtype (the all-gather moves the shard
 // cast to it, half the bytes for bf16/fp16) while the master shard and gradient shard stay fp32.
+// Offloaded shard (attach_store, offload.params = CPU or NVME): the shard lives in a ShardStore
+// between uses. shard() brings it back (and marks it modified), the gather brings it back
+// read-only, release_shard() writes a modified shard back and drops it; prefetch_shard() starts
+// reading it ahead. Such a flat parameter is never aliased (the gathered buffer is its own).
 // Not thread-safe: driven by the engine on the training thread.
 
 #include <ATen/core/Tensor.h>
@@ -24,6 +28,8 @@
 #include "zeroshard/core/memory_stats.h"
 
 namespace zeroshard {
+
+class ShardStore;
 
 struct ParamSlot {
   std::string name;                  // qualified name in the model (first one, if tied)
@@ -43,7 +49,7 @@ class FlatParam {
   FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
             std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
             MemoryStats* mem, c10::ScalarType param_dtype = c10::kFloat,
-            c10::ScalarType reduce_dtype = c10::kFloat);
+            c10::ScalarType reduce_dtype = c10::kFloat, bool offloaded_shard = false);
   ~FlatParam();
   FlatParam(const FlatParam&) = delete;
   FlatParam& operator=(const FlatParam&) = delete;
@@ -70,7 +76,35 @@ class FlatParam {
   bool aliased() const { return aliased_; }
   Communicator& shard_group() const { return *shard_group_; }
 
-  at::Tensor& shard() { return shard_; }
+  // The fp32 shard, brought back from the store first when offloaded (then counted as modified:
+  // release_shard() writes it back).
+  at::Tensor& shard();
+
+  // --- offloaded shard (offload.params) ---
+  // Moves the shard into `store` (a new slot) and drops it from memory. Only for a flat parameter
+  // built with offloaded_shard = true, after init_from_params (or its adoption). `store` must
+  // outlive this.
+  void attach_store(ShardStore* store);
+  bool shard_offloaded() const { return store_ != nullptr; }
+  bool offload_capable() const { return offloaded_shard_; }  // built with offloaded_shard = true
+  bool shard_resident() const { return shard_.defined(); }
+  // The shard for reading: loaded when offloaded, not marked modified.
+  const at::Tensor& shard_for_read() { return resident_shard(); }
+  // The shard as a tensor the caller overwrites whole: when offloaded and not resident, a new
+  // tensor of the shard's size (nothing read; contents undefined), counted as modified.
+  at::Tensor& shard_for_overwrite();
+  // The resident shard was changed through shard_for_read(): release_shard() writes it back.
+  void mark_shard_modified() { shard_dirty_ = true; }
+  // Starts reading the shard ahead (no-op when resident or not offloaded).
+  void prefetch_shard();
+  // Offloaded: writes the shard back if shard() handed it out since it was loaded, then drops it.
+  // A failed write (IoError naming file and offset) keeps the shard resident and modified, so
+  // nothing is lost and the next release retries. No-op when not offloaded or not resident.
+  // With `retired`, the dropped tensor is moved there (for a caller whose side stream may still
+  // read it).
+  void release_shard(std::vector<at::Tensor>* retired = nullptr);
+  // The store's slot file (NVME), for messages and tests; "" otherwise.
+  std::string shard_file() const;
   at::Tensor& grad_shard() { return grad_shard_; }
   const at::Tensor& full() const { return full_; }
 
@@ -117,6 +151,7 @@ class FlatParam {
 
  private:
   void alloc_full_storage();
+  const at::Tensor& resident_shard();  // loads an offloaded shard without marking it modified
   void point_params_at(const at::Tensor& flat);
   // Every trainable parameter's .grad becomes a placeholder on the meta device (see
   // drop_param_grads in flat_param.cpp): the engine keeps gradients in the flat shards.
@@ -139,7 +174,11 @@ class FlatParam {
   c10::Device device_{c10::kCPU};
   c10::ScalarType param_dtype_;
   c10::ScalarType reduce_dtype_;
-  at::Tensor shard_;        // fp32 [S]: master values of this rank's shard
+  at::Tensor shard_;        // fp32 [S]: master values of this rank's shard (undefined while offloaded)
+  bool offloaded_shard_ = false;
+  ShardStore* store_ = nullptr;
+  int store_slot_ = -1;
+  bool shard_dirty_ = false;  // handed out by shard() since it was loaded
   at::Tensor grad_shard_;   // fp32 [S] or undefined
   at::Tensor full_;         // [padded]: gathered values; storage freed while resharded
   bool full_allocated_ = false;

@@ -49,7 +49,8 @@ struct ParamShard {
 // groups). UsageError naming the shard if its groups are unsorted, overlap, leave the shard, or
 // hold a negative or non-finite value. The optimizers update run by run, every op element-wise,
 // so each element sees exactly its group's options.
-std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay);
+// `numel` < 0: shard.param's (a paged shard, whose param is not loaded, passes its size).
+std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay, int64_t numel = -1);
 
 // Optimizer state of one shard position, for checkpoints: the updates it received (Adam's bias
 // correction counts them) and its per-element fp32 state tensors, named as state_names() says,
@@ -59,6 +60,25 @@ struct ShardOptimizerState {
   std::vector<at::Tensor> tensors;  // one per state_names() entry, or empty
 };
 
+// Shards whose values live elsewhere between uses (offload.params = CPU or NVME, shard_store.h):
+// the step is handed shards whose `param` is undefined, and brings each in only while it updates
+// it, so no more than a shard or two is resident at once.
+class ShardPager {
+ public:
+  virtual ~ShardPager() = default;
+  virtual int64_t numel(size_t i) const = 0;  // elements of shard i
+  // Makes shards[i].param valid: with `read`, holding the shard's values (loads them; waits for a
+  // prefetch); without, a tensor of the shard's size whose contents the caller overwrites whole
+  // (nothing is read: an update whose new values come from the master copy elsewhere).
+  virtual void acquire(size_t i, bool read = true) = 0;
+  // shards[i].param was updated (or not, `modified` false): writes it back where it lives and
+  // drops it (shards[i].param becomes undefined). A failed write throws IoError naming the file
+  // and offset, and keeps the values in memory, so nothing is lost.
+  virtual void release(size_t i, bool modified) = 0;
+  // Starts loading shard i ahead of acquire(i) (no-op for i past the end).
+  virtual void prefetch(size_t i) = 0;
+};
+
 class ShardedOptimizer {
  public:
   virtual ~ShardedOptimizer() = default;
@@ -66,6 +86,13 @@ class ShardedOptimizer {
   // One update of every shard at the current lr(). Throws UsageError if a shard's size or dtype
   // differs from the first step's (naming the shard) or the list length changed.
   virtual void step(const std::vector<ParamShard>& shards) = 0;
+  // The same update with offloaded parameter shards brought in through `pager` one at a time.
+  // Only optimizers whose state lives off the device do this (OffloadedOptimizer); the default
+  // throws UsageError: offload.params needs offload.optimizer = CPU or NVME.
+  virtual void step(std::vector<ParamShard>& shards, ShardPager& pager);
+  // True for an optimizer built for offload.params != DEVICE (OffloadedOptimizer from such a
+  // config): the engine refuses to step it over parameters it keeps resident, and the reverse.
+  virtual bool expects_offloaded_params() const { return false; }
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }

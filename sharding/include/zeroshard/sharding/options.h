@@ -6,9 +6,11 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "zeroshard/io/aio.h"  // IoBackend
 #include "zeroshard/sharding/plan.h"
 
 namespace zeroshard {
@@ -16,6 +18,7 @@ namespace zeroshard {
 namespace config {
 class ShardingConfig;
 class PrecisionConfig;
+class Config;
 }  // namespace config
 
 // Where a part of the model state lives between uses (offload.optimizer, offload.params).
@@ -25,6 +28,22 @@ enum class OffloadTarget {
   kNvme,    // NVME: files under offload.nvme_path
 };
 const char* to_string(OffloadTarget t);  // "DEVICE", "CPU", "NVME"
+
+// Where the parameter shards live between uses (offload.params; see shard_store.h). kDevice:
+// resident, as without offload. kCpu / kNvme need the optimizer offloaded too
+// (offload.optimizer = CPU or NVME: its fp32 master and moments live there, and its step streams
+// the shards through the store one at a time).
+struct ParamOffloadOptions {
+  OffloadTarget target = OffloadTarget::kDevice;
+  std::string nvme_path;          // NVME: an existing, writable directory
+  bool pin_memory = true;         // CPU on CUDA: page-locked host tensors
+  int64_t block_size = 1 << 20;   // I/O request size and checksum chunk (a multiple of 4096)
+  int queue_depth = 32;
+  IoBackend io_backend = IoBackend::kAuto;
+  bool direct_io = true;          // O_DIRECT (falls back with a warning where refused)
+  std::shared_ptr<IoEngine> io;   // the I/O engine to use; null: built from the fields above
+                                  // (tests pass a FaultInjectingIo)
+};
 
 // How module buffers (BatchNorm running statistics) stay in step across ranks after wrap time
 // (sync_module_states makes them rank 0's at wrap time). Each is one collective for all buffers.
@@ -64,11 +83,17 @@ struct ShardingOptions {
   // checkpoints re-apply the autocast state of their forward run to the recomputation.
   bool autocast = false;
   c10::ScalarType autocast_dtype = c10::kBFloat16;
+  // offload.params: where the parameter shards live between uses.
+  ParamOffloadOptions offload_params;
 
   static ShardingOptions from_config(const config::ShardingConfig& cfg);
   // Sharding and precision sections together. With precision.autocast, param_dtype names the
   // autocast dtype and parameters stay fp32.
   static ShardingOptions from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& precision);
+  // Every section the engine reads: sharding, precision, and offload (params, nvme_path and the
+  // I/O keys). Use this one: an engine built from the two-section overload keeps its parameters on
+  // the device, and stepping an optimizer made for offload.params != DEVICE with it is refused.
+  static ShardingOptions from_config(const config::Config& cfg);
 };
 
 }  // namespace zeroshard

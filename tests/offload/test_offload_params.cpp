@@ -1,0 +1,445 @@
+// Parameter offload (offload.params = CPU / NVME, ZeRO-Infinity's parameter swapping): the
+// parameter shards live in a ShardStore between uses. Training a GPT with them on NVMe (or in host
+// memory) must give the same parameters, bit for bit, as with resident shards, for AdamW and SGD,
+// with the optimizer state on the host or on NVMe, under every sharding strategy; between uses no
+// shard stays resident; a checkpoint saved with offloaded shards resumes exactly; a parameter file
+// changed behind the engine's back is named with its offset; a write-back that fails (disk full)
+// keeps the values in memory and the training continues exactly once the disk has room. Run at 1
+// and 2 ranks.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_set>
+
+#include "common/test_util.h"
+#include "sharding/gpt_trainer.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/memory_stats.h"
+#include "zeroshard/io/fault_io.h"
+#include "zeroshard/offload/offload_optimizer.h"
+#include "zeroshard/sharding/checkpoint.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/core/host_memory.h"
+#include "zeroshard/sharding/shard_store.h"
+#include "zeroshard/sharding/sharded_init.h"
+
+namespace zs = zeroshard;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Under the build tree (a disk: O_DIRECT works there): per rank, or one for all ranks (a
+// checkpoint directory), made by rank 0 while the others wait.
+struct TempDir {
+  explicit TempDir(const std::string& name, bool per_rank = true) : shared(!per_rank) {
+    path = (fs::current_path() / ("offload_params_" + name + (shared ? std::string() : "_" + std::to_string(zs::test::rank()))))
+               .string();
+    if (!shared || zs::test::rank() == 0) {
+      fs::remove_all(path);
+      fs::create_directories(path);
+    }
+    if (shared) zs::test::session().world()->barrier("zs.test.tempdir")->wait();
+  }
+  ~TempDir() {
+    if (shared) zs::test::session().world()->barrier("zs.test.tempdir.done")->wait();
+    std::error_code ec;
+    if (!shared || zs::test::rank() == 0) fs::remove_all(path, ec);
+  }
+  bool shared;
+  std::string path;
+};
+
+using Trainer = zs_test::GptTrainer;
+using zs_test::max_diff;
+
+zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
+
+zs::config::OptimizerConfig sgd_config() {
+  zs::config::OptimizerConfig c = adamw_config();
+  c.set_type(zs::config::OptimizerConfig::SGD);
+  c.set_lr(0.05);
+  c.set_momentum(0.9);
+  c.set_nesterov(true);
+  return c;
+}
+
+// Small blocks: a shard spans several checksum chunks and I/O pieces.
+zs::ShardingOptions offloaded(zs::OffloadTarget where, const std::string& dir,
+                              zs::ShardingStrategy strategy = zs::ShardingStrategy::kFullShard) {
+  zs::ShardingOptions o;
+  o.strategy = strategy;
+  o.offload_params.target = where;
+  o.offload_params.nvme_path = dir;
+  o.offload_params.block_size = 4096;
+  o.offload_params.queue_depth = 4;
+  return o;
+}
+
+zs::OffloadOptions optimizer_options(zs::OffloadTarget where, const std::string& dir) {
+  zs::OffloadOptions o;
+  o.target = where;
+  o.params = zs::OffloadTarget::kNvme;
+  o.nvme_path = dir;
+  o.block_size = 4096;
+  o.buffer_count = 3;
+  o.queue_depth = 4;
+  return o;
+}
+
+zs_test::GptConfig deeper_gpt() {
+  zs_test::GptConfig c = zs_test::trainer_gpt_config();
+  c.layers = 6;
+  return c;
+}
+
+template <typename Err>
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Err& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<wrong error type: ") + e.what() + ">";
+  }
+  return "<no exception>";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+int64_t shard_bytes_total(zs::ShardingEngine& e) {
+  int64_t n = 0;
+  for (zs::FlatParam* f : e.flat_params()) n += 4 * f->shard_numel();
+  return n;
+}
+
+}  // namespace
+
+// The reference: the same optimizer placement with resident shards. Offloaded shards must not
+// change a bit of the training, for either optimizer, either optimizer-state placement and every
+// strategy that shards (NO_SHARD: a one-rank shard group, where resident fp32 shards are aliased
+// by the parameters and offloaded ones are not).
+TEST(OffloadParams, NvmeShardsTrainBitwiseAsResident) {
+  for (auto opt_where : {zs::OffloadTarget::kCpu, zs::OffloadTarget::kNvme}) {
+    for (bool sgd : {false, true}) {
+      const auto cfg = sgd ? sgd_config() : adamw_config();
+      for (auto strategy : {zs::ShardingStrategy::kFullShard, zs::ShardingStrategy::kShardGradOp,
+                            zs::ShardingStrategy::kNoShard}) {
+        // NO_SHARD all-reduces where the others reduce-scatter (other rounding): a reference each.
+        TempDir ref_dir("ref");
+        zs::ShardingOptions rso;
+        rso.strategy = strategy;
+        Trainer ref(rso);
+        zs::OffloadOptions ro = optimizer_options(opt_where, ref_dir.path);
+        ro.params = zs::OffloadTarget::kDevice;
+        zs::OffloadedOptimizer ref_opt(cfg, ro, zs::test::rank());
+        ref.train(ref_opt, 0, 5);
+        const auto want = ref.params();
+        TempDir dir("equal");
+        Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path, strategy));
+        ASSERT_NE(t.engine->param_store(), nullptr);
+        zs::OffloadedOptimizer opt(cfg, optimizer_options(opt_where, dir.path), zs::test::rank());
+        t.train(opt, 0, 5);
+        const std::string what = std::string(sgd ? "SGD" : "AdamW") + ", optimizer state on " +
+                                 zs::to_string(opt_where) + ", strategy " + std::to_string(static_cast<int>(strategy));
+        EXPECT_EQ(max_diff(t.params(), want), 0.0) << what;
+        // Between steps no shard is resident; every shard has its file.
+        EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << what;
+        for (zs::FlatParam* f : t.engine->flat_params()) {
+          EXPECT_FALSE(f->shard_resident()) << f->name();
+          EXPECT_TRUE(fs::exists(f->shard_file())) << f->shard_file();
+        }
+        const zs::ShardStore::IoStats io = t.engine->param_store()->io_stats();
+        EXPECT_GT(io.bytes_read, 0) << what;
+        EXPECT_GT(io.bytes_written, 0) << what;
+      }
+    }
+  }
+}
+
+// offload.params = CPU: on a CPU run the host tensor is the working shard (nothing copied), and the
+// training is that of resident shards.
+TEST(OffloadParams, CpuShardsTrainBitwiseAsResident) {
+  Trainer ref;
+  zs::OffloadOptions ro;
+  ro.target = zs::OffloadTarget::kCpu;
+  zs::OffloadedOptimizer ref_opt(adamw_config(), ro, zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  Trainer t(offloaded(zs::OffloadTarget::kCpu, ""));
+  zs::OffloadOptions o = ro;
+  o.params = zs::OffloadTarget::kCpu;
+  zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank());
+  t.train(opt, 0, 4);
+  EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
+  EXPECT_EQ(t.engine->param_store()->bytes_on_disk(), 0);
+}
+
+// At most the units being gathered (plus the one read ahead) hold their shards: with 8 units, the
+// peak of resident shard bytes during training stays well under the total.
+TEST(OffloadParams, FewShardsResidentAtOnce) {
+  TempDir dir("peak");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path), 11, deeper_gpt());
+  zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+  t.train(opt, 0, 3);
+  const int64_t total = shard_bytes_total(*t.engine);
+  int64_t largest = 0;
+  for (zs::FlatParam* f : t.engine->flat_params()) largest = std::max<int64_t>(largest, 4 * f->shard_numel());
+  const int64_t peak = t.engine->memory().peak(zs::MemCategory::kShardedParams);
+  if (zs::test::rank() == 0) {
+    std::printf("  resident shard peak %lld of %lld bytes (largest shard %lld), on disk %lld\n",
+                static_cast<long long>(peak), static_cast<long long>(total), static_cast<long long>(largest),
+                static_cast<long long>(t.engine->param_store()->bytes_on_disk()));
+  }
+  EXPECT_GT(peak, 0);
+  EXPECT_LE(peak, 3 * largest) << "more than three shards were resident at once";
+  EXPECT_LT(peak, total / 2);
+  EXPECT_GE(t.engine->param_store()->bytes_on_disk(), total);
+}
+
+// Built under a ShardedInit with offloaded shards, each unit's shard goes to the store as soon as
+// the unit is built: the build (host allocator, measured) holds the root's parameters and about
+// one unit, not the shards of every unit built so far. And it trains as resident shards do.
+TEST(OffloadParams, ShardedInitBuildsStraightIntoTheStore) {
+  auto& s = zs::test::session();
+  zs_test::GptConfig c = zs_test::trainer_gpt_config();
+  c.dim = 64;
+  c.layers = 16;
+  int64_t whole = 0, unit = 0, blocks = 0;
+  {
+    zs_test::Gpt plain(c);
+    std::unordered_set<const void*> seen;
+    for (auto& p : plain->parameters()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) whole += 4 * p.numel();
+    }
+    for (auto& b : plain->blocks) {
+      int64_t n = 0;
+      for (auto& p : b->parameters()) n += 4 * p.numel();
+      unit = std::max(unit, n);
+      ++blocks;
+    }
+  }
+  const int64_t root = whole - blocks * unit;
+  std::map<std::string, at::Tensor> results[2];
+  for (bool offload : {false, true}) {
+    TempDir dir(offload ? "init_nvme" : "init_ref");
+    zs::ShardingOptions o = offload ? offloaded(zs::OffloadTarget::kNvme, dir.path) : zs::ShardingOptions{};
+    torch::manual_seed(11);
+    zs::ShardedInit init(s, o);
+    zs::begin_host_memory_window();
+    zs_test::Gpt model(c);
+    const int64_t peak = zs::host_memory_window_peak();
+    init.stop();
+    if (offload) {
+      const int64_t bound = root + 3 * unit + 64 * 1024;
+      if (s.rank() == 0) {
+        std::printf("  build peak with shards on NVMe (host allocator): %lld B of a %lld B model (bound %lld)\n",
+                    static_cast<long long>(peak), static_cast<long long>(whole), static_cast<long long>(bound));
+      }
+      EXPECT_LE(peak, bound) << "building kept more than a unit or so beyond the root's parameters";
+    }
+    zs::ShardingEngine engine(init, model.ptr());
+    engine.set_param_groups(zs_test::trainer_param_groups());
+    EXPECT_EQ(engine.param_store() != nullptr, offload);
+    zs::OffloadOptions oo = optimizer_options(zs::OffloadTarget::kNvme, dir.path);
+    oo.params = o.offload_params.target;
+    zs::OffloadedOptimizer opt(adamw_config(), oo, s.rank());
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(1000 + 31 * step + s.rank());
+      torch::Tensor x = torch::randint(c.vocab, {3, c.seq}, torch::kLong);
+      torch::Tensor y = torch::randint(c.vocab, {3, c.seq}, torch::kLong);
+      engine.forward([&] { return torch::cross_entropy_loss(model->forward(x).view({-1, c.vocab}), y.view({-1})); })
+          .backward();
+      engine.step(opt);
+      engine.zero_grad();
+    }
+    results[offload] = engine.full_state_dict();
+  }
+  EXPECT_EQ(max_diff(results[1], results[0]), 0.0);
+}
+
+// Save with offloaded shards, resume into a fresh engine with offloaded shards: the same result as
+// training straight through.
+TEST(OffloadParams, ResumeFromCheckpointExactly) {
+  const auto cfg = adamw_config();
+  TempDir ref_dir("resume_ref");
+  Trainer ref;
+  zs::OffloadOptions ro = optimizer_options(zs::OffloadTarget::kNvme, ref_dir.path);
+  ro.params = zs::OffloadTarget::kDevice;
+  zs::OffloadedOptimizer ref_opt(cfg, ro, zs::test::rank());
+  ref.train(ref_opt, 0, 6);
+  const auto want = ref.params();
+
+  TempDir ckpt_dir("resume_ckpt", /*per_rank=*/false);
+  zs::CheckpointOptions co;
+  co.dir = ckpt_dir.path;
+  {
+    TempDir dir("resume_a");
+    Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
+    zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+    t.train(opt, 0, 3);
+    zs::Checkpointer ckpt(*t.engine, co);
+    zs::TrainingState st;
+    st.step = 3;
+    ckpt.save(opt, st);
+    EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << "save left shards resident";
+  }
+  TempDir dir("resume_b");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path), /*init_seed=*/99);  // other initial values
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+  zs::Checkpointer ckpt(*t.engine, co);
+  EXPECT_EQ(ckpt.load(opt).step, 3);
+  EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << "load left shards resident";
+  t.train(opt, 3, 6);
+  EXPECT_EQ(max_diff(t.params(), want), 0.0);
+}
+
+// A parameter file changed behind the engine's back: the next gather names the file, the chunk and
+// its offset.
+TEST(OffloadParams, CorruptedParameterFileIsNamed) {
+  TempDir dir("corrupt");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
+  zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+  t.train(opt, 0, 2);
+  zs::FlatParam* victim = nullptr;
+  for (zs::FlatParam* f : t.engine->flat_params()) {
+    if (f->shard_numel() * 4 > 4096 + 100) victim = f;  // at least two chunks
+  }
+  ASSERT_NE(victim, nullptr);
+  const std::string file = victim->shard_file();
+  const int fd = ::open(file.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << file;
+  const char junk = 0x5a;
+  ASSERT_EQ(::pwrite(fd, &junk, 1, 4096 + 33), 1);  // inside chunk 1
+  ::close(fd);
+  const std::string err = error_of<zs::IoError>([&] { t.forward_backward(2); });
+  EXPECT_TRUE(contains(err, file)) << err;
+  EXPECT_TRUE(contains(err, "chunk 1 at offset 4096")) << err;
+  EXPECT_TRUE(contains(err, "unit '" + victim->name() + "'")) << err;
+  EXPECT_TRUE(contains(err, "CRC-32C")) << err;
+  t.engine->reset_after_error();
+}
+
+// Optimizer state in host memory, shards on NVMe: the step updates each shard in place (the file is
+// the only master). A shard file found corrupted in the middle of a step fails it naming the file;
+// the shards before it keep their update, and once the file is repaired the retried step skips
+// them: the run equals the uninterrupted one.
+TEST(OffloadParams, CorruptedFileMidStepThenRetryCompletesTheStep) {
+  const auto cfg = adamw_config();
+  Trainer ref;
+  zs::OffloadOptions ro;
+  ro.target = zs::OffloadTarget::kCpu;
+  ro.block_size = 4096;
+  zs::OffloadedOptimizer ref_opt(cfg, ro, zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  const auto want = ref.params();
+
+  TempDir dir("midstep");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
+  zs::OffloadOptions o = ro;
+  o.params = zs::OffloadTarget::kNvme;
+  zs::OffloadedOptimizer opt(cfg, o, zs::test::rank());
+  t.train(opt, 0, 2);
+  t.forward_backward(2);
+  zs::FlatParam* last = nullptr;
+  for (zs::FlatParam* f : t.engine->flat_params()) {
+    if (f->trainable()) last = f;
+  }
+  ASSERT_NE(last, nullptr);
+  const std::string file = last->shard_file();
+  const int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << file;
+  char saved = 0;
+  ASSERT_EQ(::pread(fd, &saved, 1, 5), 1);
+  const char junk = static_cast<char>(saved ^ 0x40);
+  ASSERT_EQ(::pwrite(fd, &junk, 1, 5), 1);
+  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "step 3 failed")) << err;
+  EXPECT_TRUE(contains(err, file)) << err;
+  EXPECT_TRUE(contains(err, "chunk 0 at offset 0")) << err;
+  EXPECT_TRUE(contains(err, "completes the step")) << err;
+  ASSERT_EQ(::pwrite(fd, &saved, 1, 5), 1);  // repaired
+  ::close(fd);
+  t.engine->step(opt);
+  t.engine->zero_grad();
+  EXPECT_EQ(opt.steps(), 3);
+  t.train(opt, 3, 4);
+  EXPECT_EQ(max_diff(t.params(), want), 0.0);
+}
+
+// The disk fills up while a step writes the new parameters back: the step fails naming the file,
+// the values (rolled back to the step's start) stay in memory, and once the disk has room the
+// retried step and the rest of the run equal the uninterrupted one.
+TEST(OffloadParams, DiskFullOnWriteBackKeepsStateAndRetrySucceeds) {
+  const auto cfg = adamw_config();
+  TempDir ref_dir("enospc_ref");
+  Trainer ref;
+  zs::OffloadOptions ro = optimizer_options(zs::OffloadTarget::kNvme, ref_dir.path);
+  ro.params = zs::OffloadTarget::kDevice;
+  zs::OffloadedOptimizer ref_opt(cfg, ro, zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  const auto want = ref.params();
+
+  TempDir dir("enospc");
+  zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, dir.path);
+  zs::IoOptions io_opts;
+  io_opts.block_size = 4096;
+  io_opts.queue_depth = 4;
+  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  so.offload_params.io = faulty;
+  Trainer t(so);
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+  t.train(opt, 0, 2);
+  t.forward_backward(2);
+  faulty->fail_writes_after_bytes(4096);  // the second shard written back finds the disk full
+  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "disk full")) << err;
+  EXPECT_TRUE(contains(err, ".param")) << err;
+  EXPECT_TRUE(contains(err, "step 3 failed")) << err;
+  EXPECT_TRUE(contains(err, "stay in memory")) << err;
+  EXPECT_EQ(opt.steps(), 2);
+  EXPECT_GT(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << "unwritten shards must stay resident";
+  faulty->clear();
+  t.engine->step(opt);  // the gradients are still there: retry
+  t.engine->zero_grad();
+  t.train(opt, 3, 4);
+  EXPECT_EQ(max_diff(t.params(), want), 0.0);
+  EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0);
+}
+
+TEST(OffloadParams, ConfigAndUsageErrors) {
+  // From the config: parameter offload without an offloaded optimizer is refused up front.
+  zs::config::Config c;
+  c.mutable_offload()->set_params(zs::config::OffloadConfig::NVME);
+  c.mutable_offload()->set_nvme_path("/x");
+  std::string err = error_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
+  EXPECT_TRUE(contains(err, "offload.params = NVME needs offload.optimizer = CPU or NVME")) << err;
+  c.mutable_offload()->set_optimizer(zs::config::OffloadConfig::CPU);
+  EXPECT_EQ(zs::ShardingOptions::from_config(c).offload_params.target, zs::OffloadTarget::kNvme);
+
+  // An engine with offloaded shards cannot be stepped by a device-state optimizer.
+  TempDir dir("errors");
+  {
+    Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
+    auto dev = zs::make_optimizer(adamw_config());
+    t.forward_backward(0);
+    err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
+    EXPECT_TRUE(contains(err, "set offload.optimizer = CPU or NVME")) << err;
+    // param_shards() hands out no values: a step that bypasses the engine is refused by name.
+    zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
+    err = error_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
+    EXPECT_TRUE(contains(err, "engine.step(optimizer)")) << err;
+  }
+  // An optimizer made for offloaded parameters, stepped over an engine that keeps them resident
+  // (built from the two-section overload, which leaves the offload section out).
+  Trainer t;
+  zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
+  t.forward_backward(0);
+  err = error_of<zs::UsageError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "ShardingOptions::from_config(config)")) << err;
+}
