@@ -272,6 +272,13 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu;
     e.sharded_params = 0;
     if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
+    // A unit's shard is dropped once its gather is done, but while it computes the next unit's
+    // gather (prefetched) still holds that unit's shard and the one after is read ahead: two shards
+    // (at most the two largest) are in memory at the peak.
+    std::vector<int64_t> shards;
+    for (int64_t x : f) shards.push_back(pad(x, n) / n);
+    std::sort(shards.rbegin(), shards.rend());
+    for (size_t i = 0; i < 2 && i < shards.size(); ++i) e.device_peak += 4 * shards[i];
     if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
   }
   // What offload took off the device comes off the peak too (the transients stay).

@@ -121,6 +121,8 @@ struct ShardStore::Impl {
     s.read_buf = aligned_empty(s.file_bytes / static_cast<int64_t>(sizeof(float)));
     s.read = io->submit_read(*s.file, s.read_buf.data_ptr(), s.file_bytes, 0);
     s.reading = true;
+    // A shard on its way in is memory like a resident one (the FlatParam counts it from load()).
+    if (mem != nullptr) mem->add(MemCategory::kShardedParams, s.numel * 4);
   }
 
   at::Tensor finish_read(Slot& s) {
@@ -128,6 +130,7 @@ struct ShardStore::Impl {
     s.reading = false;
     at::Tensor buf = std::move(s.read_buf);
     s.read_buf = at::Tensor();
+    if (mem != nullptr) mem->sub(MemCategory::kShardedParams, s.numel * 4);
     io->wait(s.read);  // IoError naming the file and offset (short read: truncated)
     stats.read_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats.bytes_read += s.file_bytes;
@@ -185,15 +188,15 @@ void ShardStore::save(int slot, const at::Tensor& values) {
            "ShardStore: saving ", values.numel(), " elements into the slot of unit '", s.unit, "' (", s.numel, ")");
   cancel(slot);  // a read ahead of the old content is stale now
   if (impl_->o.target == OffloadTarget::kCpu) {
+    if (!s.host.defined()) {  // the slot's bytes live in host memory from now on
+      impl_->host_bytes += s.numel * 4;
+      if (impl_->mem != nullptr) impl_->mem->add(MemCategory::kOffloadHost, s.numel * 4);
+    }
     if (values.device().is_cpu() && !at::globalContext().hasCUDA()) {
       s.host = values;  // the working shard is the host tensor: nothing to copy
       return;
     }
-    if (!s.host.defined()) {
-      s.host = impl_->pool.empty(s.numel, at::kFloat);
-      impl_->host_bytes += s.numel * 4;
-      if (impl_->mem != nullptr) impl_->mem->add(MemCategory::kOffloadHost, s.numel * 4);
-    }
+    if (!s.host.defined()) s.host = impl_->pool.empty(s.numel, at::kFloat);
     if (!s.host.is_same(values)) s.host.copy_(values);
     return;
   }
@@ -255,6 +258,7 @@ void ShardStore::cancel(int slot) noexcept {
   } catch (...) {  // the read is dropped; a later load reads again and reports
   }
   s.read_buf = at::Tensor();
+  if (impl_->mem != nullptr) impl_->mem->sub(MemCategory::kShardedParams, s.numel * 4);
 }
 
 const std::string& ShardStore::unit(int slot) const { return impl_->at(slot).unit; }

@@ -25,9 +25,10 @@
 // Offload (offload.optimizer / offload.params = CPU or NVME) moves the fp32 master and moments
 // (12 bytes / param / N for Adam; on NVMe times offload.nvme_generations: by default the store
 // keeps the previous step's generation) to host memory or NVMe, and the rank's fp32 parameter shard to host or NVMe (the
-// ShardStore; on a CPU run with both in host memory the shard is the optimizer's master). The
-// shards read in for a gather (one or two units' at a time) are not in the device figures. These
-// offload figures are formulas, not yet checked against measured offload runs.
+// ShardStore; on a CPU run with both in host memory the shard is the optimizer's master); the
+// device peak then counts the two largest shards, which a prefetched gather and the read-ahead
+// behind it hold in the middle of backward (an upper bound: test_estimate checks disk bytes and
+// the peak of NVMe runs against the engine). CPU offload is formulas only.
 // Thread-safety: pure functions.
 
 #include <cstdint>
