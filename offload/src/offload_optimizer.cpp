@@ -202,6 +202,17 @@ struct OffloadedOptimizer::Impl {
   void ensure_buffers();
   std::unique_ptr<std::vector<ShardOptimizerState>> pending;
   std::string unwritten;  // step_cpu: the first parameter shard whose write-back failed
+  // step_cpu failed midway: the gradients it was given (tensor, version), which only the retry that
+  // completes the step may pass again.
+  std::vector<std::pair<const void*, int64_t>> partial_grads;
+  static std::vector<std::pair<const void*, int64_t>> grads_of(const std::vector<ParamShard>& shards) {
+    std::vector<std::pair<const void*, int64_t>> out;
+    for (const ParamShard& s : shards) {
+      out.emplace_back(s.grad.defined() ? s.grad.unsafeGetTensorImpl() : nullptr,
+                       s.grad.defined() ? static_cast<int64_t>(s.grad._version()) : -1);
+    }
+    return out;
+  }
   std::string broken;     // one NVMe generation: why the state on disk is no longer a step's
   void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f);
   void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
@@ -260,6 +271,7 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
     try {
       pager.acquire(i);
     } catch (const Error& e) {
+      partial_grads = grads_of(shards);
       ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at shard ", i, " ('",
                s.name, "'): ", e.message(),
                ". The shards before it have this step's update (in place: the state is in host memory), the rest "
@@ -577,7 +589,12 @@ void OffloadedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager
   impl_->lr = lr_;
   if (impl_->o.target == OffloadTarget::kCpu) {
     impl_->unwritten.clear();
+    ZS_REQUIRE(impl_->partial_grads.empty() || impl_->partial_grads == Impl::grads_of(shards), IoError,
+               "offloaded optimizer step ", impl_->steps + 1, " was partly applied before it failed; only a retry "
+               "with the same gradients (engine.step right after the failure, no new backward) can complete it. "
+               "Restart from the last checkpoint");
     impl_->step_cpu(shards, pager);
+    impl_->partial_grads.clear();
   } else {
     impl_->step_nvme(shards, pager);
   }

@@ -373,6 +373,40 @@ TEST(OffloadParams, CorruptedFileMidStepThenRetryCompletesTheStep) {
   EXPECT_EQ(max_diff(t.params(), want), 0.0);
 }
 
+// The same failure, but instead of the retry a new backward: its gradients cannot complete the
+// partly applied step, and the optimizer says so instead of mixing two steps.
+TEST(OffloadParams, PartialStepRefusesOtherGradients) {
+  TempDir dir("midstep_other");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
+  zs::OffloadOptions o;
+  o.target = zs::OffloadTarget::kCpu;
+  o.params = zs::OffloadTarget::kNvme;
+  zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank());
+  t.train(opt, 0, 1);
+  t.forward_backward(1);
+  zs::FlatParam* last = nullptr;
+  for (zs::FlatParam* f : t.engine->flat_params()) {
+    if (f->trainable()) last = f;
+  }
+  ASSERT_NE(last, nullptr);
+  const int fd = ::open(last->shard_file().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  char saved = 0;
+  ASSERT_EQ(::pread(fd, &saved, 1, 9), 1);
+  const char junk = static_cast<char>(saved ^ 0x11);
+  ASSERT_EQ(::pwrite(fd, &junk, 1, 9), 1);
+  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "step 2 failed")) << err;
+  ASSERT_EQ(::pwrite(fd, &saved, 1, 9), 1);  // repaired
+  ::close(fd);
+  t.engine->zero_grad();
+  t.forward_backward(2);  // other gradients
+  const std::string err2 = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err2, "was partly applied")) << err2;
+  EXPECT_TRUE(contains(err2, "only a retry with the same gradients")) << err2;
+  EXPECT_EQ(opt.steps(), 1);
+}
+
 // The disk fills up while a step writes the new parameters back: the step fails naming the file,
 // the values (rolled back to the step's start) stay in memory, and once the disk has room the
 // retried step and the rest of the run equal the uninterrupted one.
