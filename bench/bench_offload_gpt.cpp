@@ -25,10 +25,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "gpt/gpt_model.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
@@ -51,15 +51,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-int64_t peak_resident_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
-  }
-  return -1;
-}
 
 struct DriveFigures {
   double write_gbs = 0, read_gbs = 0;
@@ -208,7 +199,7 @@ int main(int argc, char** argv) {
     // 4. Where the bytes live.
     const zs::MemoryStats& mem = engine.memory();
     const int64_t on_disk = mem.current(zs::MemCategory::kNvme);
-    const int64_t hwm = peak_resident_bytes();
+    const int64_t hwm = zs_bench::peak_resident_bytes();
     const double per_param = static_cast<double>(on_disk) * world / static_cast<double>(params);
     const int64_t model_state = 16 * params / world;  // fp32 master + grad + Adam m, v per rank
     if (rank == 0) {

@@ -44,6 +44,7 @@
 #include <utility>
 
 #include "bench_step.h"
+#include "bench_util.h"
 #include "zeroshard/core/config.h"
 #include "sharding/models.h"
 #include "zeroshard/sharding/activation_checkpoint.h"
@@ -135,16 +136,6 @@ void reset_device_peak(const c10::Device& d) {
 // MemAvailable from /proc/meminfo, bytes (0 when unreadable).
 // The share of MemAvailable gpt-offload's 16 bytes per parameter may take (see the top).
 constexpr double kHostShare = 0.6;
-
-// The process's peak resident memory as the kernel counts it (VmHWM), -1 where unreadable.
-int64_t peak_resident_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
-  }
-  return -1;
-}
 
 int64_t host_available_bytes() {
   std::ifstream in("/proc/meminfo");

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "zeroshard/comm/communicator.h"
@@ -33,6 +35,16 @@ inline double time_step(zeroshard::Communicator& world, const std::function<void
                           at::TensorOptions().dtype(at::kDouble));
   world.all_reduce(t, zeroshard::ReduceOp::kMax, "bench.time")->wait();
   return t.item<double>();
+}
+
+// The process's peak resident memory as the kernel counts it (VmHWM), -1 where unreadable.
+inline int64_t peak_resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
+  }
+  return -1;
 }
 
 }  // namespace zs_bench

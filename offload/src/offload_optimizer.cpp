@@ -1,5 +1,5 @@
-// OffloadedOptimizer: shard bookkeeping, the CPU (host tensors) and NVMe (streamed files) state
-// stores, the chunk pipeline, and rollback of a failed NVMe step. See offload_optimizer.h.
+// OffloadedOptimizer: options, shard bookkeeping, the CPU target (state in host tensors), imported
+// state and the public interface. The NVMe pipeline is in offload_nvme.cpp. See offload_optimizer.h.
 
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/core/config.h"
@@ -13,11 +13,8 @@
 #include <cstring>
 #include <utility>
 
-#include "adam_update.h"
-#include "sgd_update.h"
-#include "zeroshard/offload/cpu_sgd.h"
+#include "offload_impl.h"
 #include "zeroshard/base/crc32c.h"
-#include "nvme_state.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/io/pinned_pool.h"
@@ -35,29 +32,6 @@ IoBackend io_backend_from(config::OffloadConfig::IoBackend b) {
     case config::OffloadConfig::THREADS: return IoBackend::kThreads;
     default: return IoBackend::kAuto;
   }
-}
-
-bool is_sgd(const config::OptimizerConfig& cfg) { return cfg.type() == config::OptimizerConfig::SGD; }
-
-// Adam's options for ADAM/ADAMW (validated there); unused defaults for SGD, and the reverse below.
-CpuAdamOptions adam_options(const config::OptimizerConfig& cfg) {
-  return is_sgd(cfg) ? CpuAdamOptions{} : CpuAdamOptions::from_config(cfg);
-}
-
-SgdOptions sgd_options(const config::OptimizerConfig& cfg) {
-  return is_sgd(cfg) ? sgd_options_from_config(cfg) : SgdOptions{};
-}
-
-float* data_at(const at::Tensor& t, int64_t offset) { return t.defined() ? t.data_ptr<float>() + offset : nullptr; }
-
-std::string describe_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out.empty() ? "no state" : out;
-}
-
-bool host_fp32(const at::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
 // The pager of a step over resident shards: nothing to load or write back.
@@ -100,125 +74,6 @@ OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
              "offload.optimizer = NVME needs offload.nvme_path (a directory on the NVMe drive)");
   return o;
 }
-
-// Per position in the shard list.
-struct HostSlot {
-  int64_t numel = 0;
-  int64_t updates = 0;
-  bool started = false;  // state allocated (first update or import)
-  int64_t step_done = 0;  // the optimizer step whose update the slot holds (a retried step skips it)
-  at::Tensor master;     // host fp32 master when the shard is not a host fp32 tensor
-  at::Tensor m, v;       // Adam: exp_avg, exp_avg_sq; SGD: m = momentum_buffer (when momentum > 0)
-};
-
-struct OffloadedOptimizer::Impl {
-  bool sgd;
-  CpuAdamOptions adam;  // ADAM/ADAMW
-  SgdOptions sgdo;      // SGD
-  int state_arrays;     // per element besides the master: Adam 2, SGD 1 with momentum, else 0
-  OffloadOptions o;
-  int rank;
-  MemoryStats* mem;
-  SimdPath path;
-  PinnedPool state_pool;    // CPU target: moments and host masters (reported as offloaded state)
-  PinnedPool staging_pool;  // chunk buffers and D2H/H2D staging (reported as pinned staging)
-  int64_t chunk_elems;
-  bool layout_recorded = false;
-  int64_t steps = 0;
-  IoStats io_stats;
-  // CPU target
-  std::vector<HostSlot> host;
-  // NVME target
-  std::shared_ptr<IoEngine> io;
-  std::unique_ptr<OffloadDir> dir;
-  std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
-  std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
-  at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
-
-  Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
-       std::shared_ptr<IoEngine> engine)
-      : sgd(is_sgd(opt)),
-        adam(adam_options(opt)),
-        sgdo(sgd_options(opt)),
-        state_arrays(sgd ? (sgdo.momentum != 0 ? 1 : 0) : 2),
-        o(opts),
-        rank(r),
-        mem(m),
-        state_pool(opts.pin_memory, nullptr),
-        staging_pool(opts.pin_memory, m),
-        io(std::move(engine)) {
-    ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme,
-               ConfigError, "OffloadedOptimizer needs offload.optimizer = CPU or NVME, got ",
-               to_string(o.target));
-    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
-               "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
-    ZS_REQUIRE(o.buffer_count >= 2, ConfigError, "offload.buffer_count = ", o.buffer_count,
-               " must be at least 2 (one chunk read while another is written)");
-    ZS_REQUIRE(o.nvme_generations == 1 || o.nvme_generations == 2, ConfigError, "offload.nvme_generations = ",
-               o.nvme_generations, " must be 1 or 2");
-    path = o.simd == SimdPath::kAuto ? detect_simd() : o.simd;
-    ZS_REQUIRE(simd_supported(path), UsageError, "OffloadOptions.simd = ", to_string(path),
-               " cannot run on this CPU (flags: ", cpu_simd_flags(), ")");
-    chunk_elems = o.block_size / static_cast<int64_t>(sizeof(float));
-    if (o.target == OffloadTarget::kNvme) {
-      dir = std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-rank", rank, ".state.", "optimizer state");
-      if (!io) {
-        IoOptions io_opts;
-        io_opts.backend = o.io_backend;
-        io_opts.queue_depth = o.queue_depth;
-        io_opts.block_size = o.block_size;
-        io = make_io_engine(io_opts);
-      }
-    }
-  }
-
-  double default_weight_decay() const { return sgd ? sgdo.weight_decay : adam.weight_decay; }
-  // One update of elements [offset, offset + n) of a shard (pointers at `offset`); `first`: SGD's
-  // momentum buffer holds nothing yet. m/v may be null where the optimizer has no such state.
-  void update_elements(const std::vector<ShardGroupRange>& runs, int64_t update, bool first, int64_t offset,
-                       float* p, const float* g, float* m, float* v, int64_t n) const {
-    if (sgd) {
-      detail::sgd_update_runs(path, sgdo, runs, lr, first, offset, p, g, m, nullptr, cpu_optim::LowPrecision::kNone, n);
-    } else {
-      detail::adam_update_runs(path, adam, runs, lr, update, offset, p, g, m, v, nullptr,
-                               cpu_optim::LowPrecision::kNone, n);
-    }
-  }
-  // Every step function takes the shards with the pager that brings their values in (offload.params)
-  // and touches shards[i].param only between pager.acquire(i) and pager.release(i).
-  void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
-  void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
-  void step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager);
-  void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
-                  const ShardOptimizerState* imported = nullptr);
-  void apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager);
-  // The next shard after `i` with a gradient (shards.size() when none): read ahead while i updates.
-  static size_t next_with_grad(const std::vector<ParamShard>& shards, size_t i) {
-    for (++i; i < shards.size(); ++i) {
-      if (shards[i].grad.defined()) return i;
-    }
-    return shards.size();
-  }
-  void ensure_buffers();
-  std::unique_ptr<std::vector<ShardOptimizerState>> pending;
-  std::string unwritten;  // step_cpu: the first parameter shard whose write-back failed
-  // step_cpu failed midway: the gradients it was given (tensor, version), which only the retry that
-  // completes the step may pass again.
-  std::vector<std::pair<const void*, int64_t>> partial_grads;
-  static std::vector<std::pair<const void*, int64_t>> grads_of(const std::vector<ParamShard>& shards) {
-    std::vector<std::pair<const void*, int64_t>> out;
-    for (const ParamShard& s : shards) {
-      out.emplace_back(s.grad.defined() ? s.grad.unsafeGetTensorImpl() : nullptr,
-                       s.grad.defined() ? static_cast<int64_t>(s.grad._version()) : -1);
-    }
-    return out;
-  }
-  std::string broken;     // one NVMe generation: why the state on disk is no longer a step's
-  void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f);
-  void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
-  void verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const;
-  double lr = 0;
-};
 
 void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shards, ShardPager& pager) {
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -323,117 +178,6 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
   }
 }
 
-// ---- NVMe target ----
-
-void OffloadedOptimizer::Impl::verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const {
-  const uint32_t got = crc32c(buf, static_cast<size_t>(f.record_bytes));
-  const uint32_t want = f.crc[gen][static_cast<size_t>(k)];
-  ZS_REQUIRE(got == want, IoError, "offloaded optimizer state corrupted: '", f.paths[gen], "' chunk ", k,
-             " at offset ", k * f.record_bytes, " (", f.record_bytes, " bytes) has CRC-32C ", got,
-             ", the engine wrote ", want,
-             "; the file was changed or truncated behind the engine's back (rank ", rank,
-             "). Restart from the last checkpoint");
-}
-
-void OffloadedOptimizer::Impl::read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf) {
-  io->wait(io->submit_read(*f.files[gen], buf, f.record_bytes, k * f.record_bytes));
-  io_stats.bytes_read += f.record_bytes;
-  verify(f, gen, k, buf);
-}
-
-// Streams one shard: record k+1.. read ahead while record k is updated and record k-1 written.
-// initialize: the shard has no state yet; records are built from the shard (master) and zero
-// moments and written to generation `current`, without updating.
-void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
-                                          const ShardOptimizerState* imported) {
-  const int B = static_cast<int>(buffers.size());
-  const int lookahead = std::max(1, B - 2);
-  const int src = f.current;
-  const int dst = initialize ? f.current : f.next();
-  const int64_t C = f.chunk_elems;
-  const int64_t update = f.updates + 1;
-  const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
-  const bool first = !f.started;  // SGD: the buffer is written whole by this update
-  std::vector<IoEngine::Handle> reads(static_cast<size_t>(f.chunks), 0);
-  std::vector<IoEngine::Handle> writes(static_cast<size_t>(f.chunks), 0);
-  std::vector<bool> write_pending(static_cast<size_t>(f.chunks), false);
-  int64_t next_read = 0;
-  auto buf_of = [&](int64_t k) { return buffers[static_cast<size_t>(k % B)].data_ptr<float>(); };
-  auto wait_write = [&](int64_t k) {
-    if (k >= 0 && write_pending[static_cast<size_t>(k)]) {
-      write_pending[static_cast<size_t>(k)] = false;
-      io->wait(writes[static_cast<size_t>(k)]);
-      io_stats.bytes_written += f.record_bytes;
-    }
-  };
-  try {
-    for (int64_t k = 0; k < f.chunks; ++k) {
-      if (!initialize) {
-        for (; next_read < f.chunks && next_read <= k + lookahead; ++next_read) {
-          wait_write(next_read - B);  // the buffer's previous record must be on disk first
-          reads[static_cast<size_t>(next_read)] =
-              io->submit_read(*f.files[src], buf_of(next_read), f.record_bytes, next_read * f.record_bytes);
-        }
-      } else {
-        wait_write(k - B);
-      }
-      float* buf = buf_of(k);
-      const int64_t c = f.chunk_numel(k);
-      float* p = buf;
-      float* m = state_arrays >= 1 ? buf + C : nullptr;
-      float* v = state_arrays >= 2 ? buf + 2 * C : nullptr;
-      if (initialize) {
-        std::memset(buf, 0, static_cast<size_t>(f.record_bytes));
-        at::from_blob(p, {c}, at::kFloat).copy_(s.param.narrow(0, k * C, c));
-        if (imported != nullptr) {
-          for (size_t j = 0; j < imported->tensors.size(); ++j) {
-            at::from_blob(buf + (1 + static_cast<int64_t>(j)) * C, {c}, at::kFloat)
-                .copy_(imported->tensors[j].narrow(0, k * C, c));
-          }
-        }
-      } else {
-        io->wait(reads[static_cast<size_t>(k)]);
-        io_stats.bytes_read += f.record_bytes;
-        verify(f, src, k, buf);
-        const float* g = nullptr;
-        if (host_fp32(s.grad)) {
-          g = s.grad.data_ptr<float>() + k * C;
-        } else {
-          at::Tensor staged = grad_staging.narrow(0, 0, c);
-          staged.copy_(s.grad.narrow(0, k * C, c));
-          g = staged.data_ptr<float>();
-        }
-        update_elements(runs, update, first, k * C, p, g, m, v, c);
-        if (host_fp32(s.param)) {
-          std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
-        } else {
-          s.param.narrow(0, k * C, c).copy_(at::from_blob(p, {c}, at::kFloat));
-        }
-      }
-      f.crc[dst][static_cast<size_t>(k)] = crc32c(buf, static_cast<size_t>(f.record_bytes));
-      writes[static_cast<size_t>(k)] = io->submit_write(*f.files[dst], buf, f.record_bytes, k * f.record_bytes);
-      write_pending[static_cast<size_t>(k)] = true;
-    }
-    for (int64_t k = 0; k < f.chunks; ++k) wait_write(k);
-  } catch (...) {
-    try {
-      io->wait_all();  // nothing may still write into our buffers
-    } catch (...) {
-    }
-    throw;
-  }
-}
-
-// Puts the master values of generation `current` (the last completed step) back into the shard.
-void OffloadedOptimizer::Impl::restore_shard(const ParamShard& s, detail::NvmeShardFiles& f) {
-  float* buf = buffers[0].data_ptr<float>();
-  for (int64_t k = 0; k < f.chunks; ++k) {
-    const int64_t c = f.chunk_numel(k);
-    read_record(f, f.current, k, buf);
-    s.param.narrow(0, k * f.chunk_elems, c).copy_(at::from_blob(buf, {c}, at::kFloat));
-  }
-}
-
 // Imported state (a checkpoint) replaces the current one: host moments (CPU), or fresh files
 // written from the shards and the imported moments (NVME).
 void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager) {
@@ -478,83 +222,6 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
     }
   }
   pending.reset();
-}
-
-void OffloadedOptimizer::Impl::ensure_buffers() {
-  if (!buffers.empty()) return;
-  for (int b = 0; b < o.buffer_count; ++b) {
-    buffers.push_back(staging_pool.empty((1 + state_arrays) * chunk_elems, at::kFloat));
-  }
-  grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
-}
-
-void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager) {
-  const auto t0 = std::chrono::steady_clock::now();
-  ensure_buffers();
-  // Shards seen for the first time: write their initial state (master from the shard, zero
-  // moments) so every later step, and a rollback, has a complete previous generation to read.
-  for (size_t i = 0; i < shards.size(); ++i) {
-    detail::NvmeShardFiles& f = *files[i];
-    if (f.initialized || !shards[i].grad.defined()) continue;
-    pager.acquire(i);
-    nvme_shard(shards[i], f, /*initialize=*/true);
-    pager.release(i, false);
-    f.initialized = true;
-  }
-  size_t done = 0;
-  try {
-    for (; done < shards.size(); ++done) {
-      if (!shards[done].grad.defined()) continue;
-      // The update takes the master from the state file and only writes the shard: nothing to read.
-      pager.acquire(done, /*read=*/false);
-      nvme_shard(shards[done], *files[done], /*initialize=*/false);
-      pager.release(done, true);
-    }
-  } catch (const Error& e) {
-    if (o.nvme_generations == 1) {
-      // In place: records of this shard (and every shard before it) hold this step's state, the
-      // rest the previous step's; nothing can be rolled back.
-      broken = "step " + std::to_string(steps + 1) + " failed at shard " + std::to_string(done) + " ('" +
-               shards[std::min(done, shards.size() - 1)].name + "'): " + e.message();
-      ZS_THROW(IoError, "offloaded optimizer ", broken, " (rank ", rank,
-               "). With offload.nvme_generations = 1 the state is updated in place and is now partly this step's: "
-               "restart from the last checkpoint (offload.nvme_generations = 2 keeps the previous step's state and "
-               "rolls back)");
-    }
-    // Roll back: every shard touched by this step gets the previous step's values back from its
-    // intact generation; update counts and `current` were not advanced. Offloaded parameter
-    // shards are brought in, restored and written back; one whose write-back fails keeps the
-    // restored values in memory (the pager's contract), so the training state is still whole.
-    std::string rollback = "the parameters and optimizer state are as before this step; fix the cause and retry, "
-                           "or save a checkpoint";
-    std::string unwritten;
-    try {
-      for (size_t i = 0; i <= done && i < shards.size(); ++i) {
-        if (!shards[i].grad.defined() || !files[i]->initialized) continue;
-        pager.acquire(i, /*read=*/false);  // the master in the intact generation has every value
-        restore_shard(shards[i], *files[i]);
-        try {
-          pager.release(i, true);
-        } catch (const Error& e3) {
-          unwritten = std::string(" (the restored parameters of shard ") + std::to_string(i) + " ('" +
-                      shards[i].name + "') stay in memory until a write succeeds: " + e3.message() + ")";
-        }
-      }
-    } catch (const Error& e2) {
-      rollback = std::string("rolling back failed too (") + e2.message() +
-                 "); the parameters of this rank are inconsistent: restart from the last checkpoint";
-    }
-    rollback += unwritten;
-    ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at shard ",
-             done, " ('", shards[std::min(done, shards.size() - 1)].name, "'): ", e.message(), ". ", rollback);
-  }
-  for (size_t i = 0; i < shards.size(); ++i) {
-    if (!shards[i].grad.defined()) continue;
-    files[i]->current = files[i]->next();
-    ++files[i]->updates;
-    files[i]->started = true;
-  }
-  io_stats.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // ---- the optimizer ----

@@ -278,10 +278,9 @@ void detail::ShardingEngineImpl::start_param_store() {
   const bool wanted = options.offload_params.target != OffloadTarget::kDevice;
   for (auto& u : units) {
     for (auto& f : u->flats) {
-      ZS_REQUIRE(f->offload_capable() == wanted, UsageError, "unit '", u->name,
-                 "' was sharded at construction by a ShardedInit whose offload_params.target differs from the "
-                 "engine's (", to_string(options.offload_params.target),
-                 "); give the ShardedInit and the engine the same ShardingOptions");
+      // An engine built from a ShardedInit takes the ShardedInit's options: they cannot differ.
+      ZS_CHECK(f->offload_capable() == wanted, "unit '", u->name, "' was built for offload_params.target ",
+               wanted ? "DEVICE" : "CPU/NVME", " but the engine's is ", to_string(options.offload_params.target));
     }
   }
   if (!wanted) return;

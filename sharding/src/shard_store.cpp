@@ -233,9 +233,9 @@ at::Tensor ShardStore::load(int slot, c10::Device device) {
     if (s.host.device() == device) return s.host;
     return s.host.to(device, /*non_blocking=*/false, /*copy=*/true);
   }
-  ZS_REQUIRE(s.written, IoError, "the offloaded parameter shard of unit '", s.unit, "' in '", s.path,
-             "' is incomplete: its last write failed (rank ", impl_->rank,
-             "); the shard is still in memory and the next release retries the write");
+  // After a failed write the FlatParam keeps the shard resident and modified: it never loads it.
+  ZS_CHECK(s.written, "ShardStore: load of the shard of unit '", s.unit, "' whose last write to '", s.path,
+           "' failed");
   if (!s.reading) impl_->start_read(s);
   values = impl_->finish_read(s);
   return device.is_cpu() ? values : values.to(device);

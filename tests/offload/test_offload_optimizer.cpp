@@ -125,19 +125,12 @@ std::shared_ptr<FaultyIo> faulty_io(const zs::OffloadOptions& o) {
   return std::make_shared<FaultyIo>(zs::make_io_engine(io_opts));
 }
 
+using zs::test::contains;
+
 template <typename Err>
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<wrong error type: ") + e.what() + ">";
-  }
-  return "<no exception>";
+  return zs::test::error_text_of<Err>(fn);
 }
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

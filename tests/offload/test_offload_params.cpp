@@ -99,19 +99,21 @@ zs_test::GptConfig deeper_gpt() {
   return c;
 }
 
+using zs::test::contains;
+
 template <typename Err>
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<wrong error type: ") + e.what() + ">";
-  }
-  return "<no exception>";
+  return zs::test::error_text_of<Err>(fn);
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// The last trainable flat parameter: the last shard an optimizer step updates.
+zs::FlatParam* last_trainable(zs::ShardingEngine& e) {
+  zs::FlatParam* last = nullptr;
+  for (zs::FlatParam* f : e.flat_params()) {
+    if (f->trainable()) last = f;
+  }
+  return last;
+}
 
 int64_t shard_bytes_total(zs::ShardingEngine& e) {
   int64_t n = 0;
@@ -347,10 +349,7 @@ TEST(OffloadParams, CorruptedFileMidStepThenRetryCompletesTheStep) {
   zs::OffloadedOptimizer opt(cfg, o, zs::test::rank());
   t.train(opt, 0, 2);
   t.forward_backward(2);
-  zs::FlatParam* last = nullptr;
-  for (zs::FlatParam* f : t.engine->flat_params()) {
-    if (f->trainable()) last = f;
-  }
+  zs::FlatParam* last = last_trainable(*t.engine);
   ASSERT_NE(last, nullptr);
   const std::string file = last->shard_file();
   const int fd = ::open(file.c_str(), O_RDWR);
@@ -384,10 +383,7 @@ TEST(OffloadParams, PartialStepRefusesOtherGradients) {
   zs::OffloadedOptimizer opt(adamw_config(), o, zs::test::rank());
   t.train(opt, 0, 1);
   t.forward_backward(1);
-  zs::FlatParam* last = nullptr;
-  for (zs::FlatParam* f : t.engine->flat_params()) {
-    if (f->trainable()) last = f;
-  }
+  zs::FlatParam* last = last_trainable(*t.engine);
   ASSERT_NE(last, nullptr);
   const int fd = ::open(last->shard_file().c_str(), O_RDWR);
   ASSERT_GE(fd, 0);

@@ -1,0 +1,176 @@
+#pragma once
+// OffloadedOptimizer's private state, shared by offload_optimizer.cpp (bookkeeping, the CPU target,
+// the public interface) and offload_nvme.cpp (the NVMe chunk pipeline and its rollback).
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adam_update.h"
+#include "cpu_common.h"
+#include "nvme_state.h"
+#include "sgd_update.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/io/offload_dir.h"
+#include "zeroshard/io/pinned_pool.h"
+#include "zeroshard/offload/cpu_sgd.h"
+#include "zeroshard/offload/offload_optimizer.h"
+
+namespace zeroshard {
+namespace detail {
+
+inline bool is_sgd(const config::OptimizerConfig& cfg) { return cfg.type() == config::OptimizerConfig::SGD; }
+
+// Adam's options for ADAM/ADAMW (validated there); unused defaults for SGD, and the reverse below.
+inline CpuAdamOptions adam_options(const config::OptimizerConfig& cfg) {
+  return is_sgd(cfg) ? CpuAdamOptions{} : CpuAdamOptions::from_config(cfg);
+}
+
+inline SgdOptions sgd_options(const config::OptimizerConfig& cfg) {
+  return is_sgd(cfg) ? sgd_options_from_config(cfg) : SgdOptions{};
+}
+
+inline float* data_at(const at::Tensor& t, int64_t offset) { return t.defined() ? t.data_ptr<float>() + offset : nullptr; }
+
+inline std::string describe_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "no state" : out;
+}
+
+inline bool host_fp32(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+}  // namespace detail
+
+using detail::adam_options;
+using detail::data_at;
+using detail::describe_names;
+using detail::host_fp32;
+using detail::is_sgd;
+using detail::sgd_options;
+
+// Per position in the shard list.
+struct HostSlot {
+  int64_t numel = 0;
+  int64_t updates = 0;
+  bool started = false;  // state allocated (first update or import)
+  int64_t step_done = 0;  // the optimizer step whose update the slot holds (a retried step skips it)
+  at::Tensor master;     // host fp32 master when the shard is not a host fp32 tensor
+  at::Tensor m, v;       // Adam: exp_avg, exp_avg_sq; SGD: m = momentum_buffer (when momentum > 0)
+};
+
+struct OffloadedOptimizer::Impl {
+  bool sgd;
+  CpuAdamOptions adam;  // ADAM/ADAMW
+  SgdOptions sgdo;      // SGD
+  int state_arrays;     // per element besides the master: Adam 2, SGD 1 with momentum, else 0
+  OffloadOptions o;
+  int rank;
+  MemoryStats* mem;
+  SimdPath path;
+  PinnedPool state_pool;    // CPU target: moments and host masters (reported as offloaded state)
+  PinnedPool staging_pool;  // chunk buffers and D2H/H2D staging (reported as pinned staging)
+  int64_t chunk_elems;
+  bool layout_recorded = false;
+  int64_t steps = 0;
+  IoStats io_stats;
+  // CPU target
+  std::vector<HostSlot> host;
+  // NVME target
+  std::shared_ptr<IoEngine> io;
+  std::unique_ptr<OffloadDir> dir;
+  std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
+  std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
+  at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
+
+  Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
+       std::shared_ptr<IoEngine> engine)
+      : sgd(is_sgd(opt)),
+        adam(adam_options(opt)),
+        sgdo(sgd_options(opt)),
+        state_arrays(sgd ? (sgdo.momentum != 0 ? 1 : 0) : 2),
+        o(opts),
+        rank(r),
+        mem(m),
+        state_pool(opts.pin_memory, nullptr),
+        staging_pool(opts.pin_memory, m),
+        io(std::move(engine)) {
+    ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme,
+               ConfigError, "OffloadedOptimizer needs offload.optimizer = CPU or NVME, got ",
+               to_string(o.target));
+    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
+               "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
+    ZS_REQUIRE(o.buffer_count >= 2, ConfigError, "offload.buffer_count = ", o.buffer_count,
+               " must be at least 2 (one chunk read while another is written)");
+    ZS_REQUIRE(o.nvme_generations == 1 || o.nvme_generations == 2, ConfigError, "offload.nvme_generations = ",
+               o.nvme_generations, " must be 1 or 2");
+    path = o.simd == SimdPath::kAuto ? detect_simd() : o.simd;
+    ZS_REQUIRE(simd_supported(path), UsageError, "OffloadOptions.simd = ", to_string(path),
+               " cannot run on this CPU (flags: ", cpu_simd_flags(), ")");
+    chunk_elems = o.block_size / static_cast<int64_t>(sizeof(float));
+    if (o.target == OffloadTarget::kNvme) {
+      dir = std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-rank", rank, ".state.", "optimizer state");
+      if (!io) {
+        IoOptions io_opts;
+        io_opts.backend = o.io_backend;
+        io_opts.queue_depth = o.queue_depth;
+        io_opts.block_size = o.block_size;
+        io = make_io_engine(io_opts);
+      }
+    }
+  }
+
+  double default_weight_decay() const { return sgd ? sgdo.weight_decay : adam.weight_decay; }
+  // One update of elements [offset, offset + n) of a shard (pointers at `offset`); `first`: SGD's
+  // momentum buffer holds nothing yet. m/v may be null where the optimizer has no such state.
+  void update_elements(const std::vector<ShardGroupRange>& runs, int64_t update, bool first, int64_t offset,
+                       float* p, const float* g, float* m, float* v, int64_t n) const {
+    if (sgd) {
+      detail::sgd_update_runs(path, sgdo, runs, lr, first, offset, p, g, m, nullptr, cpu_optim::LowPrecision::kNone, n);
+    } else {
+      detail::adam_update_runs(path, adam, runs, lr, update, offset, p, g, m, v, nullptr,
+                               cpu_optim::LowPrecision::kNone, n);
+    }
+  }
+  // Every step function takes the shards with the pager that brings their values in (offload.params)
+  // and touches shards[i].param only between pager.acquire(i) and pager.release(i).
+  void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
+  void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
+  void step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager);
+  void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
+                  const ShardOptimizerState* imported = nullptr);
+  void apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager);
+  // The next shard after `i` with a gradient (shards.size() when none): read ahead while i updates.
+  static size_t next_with_grad(const std::vector<ParamShard>& shards, size_t i) {
+    for (++i; i < shards.size(); ++i) {
+      if (shards[i].grad.defined()) return i;
+    }
+    return shards.size();
+  }
+  void ensure_buffers();
+  std::unique_ptr<std::vector<ShardOptimizerState>> pending;
+  std::string unwritten;  // step_cpu: the first parameter shard whose write-back failed
+  // step_cpu failed midway: the gradients it was given (tensor, version), which only the retry that
+  // completes the step may pass again.
+  std::vector<std::pair<const void*, int64_t>> partial_grads;
+  static std::vector<std::pair<const void*, int64_t>> grads_of(const std::vector<ParamShard>& shards) {
+    std::vector<std::pair<const void*, int64_t>> out;
+    for (const ParamShard& s : shards) {
+      out.emplace_back(s.grad.defined() ? s.grad.unsafeGetTensorImpl() : nullptr,
+                       s.grad.defined() ? static_cast<int64_t>(s.grad._version()) : -1);
+    }
+    return out;
+  }
+  std::string broken;     // one NVMe generation: why the state on disk is no longer a step's
+  void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f);
+  void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
+  void verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const;
+  double lr = 0;
+};
+
+}  // namespace zeroshard
