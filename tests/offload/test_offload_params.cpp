@@ -443,6 +443,46 @@ TEST(OffloadParams, DiskFullOnWriteBackKeepsStateAndRetrySucceeds) {
   EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0);
 }
 
+// State in host memory, shards on NVMe, and the disk full while the step writes shards back: the
+// update is in place on the only master and cannot be undone, so the step completes, the unwritten
+// shards stay in memory, and the error says the step was applied and must not be repeated. Once the
+// disk has room the run goes on and equals the uninterrupted one.
+TEST(OffloadParams, CpuStateStepWithFailedWriteBackIsAppliedOnce) {
+  const auto cfg = adamw_config();
+  Trainer ref;
+  zs::OffloadOptions ro;
+  ro.target = zs::OffloadTarget::kCpu;
+  zs::OffloadedOptimizer ref_opt(cfg, ro, zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  const auto want = ref.params();
+
+  TempDir dir("cpu_enospc");
+  zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, dir.path);
+  zs::IoOptions io_opts;
+  io_opts.block_size = 4096;
+  io_opts.queue_depth = 4;
+  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  so.offload_params.io = faulty;
+  Trainer t(so);
+  zs::OffloadOptions o = ro;
+  o.params = zs::OffloadTarget::kNvme;
+  zs::OffloadedOptimizer opt(cfg, o, zs::test::rank());
+  t.train(opt, 0, 2);
+  t.forward_backward(2);
+  faulty->fail_writes_after_bytes(4096);
+  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "offloaded optimizer step 3 was applied")) << err;
+  EXPECT_TRUE(contains(err, "disk full")) << err;
+  EXPECT_TRUE(contains(err, "do not repeat the step")) << err;
+  EXPECT_EQ(opt.steps(), 3);
+  EXPECT_GT(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << "unwritten shards must stay resident";
+  faulty->clear();
+  t.engine->zero_grad();
+  t.train(opt, 3, 4);
+  EXPECT_EQ(max_diff(t.params(), want), 0.0);
+  EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0);
+}
+
 TEST(OffloadParams, ConfigAndUsageErrors) {
   // From the config: parameter offload without an offloaded optimizer is refused up front.
   zs::config::Config c;
