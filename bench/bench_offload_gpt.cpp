@@ -1,6 +1,6 @@
-// bench_offload_gpt: the largest GPT this machine trains, with the parameter shards and the
-// optimizer state on NVMe (ZeRO-Infinity: offload.params = NVME, offload.optimizer = NVME), measured
-// against the raw drive in the same run.
+// bench_offload_gpt: the largest GPT this machine trains, with the parameter shards, the gradient
+// shards and the optimizer state on NVMe (ZeRO-Infinity: offload.params, offload.grads and
+// offload.optimizer = NVME), measured against the raw drive in the same run.
 //
 //   bench_offload_gpt --nvme-path DIR [--steps 3] [--drive-mib 4096]
 //                     [--set model.n_layer=24 --set model.d_model=2048 ...]
@@ -14,8 +14,8 @@
 // process's peak resident memory (VmHWM, the kernel's count) next to where the model state lives:
 // in memory (the engine's categories), pinned staging, on disk (bytes per parameter).
 // Defaults (each overridable with --set): 24 layers, d_model 2048, 16 heads, 128 tokens, vocab 256
-// (1.2 billion parameters), bf16 compute (param_dtype), activation checkpointing every block, state
-// and parameters on NVMe, AdamW at lr 2e-5. Ends with one JSON line.
+// (1.2 billion parameters), bf16 compute (param_dtype), activation checkpointing every block, state,
+// parameters and gradients on NVMe, AdamW at lr 2e-5. Ends with one JSON line.
 
 #include <ATen/ops/randint.h>
 #include <torch/nn/functional/loss.h>
@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
     auto& off = *cfg.mutable_offload();
     if (!off.has_optimizer()) off.set_optimizer(zs::config::OffloadConfig::NVME);
     if (!off.has_params()) off.set_params(zs::config::OffloadConfig::NVME);
+    if (!off.has_grads()) off.set_grads(zs::config::OffloadConfig::NVME);
     off.set_nvme_path(nvme_path);
     const int rank = session.rank(), world = session.world_size();
     const int64_t batch = cfg.train().has_batch_size() ? cfg.train().batch_size() / world : 1;
@@ -153,14 +154,24 @@ int main(int argc, char** argv) {
     torch::manual_seed(1234 + rank);
     const at::Tensor x = at::randint(m.vocab_size(), {batch, m.seq_len()}, at::kLong);
     const at::Tensor y = at::randint(m.vocab_size(), {batch * m.seq_len()}, at::kLong);
-    const zs::ShardStore* store = engine.param_store();
+    // The parameter and gradient stores (either may be null) and the optimizer: every byte moved.
+    const zs::ShardStore* stores[2] = {engine.param_store(), engine.grad_store()};
+    auto store_io = [&] {
+      zs::ShardStore::IoStats sum;
+      for (const zs::ShardStore* st : stores) {
+        if (st == nullptr) continue;
+        sum.bytes_read += st->io_stats().bytes_read;
+        sum.bytes_written += st->io_stats().bytes_written;
+      }
+      return sum;
+    };
     double first_loss = 0, last_loss = 0, total_fb = 0, total_step = 0, total_bytes = 0;
     if (rank == 0) {
       std::printf("%5s %10s %9s %9s %12s %12s %10s %s\n", "step", "loss", "fwd+bwd s", "step s", "read GB", "written GB",
                   "drive s", "bound");
     }
     for (int step = 0; step < steps; ++step) {
-      const auto p0 = store != nullptr ? store->io_stats() : zs::ShardStore::IoStats{};
+      const auto p0 = store_io();
       const auto o0 = offloaded != nullptr ? offloaded->io_stats() : zs::OffloadedOptimizer::IoStats{};
       auto t = Clock::now();
       at::Tensor loss = engine.forward([&] {
@@ -174,7 +185,7 @@ int main(int argc, char** argv) {
       engine.zero_grad();
       const double st = seconds_since(t);
       const double l = loss.item<double>();
-      const auto p1 = store != nullptr ? store->io_stats() : zs::ShardStore::IoStats{};
+      const auto p1 = store_io();
       const auto o1 = offloaded != nullptr ? offloaded->io_stats() : zs::OffloadedOptimizer::IoStats{};
       const double read = static_cast<double>((p1.bytes_read - p0.bytes_read) + (o1.bytes_read - o0.bytes_read));
       const double written =

@@ -218,10 +218,11 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
         "comm.backend = NCCL needs a GPU, but runtime.device = CPU; allowed: comm.backend MPI or "
         "AUTO with a CPU device, or runtime.device CUDA/AUTO");
   }
-  for (const char* which : {"optimizer", "params"}) {
-    bool nvme = std::string(which) == "optimizer"
-                    ? c.offload().optimizer() == opt::OffloadConfig::NVME
-                    : c.offload().params() == opt::OffloadConfig::NVME;
+  for (const char* which : {"optimizer", "params", "grads"}) {
+    const std::string w = which;
+    const bool nvme = (w == "optimizer" ? c.offload().optimizer()
+                       : w == "params"  ? c.offload().params()
+                                        : c.offload().grads()) == opt::OffloadConfig::NVME;
     if (nvme && c.offload().nvme_path().empty()) {
       add({std::string("offload.") + which, "offload.nvme_path"},
           std::string("offload.") + which +
@@ -233,6 +234,12 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
         std::string("offload.params = ") + opt::OffloadConfig::Target_Name(c.offload().params()) +
             " needs offload.optimizer = CPU or NVME (the fp32 master and moments live with the offloaded "
             "optimizer, whose step streams the parameter shards), but offload.optimizer = DEVICE");
+  }
+  if (c.offload().grads() != opt::OffloadConfig::DEVICE && c.offload().optimizer() == opt::OffloadConfig::DEVICE) {
+    add({"offload.grads", "offload.optimizer"},
+        std::string("offload.grads = ") + opt::OffloadConfig::Target_Name(c.offload().grads()) +
+            " needs offload.optimizer = CPU or NVME (the offloaded optimizer's step brings each gradient shard in "
+            "with its parameters), but offload.optimizer = DEVICE");
   }
   const auto& s = c.scheduler();
   if (s.type() == opt::SchedulerConfig::COSINE && s.total_steps() == 0) {

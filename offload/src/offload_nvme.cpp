@@ -142,7 +142,7 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
   for (size_t i = 0; i < shards.size(); ++i) {
     detail::NvmeShardFiles& f = *files[i];
     if (f.initialized || !shards[i].grad.defined()) continue;
-    pager.acquire(i);
+    pager.acquire(i, /*read=*/true, /*grad=*/false);
     nvme_shard(shards[i], f, /*initialize=*/true);
     pager.release(i, false);
     f.initialized = true;
@@ -151,8 +151,10 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
   try {
     for (; done < shards.size(); ++done) {
       if (!shards[done].grad.defined()) continue;
-      // The update takes the master from the state file and only writes the shard: nothing to read.
+      // The update takes the master from the state file and only writes the shard: nothing to read
+      // of it (an offloaded gradient is read, the next one ahead).
       pager.acquire(done, /*read=*/false);
+      pager.prefetch(next_with_grad(shards, done), /*read=*/false);
       nvme_shard(shards[done], *files[done], /*initialize=*/false);
       pager.release(done, true);
     }
@@ -177,7 +179,7 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
     try {
       for (size_t i = 0; i <= done && i < shards.size(); ++i) {
         if (!shards[i].grad.defined() || !files[i]->initialized) continue;
-        pager.acquire(i, /*read=*/false);  // the master in the intact generation has every value
+        pager.acquire(i, /*read=*/false, /*grad=*/false);  // the intact generation's master has every value
         restore_shard(shards[i], *files[i]);
         try {
           pager.release(i, true);

@@ -45,9 +45,9 @@ class ResidentPager final : public ShardPager {
                "engine.step(optimizer), which brings them in");
     return s.param.numel();
   }
-  void acquire(size_t, bool) override {}
+  void acquire(size_t, bool, bool) override {}
   void release(size_t, bool) override {}
-  void prefetch(size_t) override {}
+  void prefetch(size_t, bool) override {}
 
  private:
   const std::vector<ParamShard>& shards_;
@@ -201,7 +201,7 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
       if (!st.tensors.empty()) {
         slot.m = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[0]);
         if (st.tensors.size() > 1) slot.v = state_pool.empty(slot.numel, at::kFloat).copy_(st.tensors[1]);
-        pager.acquire(i);
+        pager.acquire(i, /*read=*/true, /*grad=*/false);
         if (!host_fp32(shards[i].param)) slot.master = state_pool.empty(slot.numel, at::kFloat).copy_(shards[i].param);
         pager.release(i, false);
         slot.started = true;
@@ -213,7 +213,7 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
       f.initialized = false;
       f.started = false;
       if (!st.tensors.empty()) {
-        pager.acquire(i);
+        pager.acquire(i, /*read=*/true, /*grad=*/false);
         nvme_shard(shards[i], f, /*initialize=*/true, &st);
         pager.release(i, false);
         f.initialized = true;
@@ -241,6 +241,11 @@ OffloadedOptimizer::~OffloadedOptimizer() {
 }
 
 void OffloadedOptimizer::step(const std::vector<ParamShard>& shards) {
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ZS_REQUIRE(!shards[i].grad.defined() || !shards[i].grad.is_meta(), UsageError, "OffloadedOptimizer step: the "
+               "gradient of shard ", i, " ('", shards[i].name, "') is offloaded (offload.grads); step it through "
+               "engine.step(optimizer), which brings it in");
+  }
   ResidentPager pager(shards);
   std::vector<ParamShard> copy = shards;  // the same tensors; the pager never changes them
   step(copy, pager);

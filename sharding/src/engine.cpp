@@ -293,6 +293,22 @@ void detail::ShardingEngineImpl::start_param_store() {
   }
 }
 
+void detail::ShardingEngineImpl::start_grad_store() {
+  if (options.offload_grads.target == OffloadTarget::kDevice) return;
+  grad_store = std::make_unique<ShardStore>(options.offload_grads, session.rank(), mem.get(), options.offload_grads.io,
+                                            ShardStore::Kind::kGrads);
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      if (f->trainable()) f->attach_grad_store(grad_store.get());
+    }
+  }
+  ZS_LOG(kInfo) << "offload.grads = " << to_string(options.offload_grads.target) << ": gradient shards ("
+                << format_bytes(grad_store->bytes_on_disk()) << " reserved on disk) kept "
+                << (options.offload_grads.target == OffloadTarget::kNvme ? "under " + options.offload_grads.nvme_path
+                                                                         : std::string("in host memory"))
+                << " between backward and step";
+}
+
 void detail::ShardingEngineImpl::log_param_store() const {
   if (param_store == nullptr) return;
   ZS_LOG(kInfo) << "offload.params = " << to_string(options.offload_params.target) << ": "
@@ -312,16 +328,21 @@ void detail::ShardingEngineImpl::read_ahead(detail::UnitState* u) {
 }
 
 void detail::ShardingEngineImpl::release_offloaded_shards() {
-  if (param_store == nullptr) return;
   for (auto& u : units) {
-    for (auto& f : u->flats) f->release_shard();
+    for (auto& f : u->flats) {
+      f->release_grad();
+      f->release_shard();
+    }
   }
 }
 
 void detail::ShardingEngineImpl::release_offloaded_shards_noexcept() noexcept {
-  if (param_store == nullptr) return;
   for (auto& u : units) {
     for (auto& f : u->flats) {
+      try {
+        f->release_grad();
+      } catch (...) {  // stays resident and changed: the next release retries the write
+      }
       try {
         f->release_shard();
       } catch (...) {  // stays resident and modified: the next release retries the write
@@ -338,18 +359,35 @@ detail::FlatParamPager::FlatParamPager(std::vector<FlatParam*> flats, std::vecto
 
 int64_t detail::FlatParamPager::numel(size_t i) const { return flats_.at(i)->shard_numel(); }
 
-void detail::FlatParamPager::acquire(size_t i, bool read) {
-  shards_.at(i).param = read ? flats_.at(i)->shard_for_read() : flats_.at(i)->shard_for_overwrite();
+void detail::FlatParamPager::acquire(size_t i, bool read, bool grad) {
+  FlatParam* f = flats_.at(i);
+  // The gradient first: when it cannot be read, nothing else was acquired (shard_for_overwrite
+  // would count the shard as modified).
+  if (grad && f->grad_offloaded()) shards_[i].grad = f->grad_for_read();
+  try {
+    shards_[i].param = read ? f->shard_for_read() : f->shard_for_overwrite();
+  } catch (...) {
+    f->release_grad();  // unchanged: dropped, nothing written
+    shards_[i].grad = f->grad_shard();
+    throw;
+  }
 }
 
 void detail::FlatParamPager::release(size_t i, bool modified) {
-  shards_.at(i).param = at::Tensor();
-  if (modified) flats_.at(i)->mark_shard_modified();
-  flats_.at(i)->release_shard();
+  FlatParam* f = flats_.at(i);
+  if (f->grad_offloaded()) {
+    f->release_grad();  // read only: dropped, nothing written
+    shards_[i].grad = f->grad_shard();
+  }
+  shards_[i].param = at::Tensor();
+  if (modified) f->mark_shard_modified();
+  f->release_shard();
 }
 
-void detail::FlatParamPager::prefetch(size_t i) {
-  if (i < flats_.size()) flats_[i]->prefetch_shard();
+void detail::FlatParamPager::prefetch(size_t i, bool read) {
+  if (i >= flats_.size()) return;
+  if (read) flats_[i]->prefetch_shard();
+  flats_[i]->prefetch_grad();
 }
 
 void detail::ShardingEngineImpl::init_flat_params() {
@@ -363,6 +401,7 @@ void detail::ShardingEngineImpl::init_flat_params() {
     }
   }
   log_param_store();
+  start_grad_store();
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> buffers = model->buffers();
   for (auto& b : buffers) {
@@ -422,10 +461,10 @@ double ShardingEngine::clip_grad_norm(double max_norm) { return clip_grad_norm_t
 at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
   ZS_REQUIRE(max_norm > 0, UsageError, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
   impl_->require_finished_backward("clip_grad_norm()");
-  std::vector<at::Tensor> grads;
+  std::vector<FlatParam*> with_grad;
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
-      if (f->trainable() && f->grad_shard().defined()) grads.push_back(f->grad_shard());
+      if (f->trainable() && f->grad_shard().defined()) with_grad.push_back(f.get());
     }
   }
   c10::AutoGradMode no_grad(false);
@@ -433,14 +472,21 @@ at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
   // CPU for MPI, the device with streams), all-reduced there, and never read by the host here.
   const at::Device where = impl_->streams->enabled() ? impl_->streams->device() : at::Device(at::kCPU);
   at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(where));
-  for (const at::Tensor& g : grads) total.add_(g.norm().to(at::kDouble).square());
+  for (size_t k = 0; k < with_grad.size(); ++k) {
+    // Offloaded gradients come in one at a time (the next read ahead) and leave unchanged.
+    const at::Tensor& g = with_grad[k]->grad_for_read();
+    if (k + 1 < with_grad.size()) with_grad[k + 1]->prefetch_grad();
+    total.add_(g.norm().to(at::kDouble).square());
+    with_grad[k]->release_grad();
+  }
   if (impl_->shard_group->size() > 1) impl_->shard_group->all_reduce(total, ReduceOp::kSum, "zs.clip")->wait();
   at::Tensor norm = total.sqrt_();
   if (std::isfinite(max_norm)) {
     // min(1, max_norm / (norm + 1e-6)) on the device; a NaN norm leaves the gradients as they are
     // (the step is skipped), an infinite one zeroes them, as torch::nn::utils::clip_grad_norm_.
+    // An offloaded gradient takes the factor at its next load: nothing is written.
     const at::Tensor coef = at::nan_to_num(at::full_like(norm, max_norm).div_(norm + 1e-6).clamp_max_(1.0), 1.0);
-    for (auto& g : grads) g.mul_(coef.to(g.options()));
+    for (FlatParam* f : with_grad) f->scale_grad(coef);
   }
   return norm;
 }
@@ -535,9 +581,9 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
              "optimizer ", optimizer.describe(), " was made for offload.params = CPU or NVME, but this engine keeps "
              "its parameter shards on the device: build the engine with ShardingOptions::from_config(config) (the "
              "two-section overload leaves out the offload section)");
-  if (impl_->param_store != nullptr) {
-    // Offloaded parameters: the optimizer brings each shard in through the pager while it updates
-    // it, so at most a shard or two is resident.
+  if (impl_->param_store != nullptr || impl_->grad_store != nullptr) {
+    // Offloaded parameters or gradients: the optimizer brings each shard in through the pager
+    // while it updates it, so at most a shard or two is resident.
     std::vector<ParamShard> shards = param_shards();
     std::vector<FlatParam*> flats;
     for (auto& u : impl_->units) {
@@ -564,10 +610,15 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
     }
   }
   const ShardedOptimizer::Placement where = optimizer.placement();
-  const ShardStore* store = impl_->param_store.get();
+  int64_t store_host = 0, store_disk = 0;
+  for (const ShardStore* store : {impl_->param_store.get(), impl_->grad_store.get()}) {
+    if (store == nullptr) continue;
+    store_host += store->bytes_in_host();
+    store_disk += store->bytes_on_disk();
+  }
   impl_->mem->set(MemCategory::kOptimizerState, where.device);
-  impl_->mem->set(MemCategory::kOffloadHost, where.host + (store != nullptr ? store->bytes_in_host() : 0));
-  impl_->mem->set(MemCategory::kNvme, where.nvme + (store != nullptr ? store->bytes_on_disk() : 0));
+  impl_->mem->set(MemCategory::kOffloadHost, where.host + store_host);
+  impl_->mem->set(MemCategory::kNvme, where.nvme + store_disk);
   impl_->sync_buffers_after_step();
 }
 
@@ -607,6 +658,7 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict(const StateDic
 const MemoryStats& ShardingEngine::memory() const { return *impl_->mem; }
 MemoryStats& ShardingEngine::memory() { return *impl_->mem; }
 const ShardStore* ShardingEngine::param_store() const { return impl_->param_store.get(); }
+const ShardStore* ShardingEngine::grad_store() const { return impl_->grad_store.get(); }
 
 std::string ShardingEngine::memory_report() const {
   return impl_->mem->report(detail::concat("zeroshard memory, rank ", impl_->session.rank(), " (shard group of ",

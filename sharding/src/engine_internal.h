@@ -54,9 +54,9 @@ class FlatParamPager final : public ShardPager {
  public:
   FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards);
   int64_t numel(size_t i) const override;
-  void acquire(size_t i, bool read) override;
+  void acquire(size_t i, bool read, bool grad) override;
   void release(size_t i, bool modified) override;
-  void prefetch(size_t i) override;
+  void prefetch(size_t i, bool read) override;
 
  private:
   std::vector<FlatParam*> flats_;
@@ -82,7 +82,10 @@ struct ShardingEngineImpl {
   // Starts reading the shards of the unit the engine will gather after `u` (forward order, or
   // reverse during backward), so its load overlaps this unit's compute.
   void read_ahead(detail::UnitState* u);
-  // Writes back and drops every resident offloaded shard (after a step, a checkpoint, a load).
+  // offload.grads: creates the gradient store and moves every trainable flat's gradient there.
+  void start_grad_store();
+  // Writes back and drops every resident offloaded shard, parameters and gradients (after a
+  // step, a checkpoint, a load).
   void release_offloaded_shards();
   void release_offloaded_shards_noexcept() noexcept;  // keeps what fails to write resident
   void install_grad_hooks();
@@ -156,6 +159,8 @@ struct ShardingEngineImpl {
   // offload.params = CPU / NVME: where the shards live between uses (null otherwise). Declared
   // before `units`: their FlatParams point into it.
   std::unique_ptr<ShardStore> param_store;
+  // offload.grads = CPU / NVME: where the gradient shards live from their reduction to the step.
+  std::unique_ptr<ShardStore> grad_store;
   std::vector<std::unique_ptr<detail::UnitState>> units;  // root first, then pre-order
   // set_param_groups: every trainable parameter's assignment (flat order), and per trainable
   // flat (param_shards() order) its shard's element ranges.

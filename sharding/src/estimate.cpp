@@ -74,6 +74,12 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
   for (int64_t x : u) all += x;
   const int units = static_cast<int>(u.size());
   auto at = [&](int i) -> int64_t { return i >= 0 && i < units ? u[static_cast<size_t>(i)] : 0; };
+  // offload.grads: each unit's gradient shard goes to the store as its reduction completes, so at
+  // most one (at most the largest) is resident at a time instead of all finished ones.
+  const bool grads_off = o.offload_grads != OffloadTarget::kDevice;
+  int64_t largest = root;
+  for (int64_t x : u) largest = std::max(largest, x);
+  auto resident = [&](int64_t shard_elems) { return grads_off ? std::min(shard_elems, largest / n) : shard_elems; };
   // Gathered elements while unit i computes (forward or backward).
   auto gathered = [&](int i, bool backward) -> int64_t {
     if (aliased) return 0;
@@ -111,7 +117,7 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
     peak = std::max(peak, base + gathered(-1, true) * p + (in_place ? 0 : root * p) + held);
     // The end of backward turns each result into an fp32 gradient shard (a new one while the
     // result is released; an fp32 result becomes the shard, counted once as both for a moment).
-    const int64_t shards = 4 * (all / n), kept = plan.keep_gathered && !aliased ? all * p : 0;
+    const int64_t shards = 4 * resident(all / n), kept = plan.keep_gathered && !aliased ? all * p : 0;
     peak = std::max(peak, base + kept + std::max(held, shards) + largest_hold);
     return std::max(peak, base + shards + kept);
   }
@@ -122,7 +128,7 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
   // unit 0's, then the end of backward finishes the root's reduce.
   auto sh = [&](int64_t padded) { return padded / n; };
   auto moment = [&](int64_t gathered_elems, int64_t buffers, int64_t in_flight_shards, int64_t done_shards) {
-    return base + gathered_elems * p + buffers * p + (in_place ? 0 : in_flight_shards * r) + 4 * done_shards;
+    return base + gathered_elems * p + buffers * p + (in_place ? 0 : in_flight_shards * r) + 4 * resident(done_shards);
   };
   int64_t done = 0;  // gradient shards of units after i+1
   for (int i = units - 1; i >= 0; --i) {
@@ -133,7 +139,7 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
   peak = std::max(peak, moment(gathered(-1, true), root + at(0), sh(root) + sh(at(0)), done));
   peak = std::max(peak, moment(gathered(-1, true), root, sh(root), done + sh(root)));
   // After backward every gradient shard exists and the transients are gone.
-  return std::max(peak, base + 4 * (all / n) + (plan.keep_gathered && !aliased ? all * p : 0));
+  return std::max(peak, base + 4 * resident(all / n) + (plan.keep_gathered && !aliased ? all * p : 0));
 }
 
 }  // namespace
@@ -186,6 +192,7 @@ EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, 
   o.optimizer_state_bytes = opt.type() == config::OptimizerConfig::SGD ? (opt.momentum() > 0 ? 4 : 0) : 8;
   o.offload_optimizer = static_cast<OffloadTarget>(cfg.offload().optimizer());
   o.offload_params = static_cast<OffloadTarget>(cfg.offload().params());
+  o.offload_grads = static_cast<OffloadTarget>(cfg.offload().grads());
   o.offload_staging_bytes = static_cast<int64_t>(cfg.offload().buffer_count()) * cfg.offload().block_size();
   o.nvme_generations = cfg.offload().nvme_generations();
   return o;
@@ -258,7 +265,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     }
     e.optimizer_state = 0;
     e.sharded_params = static_cast<int64_t>(p) * shard;  // the device keeps the shard it gathers from
-    e.pinned_host += 4 * shard;                           // fp32 gradient shard copied for the CPU optimizer
+    // fp32 gradient shard copied for the CPU optimizer (offloaded gradients are there already)
+    if (o.offload_grads == Target::kDevice) e.pinned_host += 4 * shard;
     if (opt_target == Target::kNvme) {
       e.pinned_host += staging;
       staged = true;
@@ -280,6 +288,15 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     std::sort(shards.rbegin(), shards.rend());
     for (size_t i = 0; i < 2 && i < shards.size(); ++i) e.device_peak += 4 * shards[i];
     if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
+  }
+  if (o.offload_grads != Target::kDevice) {
+    e.offloaded = true;
+    // One file (or host tensor) per trainable flat parameter's gradient shard; files whole blocks
+    // of 4096 bytes. The replay above counted at most one shard resident.
+    int64_t stored = 0;
+    for (int64_t x : f) stored += o.offload_grads == Target::kNvme ? pad(4 * (pad(x, n) / n), 4096) : 4 * (pad(x, n) / n);
+    (o.offload_grads == Target::kCpu ? e.offload_host : e.nvme) += stored;
+    e.grad_shards = 0;
   }
   // What offload took off the device comes off the peak too (the transients stay).
   e.device_peak -= device_base - (e.sharded_params + e.optimizer_state);
@@ -315,43 +332,51 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
      << options.ranks_per_node << " rank(s) per node, param_dtype " << dtype_name(options.sharding.param_dtype)
      << ", reduce_dtype " << dtype_name(options.sharding.reduce_dtype) << ", optimizer " << options.optimizer << "\n";
   os << "per rank; device peak = the highest sum of the device categories during a step (transients included)\n";
-  std::snprintf(line, sizeof(line), "  %-14s %5s %-7s %-7s %14s %14s %14s %14s\n", "strategy", "N", "optim", "params",
-                "device state", "device peak", "host", "nvme");
+  std::snprintf(line, sizeof(line), "  %-14s %5s %-7s %-7s %-7s %14s %14s %14s %14s\n", "strategy", "N", "optim",
+                "params", "grads", "device state", "device peak", "host", "nvme");
   os << line;
-  const std::vector<std::pair<Target, Target>> modes = {
-      {Target::kDevice, Target::kDevice}, {Target::kCpu, Target::kDevice}, {Target::kNvme, Target::kDevice},
-      {Target::kCpu, Target::kCpu},       {Target::kNvme, Target::kNvme}};
+  struct Mode {
+    Target opt, params, grads;
+  };
+  const std::vector<Mode> modes = {{Target::kDevice, Target::kDevice, Target::kDevice},
+                                   {Target::kCpu, Target::kDevice, Target::kDevice},
+                                   {Target::kNvme, Target::kDevice, Target::kDevice},
+                                   {Target::kCpu, Target::kCpu, Target::kDevice},
+                                   {Target::kNvme, Target::kNvme, Target::kDevice},
+                                   {Target::kCpu, Target::kCpu, Target::kCpu},
+                                   {Target::kNvme, Target::kNvme, Target::kNvme}};
   for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
-    for (const auto& [opt, params] : modes) {
+    for (const Mode& m : modes) {
       EstimateOptions o = options;
       o.sharding.strategy = strategy;
-      o.offload_optimizer = opt;
-      o.offload_params = params;
+      o.offload_optimizer = m.opt;
+      o.offload_params = m.params;
+      o.offload_grads = m.grads;
       MemoryEstimate e;
       try {
         e = estimate_memory(model, o);
       } catch (const ConfigError& err) {
-        if (opt == Target::kDevice && params == Target::kDevice) {
+        if (m.opt == Target::kDevice && m.params == Target::kDevice) {
           std::snprintf(line, sizeof(line), "  %-14s  not possible: %s\n", to_string(strategy),
                         err.message().c_str());
           os << line;
         }
         break;
       }
-      const bool chosen = strategy == options.sharding.strategy && opt == options.offload_optimizer &&
-                          params == options.offload_params;
-      std::snprintf(line, sizeof(line), "%s %-14s %5d %-7s %-7s %14s %14s %14s %14s%s\n", chosen ? "*" : " ",
-                    to_string(strategy), e.shard_group, target_name(opt), target_name(params),
-                    human(e.device_persistent()).c_str(), human(e.device_peak).c_str(), human(e.host_total()).c_str(),
-                    human(e.nvme).c_str(), e.offloaded ? "  (formula)" : "");
+      const bool chosen = strategy == options.sharding.strategy && m.opt == options.offload_optimizer &&
+                          m.params == options.offload_params && m.grads == options.offload_grads;
+      std::snprintf(line, sizeof(line), "%s %-14s %5d %-7s %-7s %-7s %14s %14s %14s %14s%s\n", chosen ? "*" : " ",
+                    to_string(strategy), e.shard_group, target_name(m.opt), target_name(m.params),
+                    target_name(m.grads), human(e.device_persistent()).c_str(), human(e.device_peak).c_str(),
+                    human(e.host_total()).c_str(), human(e.nvme).c_str(), e.offloaded ? "  (formula)" : "");
       os << line;
     }
   }
   // The configured setup, category by category.
   const MemoryEstimate e = estimate_memory(model, options);
   os << "\nconfigured (" << to_string(options.sharding.strategy) << ", optimizer "
-     << target_name(options.offload_optimizer) << ", params " << target_name(options.offload_params)
-     << "), shard group of " << e.shard_group << ":\n";
+     << target_name(options.offload_optimizer) << ", params " << target_name(options.offload_params) << ", grads "
+     << target_name(options.offload_grads) << "), shard group of " << e.shard_group << ":\n";
   auto row = [&](const char* name, int64_t bytes) {
     std::snprintf(line, sizeof(line), "  %-28s %14s %16lld bytes\n", name, human(bytes).c_str(),
                   static_cast<long long>(bytes));
@@ -368,8 +393,8 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
   row("pinned staging", e.pinned_host);
   row("on NVMe (disk)", e.nvme);
   if (e.offloaded) {
-    os << "  offload figures are the formulas of sharding/include/zeroshard/sharding/estimate.h; the offload engine\n"
-          "  is not built yet, so they are not checked against measurement\n";
+    os << "  offload figures are the formulas of docs/tools.md; the NVMe placements are checked against the engine\n"
+          "  (tests/tools/test_estimate.cpp), the CPU ones are not\n";
   }
   return os.str();
 }

@@ -303,16 +303,103 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::ve
   }
   c10::AutoGradMode no_grad(false);
   at::Tensor reduced = pending_out_.scalar_type() == at::kFloat ? pending_out_ : pending_out_.to(at::kFloat);
-  if (grad_shard_.defined()) {
-    grad_shard_.add_(reduced);
-  } else {
-    grad_shard_ = reduced;
-    mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
-  }
   mem_->sub(MemCategory::kCommBuffers, staged_bytes_);
   staged_bytes_ = 0;
   pending_out_ = at::Tensor();
   release_grad_buffer(retired);
+  if (grad_shard_.defined()) {
+    grad_for_read();  // offloaded: brought back to add to
+    grad_shard_.add_(reduced);
+    grad_dirty_ = true;
+  } else {
+    set_resident_grad(std::move(reduced));
+  }
+  // Offloaded: stored at once (a failed write keeps it resident: nothing is lost).
+  release_grad();
+}
+
+void FlatParam::set_resident_grad(at::Tensor g) {
+  grad_shard_ = std::move(g);
+  grad_dirty_ = true;
+  mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
+}
+
+void FlatParam::attach_grad_store(ShardStore* store) {
+  ZS_CHECK(trainable_ && grad_store_ == nullptr && !grad_shard_.defined(), "attach_grad_store on unit '", name_,
+           "': frozen, attached twice, or with a gradient");
+  grad_store_ = store;
+  grad_slot_ = store->add(name_, shard_numel_);
+}
+
+const at::Tensor& FlatParam::grad_for_read() {
+  if (grad_store_ == nullptr || grad_resident() || !grad_shard_.defined()) return grad_shard_;
+  at::Tensor g = grad_store_->load(grad_slot_, device_);
+  // Out of place: on a CPU run the store's tensor may be `g` itself, and the stored values stay
+  // what they are (the factors stay recorded for them).
+  for (size_t k = 0; k < grad_scales_.size(); ++k) apply_grad_scale(g, grad_scales_[k], /*in_place=*/false);
+  grad_shard_ = std::move(g);
+  grad_dirty_ = false;
+  mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
+  return grad_shard_;
+}
+
+void FlatParam::prefetch_grad() {
+  if (grad_store_ != nullptr && grad_shard_.defined() && !grad_resident()) grad_store_->prefetch(grad_slot_, device_);
+}
+
+void FlatParam::release_grad() {
+  if (grad_store_ == nullptr || !grad_resident()) return;
+  if (grad_dirty_ || !grad_stored_) {
+    grad_store_->save(grad_slot_, grad_shard_);  // throws with the gradient still resident and changed
+    grad_stored_ = true;
+    grad_dirty_ = false;
+    grad_scales_.clear();
+    // A new identity for new values (an interrupted optimizer step tells gradients apart by it).
+    grad_placeholder_ = at::empty({shard_numel_}, at::TensorOptions().dtype(at::kFloat).device(c10::kMeta));
+  }
+  grad_shard_ = grad_placeholder_;
+  mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
+}
+
+void FlatParam::apply_grad_scale(at::Tensor& g, const GradScale& s, bool in_place) const {
+  c10::AutoGradMode no_grad(false);
+  if (s.tensor.defined()) {
+    if (in_place) {
+      g.mul_(s.tensor.to(g.options()));
+    } else {
+      g = g.mul(s.tensor.to(g.options()));
+    }
+  } else if (in_place) {
+    g.mul_(s.value);
+  } else {
+    g = g.mul(s.value);
+  }
+}
+
+void FlatParam::scale_grad(const at::Tensor& factor) {
+  if (!grad_shard_.defined()) return;
+  GradScale s{factor, 1};
+  if (grad_resident()) {
+    apply_grad_scale(grad_shard_, s, /*in_place=*/true);
+    grad_dirty_ = true;
+  } else {
+    grad_scales_.push_back(std::move(s));
+  }
+}
+
+void FlatParam::scale_grad(double factor) {
+  if (!grad_shard_.defined()) return;
+  GradScale s{at::Tensor(), factor};
+  if (grad_resident()) {
+    apply_grad_scale(grad_shard_, s, /*in_place=*/true);
+    grad_dirty_ = true;
+  } else {
+    grad_scales_.push_back(std::move(s));
+  }
+}
+
+std::string FlatParam::grad_file() const {
+  return grad_store_ != nullptr ? grad_store_->file(grad_slot_) : std::string();
 }
 
 void FlatParam::abandon_reduce() noexcept {
@@ -333,8 +420,13 @@ void FlatParam::abandon_reduce() noexcept {
 
 void FlatParam::drop_grad_shard() {
   if (!grad_shard_.defined()) return;
+  if (grad_resident()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
   grad_shard_ = at::Tensor();
-  mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
+  if (grad_store_ != nullptr) grad_store_->cancel(grad_slot_);
+  grad_stored_ = false;
+  grad_dirty_ = false;
+  grad_scales_.clear();
+  grad_placeholder_ = at::Tensor();
 }
 
 at::Tensor FlatParam::gather_values(const std::string& tag) {

@@ -20,6 +20,8 @@
 
 #include "zeroshard/base/format.h"
 #include "zeroshard/core/config.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/flat_param.h"
 
 namespace zeroshard {
 namespace {
@@ -121,6 +123,8 @@ bool GradScaler::unscale_and_check(const std::vector<ParamShard>& shards) {
   for (size_t i = 0; i < shards.size(); ++i) {
     const at::Tensor& g = shards[i].grad;
     if (!g.defined() || g.numel() == 0) continue;
+    ZS_REQUIRE(!g.is_meta(), UsageError, "GradScaler::unscale_and_check: the gradient of shard ", i, " ('",
+               shards[i].name, "') is offloaded (offload.grads): call unscale_and_check(engine)");
     ZS_REQUIRE(g.scalar_type() == at::kFloat, UsageError, "GradScaler::unscale_and_check: gradient of shard ", i,
                " ('", shards[i].name, "') must be fp32, got ", c10::toString(g.scalar_type()));
     if (inv_scale != 1.0) g.mul_(inv_scale);
@@ -128,6 +132,44 @@ bool GradScaler::unscale_and_check(const std::vector<ParamShard>& shards) {
     extremes.push_back(lo.reshape({1}));
     extremes.push_back(hi.reshape({1}));
   }
+  return decide(extremes);
+}
+
+bool GradScaler::unscale_and_check(ShardingEngine& engine) {
+  ZS_REQUIRE(!checked_, UsageError,
+             "GradScaler::unscale_and_check called twice for one step (the gradients would be "
+             "unscaled twice): call update() after every step");
+  at::NoGradGuard no_grad;
+  const double inv_scale = 1.0 / state_.scale;
+  std::vector<FlatParam*> with_grad;
+  for (FlatParam* f : engine.flat_params()) {
+    if (f->trainable() && f->grad_shard().defined() && f->grad_shard().numel() > 0) with_grad.push_back(f);
+  }
+  std::vector<at::Tensor> extremes;
+  for (size_t k = 0; k < with_grad.size(); ++k) {
+    FlatParam* f = with_grad[k];
+    const at::Tensor& g = f->grad_for_read();
+    if (k + 1 < with_grad.size()) with_grad[k + 1]->prefetch_grad();
+    at::Tensor unscaled = g;
+    if (inv_scale != 1.0) {
+      if (f->grad_offloaded()) {
+        unscaled = g.mul(inv_scale);  // the values scale_grad gives it at its next load, bit for bit
+      } else {
+        f->scale_grad(inv_scale);  // in place
+      }
+    }
+    auto [lo, hi] = at::aminmax(unscaled);
+    extremes.push_back(lo.reshape({1}));
+    extremes.push_back(hi.reshape({1}));
+    if (f->grad_offloaded()) {
+      f->release_grad();
+      if (inv_scale != 1.0) f->scale_grad(inv_scale);  // recorded for its next load
+    }
+  }
+  return decide(extremes);
+}
+
+bool GradScaler::decide(const std::vector<at::Tensor>& extremes) {
   // 1 where this rank holds a non-finite gradient, computed where the gradients are and moved to
   // the communicator's device (its own index: cuda:<local rank> for NCCL); read once, after the
   // all-reduce.

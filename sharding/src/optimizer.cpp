@@ -455,8 +455,9 @@ void ShardedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager) 
   (void)shards;
   (void)pager;
   ZS_THROW(UsageError, "optimizer ", describe(),
-           " keeps its state on the device and cannot step offloaded parameter shards (offload.params = CPU or "
-           "NVME): set offload.optimizer = CPU or NVME (make_engine_optimizer builds the offloaded optimizer)");
+           " keeps its state on the device and cannot step offloaded parameter or gradient shards "
+           "(offload.params or offload.grads = CPU or NVME): set offload.optimizer = CPU or NVME "
+           "(make_engine_optimizer builds the offloaded optimizer)");
 }
 
 std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay, int64_t numel) {

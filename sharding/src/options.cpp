@@ -117,6 +117,15 @@ ShardingOptions ShardingOptions::from_config(const config::Config& cfg) {
              "optimizer, whose step streams the parameter shards one at a time");
   ZS_REQUIRE(p.target != OffloadTarget::kNvme || !p.nvme_path.empty(), ConfigError,
              "offload.params = NVME needs offload.nvme_path (a directory on the NVMe drive)");
+  ParamOffloadOptions& g = o.offload_grads;
+  g = p;
+  g.target = static_cast<OffloadTarget>(off.grads());
+  ZS_REQUIRE(g.target == OffloadTarget::kDevice || off.optimizer() != config::OffloadConfig::DEVICE, ConfigError,
+             "offload.grads = ", to_string(g.target),
+             " needs offload.optimizer = CPU or NVME: the offloaded optimizer's step brings each gradient shard in "
+             "with its parameters");
+  ZS_REQUIRE(g.target != OffloadTarget::kNvme || !g.nvme_path.empty(), ConfigError,
+             "offload.grads = NVME needs offload.nvme_path (a directory on the NVMe drive)");
   return o;
 }
 

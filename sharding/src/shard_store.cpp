@@ -62,6 +62,9 @@ struct ShardStore::Impl {
   };
 
   ParamOffloadOptions o;
+  Kind kind;
+  const char* what;     // "parameter" or "gradient", in messages
+  MemCategory reading;  // what a read-ahead buffer counts as
   int rank;
   MemoryStats* mem;
   std::shared_ptr<IoEngine> io;
@@ -72,14 +75,24 @@ struct ShardStore::Impl {
   int64_t disk_bytes = 0;
   int64_t host_bytes = 0;
 
-  Impl(const ParamOffloadOptions& opts, int r, MemoryStats* m, std::shared_ptr<IoEngine> engine)
-      : o(opts), rank(r), mem(m), io(std::move(engine)), pool(opts.pin_memory, nullptr) {
+  Impl(const ParamOffloadOptions& opts, Kind k, int r, MemoryStats* m, std::shared_ptr<IoEngine> engine)
+      : o(opts),
+        kind(k),
+        what(k == Kind::kParams ? "parameter" : "gradient"),
+        reading(k == Kind::kParams ? MemCategory::kShardedParams : MemCategory::kGradShards),
+        rank(r),
+        mem(m),
+        io(std::move(engine)),
+        pool(opts.pin_memory, nullptr) {
+    const char* key = kind == Kind::kParams ? "offload.params" : "offload.grads";
     ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme, UsageError,
-               "ShardStore needs offload.params = CPU or NVME, got ", to_string(o.target));
+               "ShardStore needs ", key, " = CPU or NVME, got ", to_string(o.target));
     ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
                "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
     if (o.target != OffloadTarget::kNvme) return;
-    dir = std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-params-rank", rank, ".param", "parameter shards");
+    dir = kind == Kind::kParams
+              ? std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-params-rank", rank, ".param", "parameter shards")
+              : std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-grads-rank", rank, ".grad", "gradient shards");
     if (!io) {
       IoOptions io_opts;
       io_opts.backend = o.io_backend;
@@ -109,7 +122,7 @@ struct ShardStore::Impl {
     for (int64_t k = 0; k < chunks(s); ++k) {
       const uint32_t got = crc32c(data + k * o.block_size, static_cast<size_t>(chunk_bytes(s, k)));
       const uint32_t want = s.crc[static_cast<size_t>(k)];
-      ZS_REQUIRE(got == want, IoError, "offloaded parameter shard of unit '", s.unit, "' corrupted: '", s.path,
+      ZS_REQUIRE(got == want, IoError, "offloaded ", what, " shard of unit '", s.unit, "' corrupted: '", s.path,
                  "' chunk ", k, " at offset ", k * o.block_size, " (", chunk_bytes(s, k), " bytes) has CRC-32C ", got,
                  ", the engine wrote ", want, "; the file was changed or truncated behind the engine's back (rank ",
                  rank, "). Restart from the last checkpoint");
@@ -122,7 +135,7 @@ struct ShardStore::Impl {
     s.read = io->submit_read(*s.file, s.read_buf.data_ptr(), s.file_bytes, 0);
     s.reading = true;
     // A shard on its way in is memory like a resident one (the FlatParam counts it from load()).
-    if (mem != nullptr) mem->add(MemCategory::kShardedParams, s.numel * 4);
+    if (mem != nullptr) mem->add(reading, s.numel * 4);
   }
 
   at::Tensor finish_read(Slot& s) {
@@ -130,7 +143,7 @@ struct ShardStore::Impl {
     s.reading = false;
     at::Tensor buf = std::move(s.read_buf);
     s.read_buf = at::Tensor();
-    if (mem != nullptr) mem->sub(MemCategory::kShardedParams, s.numel * 4);
+    if (mem != nullptr) mem->sub(reading, s.numel * 4);
     io->wait(s.read);  // IoError naming the file and offset (short read: truncated)
     stats.read_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats.bytes_read += s.file_bytes;
@@ -139,8 +152,9 @@ struct ShardStore::Impl {
   }
 };
 
-ShardStore::ShardStore(const ParamOffloadOptions& options, int rank, MemoryStats* mem, std::shared_ptr<IoEngine> io)
-    : impl_(std::make_unique<Impl>(options, rank, mem, std::move(io))) {}
+ShardStore::ShardStore(const ParamOffloadOptions& options, int rank, MemoryStats* mem, std::shared_ptr<IoEngine> io,
+                       Kind kind)
+    : impl_(std::make_unique<Impl>(options, kind, rank, mem, std::move(io))) {}
 
 ShardStore::~ShardStore() {
   if (!impl_) return;
@@ -156,6 +170,7 @@ ShardStore::~ShardStore() {
 }
 
 OffloadTarget ShardStore::target() const { return impl_->o.target; }
+ShardStore::Kind ShardStore::kind() const { return impl_->kind; }
 
 int ShardStore::add(const std::string& unit, int64_t numel) {
   ZS_CHECK(numel >= 0, "ShardStore: negative size for unit '", unit, "'");
@@ -165,15 +180,18 @@ int ShardStore::add(const std::string& unit, int64_t numel) {
   s.file_bytes = std::max<int64_t>(kDirectAlignment, round_up(numel * 4, kDirectAlignment));
   const int index = static_cast<int>(impl_->slots.size());
   if (impl_->o.target == OffloadTarget::kNvme) {
-    s.path = impl_->dir->path() + "/" + std::to_string(index) + "-" + offload_file_stem(unit) + ".param";
+    s.path = impl_->dir->path() + "/" + std::to_string(index) + "-" + offload_file_stem(unit) +
+             (impl_->kind == Kind::kParams ? ".param" : ".grad");
     s.file = std::make_unique<AioFile>(s.path, AioFile::kReadWrite | AioFile::kCreate | AioFile::kTruncate,
                                        impl_->o.direct_io);
     // Reserve the space now: a drive too small for the parameters fails here, at wrap time.
     const int rc = ::posix_fallocate(s.file->fd(), 0, s.file_bytes);
     if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-      ZS_THROW(IoError, "cannot reserve ", s.file_bytes, " bytes for '", s.path, "' (parameter shard of unit '", unit,
-               "', rank ", impl_->rank, "): ", detail::errno_string(rc),
-               rc == ENOSPC ? " - the drive under offload.nvme_path is too small for the parameter shards" : "");
+      ZS_THROW(IoError, "cannot reserve ", s.file_bytes, " bytes for '", s.path, "' (", impl_->what, " shard of unit '",
+               unit, "', rank ", impl_->rank, "): ", detail::errno_string(rc),
+               rc == ENOSPC ? std::string(" - the drive under offload.nvme_path is too small for the ") + impl_->what +
+                                  " shards"
+                            : std::string());
     }
     impl_->disk_bytes += s.file_bytes;
     if (impl_->mem != nullptr) impl_->mem->add(MemCategory::kNvme, s.file_bytes);
@@ -258,7 +276,7 @@ void ShardStore::cancel(int slot) noexcept {
   } catch (...) {  // the read is dropped; a later load reads again and reports
   }
   s.read_buf = at::Tensor();
-  if (impl_->mem != nullptr) impl_->mem->sub(MemCategory::kShardedParams, s.numel * 4);
+  if (impl_->mem != nullptr) impl_->mem->sub(impl_->reading, s.numel * 4);
 }
 
 const std::string& ShardStore::unit(int slot) const { return impl_->at(slot).unit; }

@@ -91,7 +91,7 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
   bool finite = true;
   at::Tensor norm;  // measured every step (reported); gradients change only when clipping is on
   if (scaling) {
-    finite = scaler_.unscale_and_check(engine_.param_shards());
+    finite = scaler_.unscale_and_check(engine_);
     if (finite) norm = engine_.clip_grad_norm_tensor(max_norm);
   } else {
     norm = engine_.clip_grad_norm_tensor(max_norm);

@@ -160,6 +160,9 @@ class ShardingEngine {
   // offload.params = CPU / NVME: where the parameter shards live between uses (shard_store.h);
   // null when they stay resident.
   const ShardStore* param_store() const;
+  // offload.grads = CPU / NVME: where the gradient shards live from their reduction to the step
+  // (param_shards() then hands placeholders on the meta device; see flat_param.h); null otherwise.
+  const ShardStore* grad_store() const;
   std::string memory_report() const;
   const CommCounters& comm_counters() const;
   void reset_comm_counters();

@@ -76,6 +76,7 @@ struct EstimateOptions {
   int optimizer_state_bytes = 8;    // per parameter: Adam/AdamW 8 (two fp32 moments), SGD 4 or 0
   OffloadTarget offload_optimizer = OffloadTarget::kDevice;
   OffloadTarget offload_params = OffloadTarget::kDevice;
+  OffloadTarget offload_grads = OffloadTarget::kDevice;  // offload.grads: gradient shards between backward and step
   int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
   int nvme_generations = 2;                  // offload.nvme_generations: copies of the state on NVMe
   // Takes the sharding, precision, optimizer and offload sections of a config (core/config.h).
@@ -87,9 +88,9 @@ struct MemoryEstimate {
   int shard_group = 1;  // N
   // Persistent.
   int64_t sharded_params = 0;   // on the device (0 when params are offloaded)
-  int64_t grad_shards = 0;      // on the device
+  int64_t grad_shards = 0;      // on the device (0 when gradients are offloaded)
   int64_t optimizer_state = 0;  // on the device (0 when the optimizer is offloaded)
-  int64_t offload_host = 0;     // offloaded optimizer state / parameter shard in host memory
+  int64_t offload_host = 0;     // offloaded optimizer state / parameter and gradient shards in host memory
   int64_t nvme = 0;             // on NVMe (disk)
   // Transient peaks.
   int64_t gathered_params_peak = 0;

@@ -16,6 +16,13 @@
 // between uses. shard() brings it back (and marks it modified), the gather brings it back
 // read-only, release_shard() writes a modified shard back and drops it; prefetch_shard() starts
 // reading it ahead. Such a flat parameter is never aliased (the gathered buffer is its own).
+// Offloaded gradient shard (attach_grad_store, offload.grads = CPU or NVME): each reduction's
+// result goes to the store as soon as it is added in (a gradient accumulated over micro-batches is
+// brought back, added to, and stored again), and grad_shard() holds a placeholder on the meta
+// device of the shard's size (same identity until the gradient changes). grad_for_read() brings it
+// back for a reader, release_grad() drops it again; scale_grad() multiplies in place when it is
+// resident and otherwise records the factor, applied (in order, by the same kernel) when it is next
+// loaded, so clipping and unscaling cost no write of the gradient.
 // Not thread-safe: driven by the engine on the training thread.
 
 #include <ATen/core/Tensor.h>
@@ -105,8 +112,30 @@ class FlatParam {
   void release_shard(std::vector<at::Tensor>* retired = nullptr);
   // The store's slot file (NVME), for messages and tests; "" otherwise.
   std::string shard_file() const;
+  // The fp32 gradient shard: undefined when there is none; a placeholder on the meta device while
+  // it is offloaded and not resident (grad_for_read() brings it in).
   at::Tensor& grad_shard() { return grad_shard_; }
   const at::Tensor& full() const { return full_; }
+
+  // --- offloaded gradient shard (offload.grads) ---
+  // Keeps this trainable flat parameter's gradient shard in `store` (a new slot) from now on.
+  // Before any gradient exists; `store` must outlive this.
+  void attach_grad_store(ShardStore* store);
+  bool grad_offloaded() const { return grad_store_ != nullptr; }
+  // The gradient shard with its values: loaded (recorded factors applied) when offloaded; undefined
+  // when there is none. Reading only: scale_grad changes it. IoError naming file and offset when
+  // the stored gradient cannot be read or is corrupted.
+  const at::Tensor& grad_for_read();
+  void prefetch_grad();  // starts reading an offloaded gradient ahead of grad_for_read
+  // Offloaded: writes a resident gradient that changed since it was stored, then drops it (the
+  // placeholder stays). A failed write (IoError naming file and offset) keeps it resident and
+  // changed. No-op otherwise.
+  void release_grad();
+  // Multiplies the gradient shard by `factor` (a one-element tensor, or a number): in place when
+  // resident; recorded for its next load when offloaded. No-op without a gradient.
+  void scale_grad(const at::Tensor& factor);
+  void scale_grad(double factor);
+  std::string grad_file() const;  // the store's file (NVME), for messages and tests; "" otherwise
 
   // --- parameters ---
   bool gathered() const;
@@ -179,7 +208,20 @@ class FlatParam {
   ShardStore* store_ = nullptr;
   int store_slot_ = -1;
   bool shard_dirty_ = false;  // handed out by shard() since it was loaded
-  at::Tensor grad_shard_;   // fp32 [S] or undefined
+  at::Tensor grad_shard_;   // fp32 [S], a meta placeholder (offloaded, not resident) or undefined
+  struct GradScale {
+    at::Tensor tensor;  // multiplied as g.mul(tensor.to(g.options())) when defined
+    double value = 1;   // else as g.mul(value)
+  };
+  void apply_grad_scale(at::Tensor& g, const GradScale& s, bool in_place) const;
+  bool grad_resident() const { return grad_shard_.defined() && !grad_shard_.is_meta(); }
+  void set_resident_grad(at::Tensor g);
+  ShardStore* grad_store_ = nullptr;
+  int grad_slot_ = -1;
+  bool grad_stored_ = false;   // the store holds the gradient (times grad_scales_)
+  bool grad_dirty_ = false;    // the resident gradient is not what the store holds times grad_scales_
+  std::vector<GradScale> grad_scales_;
+  at::Tensor grad_placeholder_;  // what grad_shard() holds while the gradient is stored only
   at::Tensor full_;         // [padded]: gathered values; storage freed while resharded
   bool full_allocated_ = false;
   at::Tensor grad_buffer_;  // [padded] or undefined

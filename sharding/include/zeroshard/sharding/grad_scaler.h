@@ -7,7 +7,7 @@
 //   for (...) {
 //     auto loss = engine.forward([&] { return loss_fn(model->forward(x), y); });
 //     scaler.scale(loss).backward();
-//     if (scaler.unscale_and_check(engine.param_shards())) {  // collective: all ranks agree
+//     if (scaler.unscale_and_check(engine)) {                // collective: all ranks agree
 //       engine.clip_grad_norm(1.0);                         // on the unscaled gradients
 //       engine.step(*opt);                                  // optimizer + buffer averaging
 //     }
@@ -60,6 +60,8 @@ namespace zeroshard {
 
 // fp16 gradients keep overflowing at the minimum loss scale: the run cannot make progress.
 ZS_DECLARE_ERROR(LossScaleError, Error, "loss scale error");
+
+class ShardingEngine;
 
 namespace config {
 class LossScaleConfig;
@@ -116,7 +118,13 @@ class GradScaler {
   // communicator. Returns true when every rank's gradients are finite: the step should be
   // applied. Call it exactly once per step, after backward and before clipping, then update().
   // Throws UsageError if called twice without update() in between, or for a non-fp32 gradient.
+  // A gradient offloaded by a ShardingEngine (offload.grads; a placeholder on the meta device) is
+  // a UsageError naming the shard: use the engine overload.
   bool unscale_and_check(const std::vector<ParamShard>& shards);
+  // The same over every gradient shard of `engine`, offloaded ones included (each is brought in to
+  // be checked, the next read ahead, and takes the factor at its next load: nothing is written).
+  // What the Trainer calls.
+  bool unscale_and_check(ShardingEngine& engine);
 
   // DISABLED only, instead of unscale_and_check: the step's inf/nan decision from `global_norm`,
   // the all-reduced L2 norm of every rank's gradients (so every rank decides alike; not a
@@ -162,6 +170,8 @@ class GradScaler {
   std::shared_ptr<Communicator> comm_;
   GradScalerState state_;
   bool checked_ = false;       // unscale_and_check ran since the last update()
+  // The all-reduced decision from each rank's gradient extremes (after unscaling).
+  bool decide(const std::vector<at::Tensor>& extremes);
   bool found_inf_ = false;     // its all-reduced result
   bool last_step_skipped_ = false;
 };

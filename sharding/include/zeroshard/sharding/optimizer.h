@@ -69,14 +69,18 @@ class ShardPager {
   virtual int64_t numel(size_t i) const = 0;  // elements of shard i
   // Makes shards[i].param valid: with `read`, holding the shard's values (loads them; waits for a
   // prefetch); without, a tensor of the shard's size whose contents the caller overwrites whole
-  // (nothing is read: an update whose new values come from the master copy elsewhere).
-  virtual void acquire(size_t i, bool read = true) = 0;
+  // (nothing is read: an update whose new values come from the master copy elsewhere). With
+  // `grad`, shards[i].grad holds the gradient's values too (offload.grads: until then it is a
+  // placeholder on the meta device); a caller that only writes the parameters passes false.
+  // Throws (IoError naming file and offset) with nothing of shard i acquired.
+  virtual void acquire(size_t i, bool read = true, bool grad = true) = 0;
   // shards[i].param was updated (or not, `modified` false): writes it back where it lives and
-  // drops it (shards[i].param becomes undefined). A failed write throws IoError naming the file
-  // and offset, and keeps the values in memory, so nothing is lost.
+  // drops it (shards[i].param becomes undefined; an offloaded gradient is dropped unchanged). A
+  // failed write throws IoError naming the file and offset, and keeps the values in memory, so
+  // nothing is lost.
   virtual void release(size_t i, bool modified) = 0;
-  // Starts loading shard i ahead of acquire(i) (no-op for i past the end).
-  virtual void prefetch(size_t i) = 0;
+  // Starts loading shard i ahead of acquire(i, read) (no-op for i past the end).
+  virtual void prefetch(size_t i, bool read = true) = 0;
 };
 
 class ShardedOptimizer {

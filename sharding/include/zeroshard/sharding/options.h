@@ -21,7 +21,8 @@ class PrecisionConfig;
 class Config;
 }  // namespace config
 
-// Where a part of the model state lives between uses (offload.optimizer, offload.params).
+// Where a part of the model state lives between uses (offload.optimizer, offload.params,
+// offload.grads).
 enum class OffloadTarget {
   kDevice,  // DEVICE: on the compute device
   kCpu,     // CPU: pinned host memory
@@ -85,6 +86,10 @@ struct ShardingOptions {
   c10::ScalarType autocast_dtype = c10::kBFloat16;
   // offload.params: where the parameter shards live between uses.
   ParamOffloadOptions offload_params;
+  // offload.grads: where the fp32 gradient shards live from their reduction to the optimizer step
+  // (the same fields; files under <nvme_path>/zeroshard-grads-rank<R>/). kCpu / kNvme need the
+  // optimizer offloaded (its step brings each gradient in with its shard).
+  ParamOffloadOptions offload_grads;
 
   static ShardingOptions from_config(const config::ShardingConfig& cfg);
   // Sharding and precision sections together. With precision.autocast, param_dtype names the

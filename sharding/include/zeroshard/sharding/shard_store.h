@@ -1,6 +1,9 @@
 #pragma once
 // ShardStore: where the fp32 parameter shards of a ShardingEngine live between uses when
-// offload.params is CPU or NVME (ZeRO-Infinity's parameter offload).
+// offload.params is CPU or NVME (ZeRO-Infinity's parameter offload), and, in a store of its own,
+// the fp32 gradient shards between the backward pass and the optimizer step when offload.grads is
+// CPU or NVME (Kind::kGrads: files <slot>-<unit>.grad under zeroshard-grads-rank<R>, read-ahead
+// buffers counted as gradient shards).
 //
 // A FlatParam with a store keeps its shard resident only while something uses it: the engine
 // loads it for the unit's all-gather (reading the next unit's ahead, in the recorded order) and
@@ -35,15 +38,18 @@ class MemoryStats;
 
 class ShardStore {
  public:
+  enum class Kind { kParams, kGrads };
   // `options.target` must be kCpu or kNvme. NVME: creates and locks the rank directory (IoError
   // naming nvme_path when it cannot be used). `io` may be null (built from the options); tests
   // pass a FaultInjectingIo.
-  ShardStore(const ParamOffloadOptions& options, int rank, MemoryStats* mem, std::shared_ptr<IoEngine> io = nullptr);
+  ShardStore(const ParamOffloadOptions& options, int rank, MemoryStats* mem, std::shared_ptr<IoEngine> io = nullptr,
+             Kind kind = Kind::kParams);
   ~ShardStore();
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
 
   OffloadTarget target() const;
+  Kind kind() const;
   // A new slot for a shard of `numel` fp32 elements, named by its unit in files and errors.
   // NVME: creates the file and reserves its space (IoError: disk full, naming the file).
   int add(const std::string& unit, int64_t numel);

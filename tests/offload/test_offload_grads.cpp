@@ -1,0 +1,405 @@
+// Gradient offload (offload.grads = CPU / NVME, ZeRO-Infinity's gradient swapping): each unit's fp32
+// gradient shard goes to a ShardStore as its reduction completes, and comes back only to be read
+// (clipping, loss-scale unscaling, the optimizer step) or added to (accumulation over
+// micro-batches). Training with them on NVMe or in host memory must give the same parameters, bit
+// for bit, as with resident gradients, for AdamW and SGD, with the optimizer state on the host or
+// on NVMe and the parameters resident or on NVMe too; a clip or unscale factor taken at the next
+// load must equal the in-place multiply; between the backward pass and the step at most a shard or
+// two of gradients are resident; a corrupted gradient file is named with its offset, before or
+// during a step, and leaves the training state intact; a disk that fills up while a gradient is
+// stored fails the backward naming the file, and the run goes on exactly after a reset. Run at 1
+// and 2 ranks.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "common/test_util.h"
+#include "sharding/gpt_trainer.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/core/memory_stats.h"
+#include "zeroshard/io/fault_io.h"
+#include "zeroshard/offload/offload_optimizer.h"
+#include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/sharding/grad_scaler.h"
+#include "zeroshard/sharding/shard_store.h"
+
+namespace zs = zeroshard;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Under the build tree (a disk: O_DIRECT works there), one per rank.
+struct TempDir {
+  explicit TempDir(const std::string& name) {
+    path = (fs::current_path() / ("offload_grads_" + name + "_" + std::to_string(zs::test::rank()))).string();
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+using Trainer = zs_test::GptTrainer;
+using zs::test::contains;
+using zs_test::max_diff;
+
+zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
+
+zs::config::OptimizerConfig sgd_config() {
+  zs::config::OptimizerConfig c = adamw_config();
+  c.set_type(zs::config::OptimizerConfig::SGD);
+  c.set_lr(0.05);
+  c.set_momentum(0.9);
+  c.set_nesterov(true);
+  return c;
+}
+
+// Small blocks: a shard spans several checksum chunks and I/O pieces.
+zs::ShardingOptions offloaded(zs::OffloadTarget grads, zs::OffloadTarget params, const std::string& dir) {
+  zs::ShardingOptions o;
+  for (zs::ParamOffloadOptions* p : {&o.offload_params, &o.offload_grads}) {
+    p->nvme_path = dir;
+    p->block_size = 4096;
+    p->queue_depth = 4;
+  }
+  o.offload_params.target = params;
+  o.offload_grads.target = grads;
+  return o;
+}
+
+zs::OffloadOptions optimizer_options(zs::OffloadTarget where, zs::OffloadTarget params, const std::string& dir) {
+  zs::OffloadOptions o;
+  o.target = where;
+  o.params = params;
+  o.nvme_path = dir;
+  o.block_size = 4096;
+  o.buffer_count = 3;
+  o.queue_depth = 4;
+  return o;
+}
+
+template <typename Err>
+std::string error_of(const std::function<void()>& fn) {
+  return zs::test::error_text_of<Err>(fn);
+}
+
+std::string any_error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "<no exception>";
+}
+
+// A trainable flat parameter whose gradient file spans at least two 4096-byte chunks (the last
+// such one: the last the optimizer step reaches).
+zs::FlatParam* large_trainable(zs::ShardingEngine& e) {
+  zs::FlatParam* pick = nullptr;
+  for (zs::FlatParam* f : e.flat_params()) {
+    if (f->trainable() && f->shard_numel() * 4 > 4096 + 100) pick = f;
+  }
+  return pick;
+}
+
+// Flips one byte of `file` at `offset` (returns the original byte).
+char flip_byte(const std::string& file, off_t offset) {
+  const int fd = ::open(file.c_str(), O_RDWR);
+  EXPECT_GE(fd, 0) << file;
+  char saved = 0;
+  EXPECT_EQ(::pread(fd, &saved, 1, offset), 1);
+  const char junk = static_cast<char>(saved ^ 0x24);
+  EXPECT_EQ(::pwrite(fd, &junk, 1, offset), 1);
+  ::close(fd);
+  return saved;
+}
+
+// After a backward: no gradient byte is resident, every trainable flat parameter's gradient is a
+// placeholder on the meta device with its file on disk (NVME).
+void expect_gradients_offloaded(zs::ShardingEngine& e, bool nvme, const std::string& what) {
+  EXPECT_EQ(e.memory().current(zs::MemCategory::kGradShards), 0) << what;
+  for (zs::FlatParam* f : e.flat_params()) {
+    if (!f->trainable()) continue;
+    ASSERT_TRUE(f->grad_shard().defined()) << what << ": " << f->name();
+    EXPECT_TRUE(f->grad_shard().is_meta()) << what << ": " << f->name();
+    if (nvme) EXPECT_TRUE(fs::exists(f->grad_file())) << f->grad_file();
+  }
+}
+
+// One step of 3 micro-batches accumulated (each backward reduces and adds into the gradient
+// shard), the loss scaled by a factor that is not a power of two, unscaled, clipped. The
+// reference unscales through param_shards() (in place); offloaded gradients take the factors at
+// their next load.
+void accumulated_scaled_step(Trainer& t, zs::GradScaler& scaler, zs::ShardedOptimizer& opt, int step, bool by_shards) {
+  for (int m = 0; m < 3; ++m) {
+    torch::manual_seed(1000 + 31 * step + 7 * m + zs::test::rank());
+    torch::Tensor x = torch::randint(t.config.vocab, {2, t.config.seq}, torch::kLong);
+    torch::Tensor y = torch::randint(t.config.vocab, {2, t.config.seq}, torch::kLong);
+    torch::Tensor loss = t.engine->forward(
+        [&] { return torch::cross_entropy_loss(t.model->forward(x).view({-1, t.config.vocab}), y.view({-1})); });
+    scaler.scale(loss / 3).backward();
+  }
+  const bool finite = by_shards ? scaler.unscale_and_check(t.engine->param_shards()) : scaler.unscale_and_check(*t.engine);
+  ASSERT_TRUE(finite);
+  t.engine->clip_grad_norm(0.5);
+  t.engine->step(opt);
+  scaler.update();
+  t.engine->zero_grad();
+}
+
+zs::GradScaler static_scaler() {
+  zs::LossScaleOptions o;
+  o.mode = zs::LossScaleMode::kStatic;
+  o.initial_scale = 1000;  // not a power of two: unscaling rounds
+  return zs::GradScaler(o, /*fp16_in_use=*/false, zs::test::session().world());
+}
+
+}  // namespace
+
+// The reference: the same optimizer and parameter placement with resident gradients.
+TEST(OffloadGrads, NvmeGradsTrainBitwiseAsResident) {
+  for (auto opt_where : {zs::OffloadTarget::kCpu, zs::OffloadTarget::kNvme}) {
+    for (auto params : {zs::OffloadTarget::kDevice, zs::OffloadTarget::kNvme}) {
+      for (bool sgd : {false, true}) {
+        const auto cfg = sgd ? sgd_config() : adamw_config();
+        const std::string what = std::string(sgd ? "SGD" : "AdamW") + ", optimizer state on " +
+                                 zs::to_string(opt_where) + ", parameters on " + zs::to_string(params);
+        TempDir ref_dir("ref");
+        Trainer ref(offloaded(zs::OffloadTarget::kDevice, params, ref_dir.path));
+        zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(opt_where, params, ref_dir.path), zs::test::rank());
+        ref.train(ref_opt, 0, 4);
+        TempDir dir("equal");
+        Trainer t(offloaded(zs::OffloadTarget::kNvme, params, dir.path));
+        ASSERT_NE(t.engine->grad_store(), nullptr);
+        zs::OffloadedOptimizer opt(cfg, optimizer_options(opt_where, params, dir.path), zs::test::rank());
+        t.train(opt, 0, 3);
+        t.forward_backward(3);  // clipped: every gradient read once, none written again
+        expect_gradients_offloaded(*t.engine, true, what);
+        t.engine->step(opt);
+        t.engine->zero_grad();
+        EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0) << what;
+        EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kGradShards), 0) << what;
+        const zs::ShardStore::IoStats io = t.engine->grad_store()->io_stats();
+        EXPECT_GT(io.bytes_read, 0) << what;
+        EXPECT_GT(io.bytes_written, 0) << what;
+        // Written once per backward (no micro-batch accumulation here), read by clip and step.
+        EXPECT_EQ(io.bytes_read, 2 * io.bytes_written) << what;
+      }
+    }
+  }
+}
+
+// offload.grads = CPU with everything else in host memory: on a CPU run the store keeps the
+// gradient tensor itself; the training is that of resident gradients.
+TEST(OffloadGrads, CpuGradsTrainBitwiseAsResident) {
+  for (auto params : {zs::OffloadTarget::kDevice, zs::OffloadTarget::kCpu}) {
+    Trainer ref(offloaded(zs::OffloadTarget::kDevice, params, ""));
+    zs::OffloadedOptimizer ref_opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, params, ""),
+                                   zs::test::rank());
+    ref.train(ref_opt, 0, 4);
+    Trainer t(offloaded(zs::OffloadTarget::kCpu, params, ""));
+    zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, params, ""),
+                               zs::test::rank());
+    t.train(opt, 0, 3);
+    t.forward_backward(3);
+    expect_gradients_offloaded(*t.engine, false, "CPU");
+    t.engine->step(opt);
+    t.engine->zero_grad();
+    EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0) << zs::to_string(params);
+    EXPECT_EQ(t.engine->grad_store()->bytes_on_disk(), 0);
+    EXPECT_GT(t.engine->grad_store()->bytes_in_host(), 0);
+  }
+}
+
+// Micro-batch accumulation (load, add, store again), loss scaling by 1000 and clipping: the factors
+// taken at the next load equal the in-place multiplies of resident gradients, bit for bit. And
+// the shard-list overload of unscale_and_check refuses offloaded gradients by name.
+TEST(OffloadGrads, AccumulationUnscaleAndClipBitwiseAsResident) {
+  const auto cfg = adamw_config();
+  TempDir ref_dir("scaled_ref");
+  Trainer ref(offloaded(zs::OffloadTarget::kDevice, zs::OffloadTarget::kDevice, ref_dir.path));
+  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice,
+                                                        ref_dir.path),
+                                 zs::test::rank());
+  zs::GradScaler ref_scaler = static_scaler();
+  for (int s = 0; s < 3; ++s) accumulated_scaled_step(ref, ref_scaler, ref_opt, s, /*by_shards=*/true);
+
+  TempDir dir("scaled");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path));
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
+                             zs::test::rank());
+  zs::GradScaler scaler = static_scaler();
+  for (int s = 0; s < 3; ++s) accumulated_scaled_step(t, scaler, opt, s, /*by_shards=*/false);
+  EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
+  // 3 micro-batches: the first stores, the next two load, add and store again.
+  const zs::ShardStore::IoStats io = t.engine->grad_store()->io_stats();
+  EXPECT_GT(io.bytes_written, 0);
+
+  t.forward_backward(3);
+  zs::GradScaler other = static_scaler();
+  const std::string err = error_of<zs::UsageError>([&] { other.unscale_and_check(t.engine->param_shards()); });
+  EXPECT_TRUE(contains(err, "is offloaded (offload.grads): call unscale_and_check(engine)")) << err;
+}
+
+// Between the backward pass and the step at most the gradient being added to or read and the one
+// read ahead are resident: with 11 units the peak stays at two shards, well under the total.
+TEST(OffloadGrads, FewGradientShardsResidentAtOnce) {
+  TempDir dir("peak");
+  zs_test::GptConfig c = zs_test::trainer_gpt_config();
+  c.layers = 10;
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path), 11, c);
+  zs::OffloadedOptimizer opt(adamw_config(),
+                             optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
+                             zs::test::rank());
+  t.train(opt, 0, 3);
+  int64_t total = 0, largest = 0;
+  for (zs::FlatParam* f : t.engine->flat_params()) {
+    if (!f->trainable()) continue;
+    total += 4 * f->shard_numel();
+    largest = std::max<int64_t>(largest, 4 * f->shard_numel());
+  }
+  const int64_t peak = t.engine->memory().peak(zs::MemCategory::kGradShards);
+  if (zs::test::rank() == 0) {
+    std::printf("  resident gradient peak %lld of %lld bytes (largest shard %lld), on disk %lld\n",
+                static_cast<long long>(peak), static_cast<long long>(total), static_cast<long long>(largest),
+                static_cast<long long>(t.engine->grad_store()->bytes_on_disk()));
+  }
+  EXPECT_GT(peak, 0);
+  EXPECT_LE(peak, 2 * largest) << "more than two gradient shards were resident at once";
+  EXPECT_LT(peak, total / 2);
+  EXPECT_GE(t.engine->grad_store()->bytes_on_disk(), total);
+}
+
+// A gradient file changed behind the engine's back, found by the clip before the step: named with
+// its chunk and offset; nothing of the training state changed, so the step is redone from a new
+// backward and the run equals the uninterrupted one.
+TEST(OffloadGrads, CorruptedGradientFileBeforeTheStepIsNamed) {
+  const auto cfg = adamw_config();
+  TempDir ref_dir("corrupt_ref");
+  Trainer ref;
+  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                                 zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+
+  TempDir dir("corrupt");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path));
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                             zs::test::rank());
+  t.train(opt, 0, 2);
+  zs::FlatParam* victim = large_trainable(*t.engine);
+  ASSERT_NE(victim, nullptr);
+  const std::string file = victim->grad_file();
+  t.forward_backward(2);  // clipped once: the factor waits for the next load
+  flip_byte(file, 4096 + 33);
+  const std::string err = error_of<zs::IoError>([&] { t.engine->clip_grad_norm(1.0); });
+  EXPECT_TRUE(contains(err, file)) << err;
+  EXPECT_TRUE(contains(err, "chunk 1 at offset 4096")) << err;
+  EXPECT_TRUE(contains(err, "gradient shard of unit '" + victim->name() + "'")) << err;
+  EXPECT_TRUE(contains(err, "CRC-32C")) << err;
+  t.engine->zero_grad();
+  t.train(opt, 2, 4);
+  EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
+}
+
+// The same during an optimizer step with its state on NVMe (two generations): the step fails at
+// that shard naming the file, rolls back the shards it updated, and the run redone from a new
+// backward equals the uninterrupted one, with the parameters on NVMe as well.
+TEST(OffloadGrads, CorruptedGradientFileDuringTheStepRollsBack) {
+  const auto cfg = adamw_config();
+  TempDir ref_dir("midstep_ref");
+  Trainer ref;
+  zs::OffloadedOptimizer ref_opt(
+      cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, ref_dir.path), zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+
+  TempDir dir("midstep");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path));
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
+                             zs::test::rank());
+  t.train(opt, 0, 2);
+  t.forward_backward(2);
+  zs::FlatParam* victim = large_trainable(*t.engine);
+  ASSERT_NE(victim, nullptr);
+  flip_byte(victim->grad_file(), 7);
+  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  EXPECT_TRUE(contains(err, "step 3 failed")) << err;
+  EXPECT_TRUE(contains(err, victim->grad_file())) << err;
+  EXPECT_TRUE(contains(err, "chunk 0 at offset 0")) << err;
+  EXPECT_TRUE(contains(err, "as before this step")) << err;
+  EXPECT_EQ(opt.steps(), 2);
+  t.engine->zero_grad();
+  t.train(opt, 2, 4);
+  EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
+}
+
+// The disk fills up while a unit's gradient is stored: the backward fails naming the file; the
+// gradient stays in memory until reset_after_error() drops this step's gradients, and the step
+// redone once the disk has room equals the uninterrupted run.
+TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
+  const auto cfg = adamw_config();
+  Trainer ref;
+  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                                 zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+
+  TempDir dir("enospc");
+  zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path);
+  zs::IoOptions io_opts;
+  io_opts.block_size = 4096;
+  io_opts.queue_depth = 4;
+  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  so.offload_grads.io = faulty;
+  Trainer t(so);
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                             zs::test::rank());
+  t.train(opt, 0, 2);
+  faulty->fail_writes_after_bytes(4096);  // the second gradient stored finds the disk full
+  const std::string err = any_error_of([&] { t.forward_backward(2); });
+  EXPECT_TRUE(contains(err, "disk full")) << err;
+  EXPECT_TRUE(contains(err, ".grad")) << err;
+  EXPECT_GT(t.engine->memory().current(zs::MemCategory::kGradShards), 0) << "the unstored gradient must stay resident";
+  faulty->clear();
+  t.engine->reset_after_error();
+  EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kGradShards), 0);
+  t.train(opt, 2, 4);
+  EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
+}
+
+TEST(OffloadGrads, ConfigAndUsageErrors) {
+  zs::config::Config c;
+  c.mutable_offload()->set_grads(zs::config::OffloadConfig::NVME);
+  c.mutable_offload()->set_nvme_path("/x");
+  std::string err = error_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
+  EXPECT_TRUE(contains(err, "offload.grads = NVME needs offload.optimizer = CPU or NVME")) << err;
+  c.mutable_offload()->set_optimizer(zs::config::OffloadConfig::CPU);
+  EXPECT_EQ(zs::ShardingOptions::from_config(c).offload_grads.target, zs::OffloadTarget::kNvme);
+  c.mutable_offload()->set_nvme_path("");
+  err = error_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
+  EXPECT_TRUE(contains(err, "offload.grads = NVME needs offload.nvme_path")) << err;
+
+  TempDir dir("errors");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path));
+  t.forward_backward(0);
+  // A device-state optimizer cannot step offloaded gradients.
+  auto dev = zs::make_optimizer(adamw_config());
+  err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
+  EXPECT_TRUE(contains(err, "offload.params or offload.grads")) << err;
+  // param_shards() hands out placeholders: a step that bypasses the engine is refused by name.
+  zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                             zs::test::rank());
+  err = error_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
+  EXPECT_TRUE(contains(err, "is offloaded (offload.grads)")) << err;
+  EXPECT_TRUE(contains(err, "engine.step(optimizer)")) << err;
+  t.engine->step(opt);  // through the engine it works
+  EXPECT_EQ(opt.steps(), 1);
+}
