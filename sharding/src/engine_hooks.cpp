@@ -388,6 +388,9 @@ void detail::ShardingEngineImpl::finalize_backward() {
     // The optimizer, clipping and the next step read the gradient shards on the compute stream.
     streams->wait(compute, streams->reduce_scatter());
   }
+  // Offloaded gradients were written behind the backward: a failed write fails it (the values
+  // stay in memory until reset_after_error() drops this step's gradients).
+  if (grad_store != nullptr) grad_store->flush();
   retired_grads.release_after_wait(compute);
   for (auto& u : units) {
     if (options.strategy != ShardingStrategy::kNoShard) reshard(u.get());

@@ -74,12 +74,15 @@ int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const Sh
   for (int64_t x : u) all += x;
   const int units = static_cast<int>(u.size());
   auto at = [&](int i) -> int64_t { return i >= 0 && i < units ? u[static_cast<size_t>(i)] : 0; };
-  // offload.grads: each unit's gradient shard goes to the store as its reduction completes, so at
-  // most one (at most the largest) is resident at a time instead of all finished ones.
+  // offload.grads: each unit's gradient shard goes to the store as its reduction completes, written
+  // behind the next unit's backward, so at most two (the one being written and the one being
+  // added up: at most the two largest) are in memory instead of all finished ones.
   const bool grads_off = o.offload_grads != OffloadTarget::kDevice;
-  int64_t largest = root;
-  for (int64_t x : u) largest = std::max(largest, x);
-  auto resident = [&](int64_t shard_elems) { return grads_off ? std::min(shard_elems, largest / n) : shard_elems; };
+  std::vector<int64_t> by_size = u;
+  by_size.push_back(root);
+  std::sort(by_size.rbegin(), by_size.rend());
+  const int64_t two_largest = (by_size[0] + (by_size.size() > 1 ? by_size[1] : 0)) / n;
+  auto resident = [&](int64_t shard_elems) { return grads_off ? std::min(shard_elems, two_largest) : shard_elems; };
   // Gathered elements while unit i computes (forward or backward).
   auto gathered = [&](int i, bool backward) -> int64_t {
     if (aliased) return 0;

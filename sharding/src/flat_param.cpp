@@ -314,8 +314,9 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::ve
   } else {
     set_resident_grad(std::move(reduced));
   }
-  // Offloaded: stored at once (a failed write keeps it resident: nothing is lost).
-  release_grad();
+  // Offloaded: stored at once, written behind the rest of backward (the engine flushes the store
+  // at the end of backward; a failed write keeps the values in memory: nothing is lost).
+  release_grad(/*write_behind=*/true);
 }
 
 void FlatParam::set_resident_grad(at::Tensor g) {
@@ -334,9 +335,11 @@ void FlatParam::attach_grad_store(ShardStore* store) {
 const at::Tensor& FlatParam::grad_for_read() {
   if (grad_store_ == nullptr || grad_resident() || !grad_shard_.defined()) return grad_shard_;
   at::Tensor g = grad_store_->load(grad_slot_, device_);
-  // Out of place: on a CPU run the store's tensor may be `g` itself, and the stored values stay
-  // what they are (the factors stay recorded for them).
-  for (size_t k = 0; k < grad_scales_.size(); ++k) apply_grad_scale(g, grad_scales_[k], /*in_place=*/false);
+  // In place on a tensor of its own (read from a file, or copied to the device); out of place
+  // where the store hands out its own host tensor (CPU store, CPU run): the stored values stay what
+  // they are, the factors stay recorded for them. Either way the same kernel: the same values.
+  const bool own = grad_store_->target() != OffloadTarget::kCpu || !device_.is_cpu();
+  for (size_t k = 0; k < grad_scales_.size(); ++k) apply_grad_scale(g, grad_scales_[k], /*in_place=*/own);
   grad_shard_ = std::move(g);
   grad_dirty_ = false;
   mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
@@ -347,10 +350,14 @@ void FlatParam::prefetch_grad() {
   if (grad_store_ != nullptr && grad_shard_.defined() && !grad_resident()) grad_store_->prefetch(grad_slot_, device_);
 }
 
-void FlatParam::release_grad() {
+void FlatParam::release_grad(bool write_behind) {
   if (grad_store_ == nullptr || !grad_resident()) return;
   if (grad_dirty_ || !grad_stored_) {
-    grad_store_->save(grad_slot_, grad_shard_);  // throws with the gradient still resident and changed
+    if (write_behind) {
+      grad_store_->save_async(grad_slot_, grad_shard_);
+    } else {
+      grad_store_->save(grad_slot_, grad_shard_);  // throws with the gradient still resident and changed
+    }
     grad_stored_ = true;
     grad_dirty_ = false;
     grad_scales_.clear();
@@ -422,7 +429,7 @@ void FlatParam::drop_grad_shard() {
   if (!grad_shard_.defined()) return;
   if (grad_resident()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
   grad_shard_ = at::Tensor();
-  if (grad_store_ != nullptr) grad_store_->cancel(grad_slot_);
+  if (grad_store_ != nullptr) grad_store_->discard(grad_slot_);
   grad_stored_ = false;
   grad_dirty_ = false;
   grad_scales_.clear();

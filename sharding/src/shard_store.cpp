@@ -57,6 +57,11 @@ struct ShardStore::Impl {
     std::vector<uint32_t> crc;  // per chunk of block_size bytes
     bool written = false;
     bool reading = false;
+    // Write-behind (save_async): the bytes in memory until the write completes, or after it failed.
+    bool writing = false;
+    IoEngine::Handle write = 0;
+    at::Tensor held;          // aligned, at least file_bytes
+    std::string write_error;  // the failed write's error, until flush() reports it
     IoEngine::Handle read = 0;
     at::Tensor read_buf;  // aligned, file_bytes / 4 elements
   };
@@ -74,6 +79,7 @@ struct ShardStore::Impl {
   IoStats stats;
   int64_t disk_bytes = 0;
   int64_t host_bytes = 0;
+  int last_write = -1;  // the slot written behind last: one write-behind in flight at a time
 
   Impl(const ParamOffloadOptions& opts, Kind k, int r, MemoryStats* m, std::shared_ptr<IoEngine> engine)
       : o(opts),
@@ -138,6 +144,30 @@ struct ShardStore::Impl {
     if (mem != nullptr) mem->add(reading, s.numel * 4);
   }
 
+  // Waits for the slot's write-behind (never throws): on success the file holds the content and
+  // the bytes go (unless `keep`: the caller takes them); on failure they stay held and the error
+  // waits for flush().
+  void complete_write(Slot& s, bool keep = false) {
+    if (!s.writing) return;
+    s.writing = false;
+    try {
+      io->wait(s.write);
+      stats.bytes_written += s.file_bytes;
+      s.written = true;
+      s.write_error.clear();
+      if (!keep) drop_held(s);
+    } catch (const Error& e) {
+      s.written = false;
+      s.write_error = e.message();
+    }
+  }
+
+  void drop_held(Slot& s) {
+    if (!s.held.defined()) return;
+    s.held = at::Tensor();
+    if (mem != nullptr) mem->sub(reading, s.numel * 4);
+  }
+
   at::Tensor finish_read(Slot& s) {
     const auto t0 = std::chrono::steady_clock::now();
     s.reading = false;
@@ -158,7 +188,7 @@ ShardStore::ShardStore(const ParamOffloadOptions& options, int rank, MemoryStats
 
 ShardStore::~ShardStore() {
   if (!impl_) return;
-  for (auto& s : impl_->slots) cancel(static_cast<int>(&s - impl_->slots.data()));
+  for (auto& s : impl_->slots) discard(static_cast<int>(&s - impl_->slots.data()));
   if (impl_->mem != nullptr) {
     impl_->mem->sub(MemCategory::kNvme, impl_->disk_bytes);
     impl_->mem->sub(MemCategory::kOffloadHost, impl_->host_bytes);
@@ -204,7 +234,7 @@ void ShardStore::save(int slot, const at::Tensor& values) {
   Impl::Slot& s = impl_->at(slot);
   ZS_CHECK(values.scalar_type() == at::kFloat && values.numel() == s.numel && values.is_contiguous(),
            "ShardStore: saving ", values.numel(), " elements into the slot of unit '", s.unit, "' (", s.numel, ")");
-  cancel(slot);  // a read ahead of the old content is stale now
+  discard(slot);  // a read ahead of the old content is stale now; an earlier write must land first
   if (impl_->o.target == OffloadTarget::kCpu) {
     if (!s.host.defined()) {  // the slot's bytes live in host memory from now on
       impl_->host_bytes += s.numel * 4;
@@ -236,10 +266,61 @@ void ShardStore::save(int slot, const at::Tensor& values) {
   s.written = true;
 }
 
+void ShardStore::save_async(int slot, const at::Tensor& values) {
+  Impl::Slot& s = impl_->at(slot);
+  if (impl_->o.target != OffloadTarget::kNvme) {
+    save(slot, values);
+    return;
+  }
+  ZS_CHECK(values.scalar_type() == at::kFloat && values.numel() == s.numel && values.is_contiguous(),
+           "ShardStore: saving ", values.numel(), " elements into the slot of unit '", s.unit, "' (", s.numel, ")");
+  discard(slot);
+  // One write in flight: it overlaps whatever the caller does until its next save (the next
+  // unit's backward), and the bytes held stay one shard (a failed write's stay until flush()).
+  if (impl_->last_write >= 0) impl_->complete_write(impl_->at(impl_->last_write));
+  impl_->last_write = slot;
+  // The store keeps the bytes until the write lands: `values` itself when it is an aligned host
+  // buffer with room for the padded size (what load() hands out), else an aligned copy.
+  at::Tensor src = values;
+  if (!aligned_for_io(values, s.file_bytes)) {
+    src = aligned_empty(s.file_bytes / 4);
+    src.narrow(0, 0, s.numel).copy_(values);
+  }
+  auto* data = static_cast<char*>(src.data_ptr());
+  std::memset(data + s.numel * 4, 0, static_cast<size_t>(s.file_bytes - s.numel * 4));
+  s.written = false;
+  impl_->checksum(s, data);
+  s.held = src;
+  if (impl_->mem != nullptr) impl_->mem->add(impl_->reading, s.numel * 4);
+  s.write = impl_->io->submit_write(*s.file, data, s.file_bytes, 0);
+  s.writing = true;
+}
+
+void ShardStore::flush() {
+  std::string first;
+  int failed = 0;
+  for (auto& s : impl_->slots) {
+    impl_->complete_write(s);
+    if (s.write_error.empty()) continue;
+    if (failed++ == 0) first = s.write_error;
+    s.write_error.clear();  // reported once; the values stay held and the next save retries
+  }
+  ZS_REQUIRE(failed == 0, IoError, "writing ", impl_->what, " shards under '", impl_->dir->path(), "' failed (rank ",
+             impl_->rank, ", ", failed, " shard(s)): ", first, "; their values stay in memory until a write succeeds");
+}
+
+void ShardStore::discard(int slot) noexcept {
+  Impl::Slot& s = impl_->slots[static_cast<size_t>(slot)];
+  cancel(slot);
+  impl_->complete_write(s);
+  impl_->drop_held(s);
+  s.write_error.clear();
+}
+
 void ShardStore::prefetch(int slot, c10::Device device) {
   (void)device;
   Impl::Slot& s = impl_->at(slot);
-  if (impl_->o.target != OffloadTarget::kNvme || s.reading || !s.written) return;
+  if (impl_->o.target != OffloadTarget::kNvme || s.reading || !s.written || s.held.defined()) return;
   impl_->start_read(s);
 }
 
@@ -251,6 +332,18 @@ at::Tensor ShardStore::load(int slot, c10::Device device) {
     if (s.host.device() == device) return s.host;
     return s.host.to(device, /*non_blocking=*/false, /*copy=*/true);
   }
+  if (s.held.defined()) {
+    // Written behind: the values are in memory. Taken over once the write landed; copied while
+    // they are the only copy (the write failed: the slot keeps them and the next save retries).
+    impl_->complete_write(s, /*keep=*/true);
+    values = s.held.narrow(0, 0, s.numel);
+    if (s.written) {
+      impl_->drop_held(s);
+    } else {
+      values = values.clone();
+    }
+    return device.is_cpu() ? values : values.to(device);
+  }
   // After a failed write the FlatParam keeps the shard resident and modified: it never loads it.
   ZS_CHECK(s.written, "ShardStore: load of the shard of unit '", s.unit, "' whose last write to '", s.path,
            "' failed");
@@ -261,7 +354,7 @@ at::Tensor ShardStore::load(int slot, c10::Device device) {
 
 at::Tensor ShardStore::allocate(int slot, c10::Device device) {
   Impl::Slot& s = impl_->at(slot);
-  cancel(slot);
+  discard(slot);
   if (!device.is_cpu()) return at::empty({s.numel}, at::TensorOptions().dtype(at::kFloat).device(device));
   if (impl_->o.target == OffloadTarget::kNvme) return aligned_empty(s.file_bytes / 4).narrow(0, 0, s.numel);
   return at::empty({s.numel}, at::kFloat);

@@ -375,6 +375,46 @@ TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
   EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
 }
 
+// The store's write-behind: a write that fails keeps the values in memory (loadable, bit for bit),
+// flush() names the file once, and the next save retries; a write that lands is read back from the
+// file. Files of a gradient store are <slot>-<unit>.grad under zeroshard-grads-rank<R>.
+TEST(OffloadGrads, WriteBehindKeepsFailedValuesAndFlushNamesTheFile) {
+  TempDir dir("store");
+  zs::ParamOffloadOptions o;
+  o.target = zs::OffloadTarget::kNvme;
+  o.nvme_path = dir.path;
+  o.block_size = 4096;
+  zs::IoOptions io_opts;
+  io_opts.block_size = 4096;
+  io_opts.queue_depth = 4;
+  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  zs::MemoryStats mem;
+  zs::ShardStore store(o, zs::test::rank(), &mem, faulty, zs::ShardStore::Kind::kGrads);
+  const int slot = store.add("blocks.3", 3000);
+  const std::string file = store.file(slot);
+  EXPECT_TRUE(contains(file, "zeroshard-grads-rank" + std::to_string(zs::test::rank()))) << file;
+  EXPECT_TRUE(contains(file, "-blocks.3.grad")) << file;
+  const at::Tensor values = torch::randn({3000});
+  faulty->fail_writes_after_bytes(0);
+  store.save_async(slot, values);
+  EXPECT_EQ(mem.current(zs::MemCategory::kGradShards), 3000 * 4) << "held until the write lands";
+  const std::string err = error_of<zs::IoError>([&] { store.flush(); });
+  EXPECT_TRUE(contains(err, "disk full")) << err;
+  EXPECT_TRUE(contains(err, file)) << err;
+  EXPECT_TRUE(contains(err, "stay in memory")) << err;
+  store.flush();  // reported once
+  EXPECT_TRUE(torch::equal(store.load(slot, at::kCPU), values));
+  EXPECT_EQ(mem.current(zs::MemCategory::kGradShards), 3000 * 4) << "the only copy stays held";
+  faulty->clear();
+  const at::Tensor next = torch::randn({3000});
+  store.save_async(slot, next);
+  store.flush();
+  EXPECT_EQ(mem.current(zs::MemCategory::kGradShards), 0);
+  const int64_t read_before = store.io_stats().bytes_read;
+  EXPECT_TRUE(torch::equal(store.load(slot, at::kCPU), next));
+  EXPECT_GT(store.io_stats().bytes_read, read_before) << "a landed write is read back from the file";
+}
+
 TEST(OffloadGrads, ConfigAndUsageErrors) {
   zs::config::Config c;
   c.mutable_offload()->set_grads(zs::config::OffloadConfig::NVME);

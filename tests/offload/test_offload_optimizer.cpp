@@ -231,6 +231,12 @@ TEST(OffloadedOptimizer, ConfigErrors) {
   adam_momentum.set_momentum(0.9);
   err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(adam_momentum, o, 0); });
   EXPECT_TRUE(contains(err, "apply only to optimizer.type = SGD")) << err;
+  // OffloadOptions filled in code (the config's range [1, 2] is not checked there).
+  zs::OffloadOptions three = o;
+  three.target = zs::OffloadTarget::kCpu;
+  three.nvme_generations = 3;
+  err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(adamw_config(), three, 0); });
+  EXPECT_TRUE(contains(err, "offload.nvme_generations = 3 must be 1 or 2")) << err;
   // State of the wrong optimizer (Adam's two moments into SGD) is refused, naming what fits.
   zs::OffloadedOptimizer sgd_opt(sgd_config(0.9, false), o, 0);
   std::vector<zs::ShardOptimizerState> adam_state(1);

@@ -225,7 +225,7 @@ TEST(EstimateModelStates, OffloadFormulas) {
   EXPECT_EQ(e.offload_host, 0);
   EXPECT_EQ(e.pinned_host, 4 * shard + 4 * 1048576);  // gradient shard + buffer_count x block_size
   // Gradients on NVMe too: the fp32 gradient shard's file (rounded up to 4 KiB) instead of the
-  // resident shard and its pinned copy; at most one (here: the only unit's) stays in the peak.
+  // resident shard and its pinned copy; at most two (here: the only unit's) stay in the peak.
   const zs::MemoryEstimate before = e;
   o.offload_grads = zs::OffloadTarget::kNvme;
   e = zs::estimate_memory(m, o);

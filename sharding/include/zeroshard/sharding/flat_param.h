@@ -129,8 +129,10 @@ class FlatParam {
   void prefetch_grad();  // starts reading an offloaded gradient ahead of grad_for_read
   // Offloaded: writes a resident gradient that changed since it was stored, then drops it (the
   // placeholder stays). A failed write (IoError naming file and offset) keeps it resident and
-  // changed. No-op otherwise.
-  void release_grad();
+  // changed. With `write_behind` the store writes it while the caller goes on (ShardStore::
+  // save_async: the store holds the bytes until then; its flush() reports a failure). No-op
+  // otherwise.
+  void release_grad(bool write_behind = false);
   // Multiplies the gradient shard by `factor` (a one-element tensor, or a number): in place when
   // resident; recorded for its next load when offloaded. No-op without a gradient.
   void scale_grad(const at::Tensor& factor);

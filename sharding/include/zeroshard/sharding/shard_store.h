@@ -58,6 +58,18 @@ class ShardStore {
   // offset when a write fails; the slot's previous content is then invalid (the caller keeps
   // `values`, and a later save may retry).
   void save(int slot, const at::Tensor& values);
+  // Write-behind: starts writing `values` as the slot's content and returns (NVME; CPU: save()),
+  // after waiting for the previous write-behind (one in flight at a time). The store holds the
+  // bytes (an aligned host buffer: `values` itself when it is one) until the write completes; load() meanwhile waits for it and takes the values from memory. A write that
+  // fails keeps them there (the slot stays loadable, the next save retries) and is reported by
+  // flush(). Never throws for the write itself.
+  void save_async(int slot, const at::Tensor& values);
+  // Waits for every write-behind in flight. Throws IoError naming the file and offset of the first
+  // that failed since the last flush (their values stay in memory).
+  void flush();
+  // Drops the slot's content that is still in memory (a write-behind, waited for, or one that
+  // failed) and any read ahead: for content that will not be loaded again (never throws).
+  void discard(int slot) noexcept;
   // Starts reading the slot ahead of load() (NVME; no-op otherwise or when already started).
   void prefetch(int slot, c10::Device device);
   // The slot's values on `device` (contiguous fp32, a tensor of its own unless CPU on a CPU run),
