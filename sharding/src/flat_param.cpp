@@ -44,7 +44,7 @@ FlatParam::~FlatParam() {
   if (shard_.defined()) mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
   if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
-  if (grad_shard_.defined()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
+  if (grad_resident()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));  // not a placeholder
   mem_->sub(MemCategory::kCommBuffers, staged_bytes_);
 }
 

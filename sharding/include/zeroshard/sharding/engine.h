@@ -142,7 +142,9 @@ class ShardingEngine {
   // This rank's trainable shards with their gradients, in a fixed order (with their parameter
   // groups' element ranges once set_param_groups() ran). With offload.params = CPU or NVME each
   // `param` is undefined: the values live in the shard store, and step() brings them in one at a
-  // time (the gradients are there).
+  // time. With offload.grads = CPU or NVME each `grad` is a placeholder on the meta device (same
+  // shape; no data): clip_grad_norm, GradScaler::unscale_and_check(engine) and step() bring the
+  // gradients in.
   std::vector<ParamShard> param_shards();
   // Resolves per-parameter weight decay and lr scale (param_group.h) over every trainable
   // parameter and keeps each shard's ranges for param_shards(), so optimizer steps use them.
