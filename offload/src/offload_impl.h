@@ -116,11 +116,7 @@ struct OffloadedOptimizer::Impl {
     if (o.target == OffloadTarget::kNvme) {
       dir = std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-rank", rank, ".state.", "optimizer state");
       if (!io) {
-        IoOptions io_opts;
-        io_opts.backend = o.io_backend;
-        io_opts.queue_depth = o.queue_depth;
-        io_opts.block_size = o.block_size;
-        io = make_io_engine(io_opts);
+        io = make_io_engine(IoOptions{o.io_backend, o.queue_depth, o.block_size});
       }
     }
   }

@@ -383,20 +383,11 @@ void FlatParam::apply_grad_scale(at::Tensor& g, const GradScale& s, bool in_plac
   }
 }
 
-void FlatParam::scale_grad(const at::Tensor& factor) {
-  if (!grad_shard_.defined()) return;
-  GradScale s{factor, 1};
-  if (grad_resident()) {
-    apply_grad_scale(grad_shard_, s, /*in_place=*/true);
-    grad_dirty_ = true;
-  } else {
-    grad_scales_.push_back(std::move(s));
-  }
-}
+void FlatParam::scale_grad(const at::Tensor& factor) { scale_grad(GradScale{factor, 1}); }
+void FlatParam::scale_grad(double factor) { scale_grad(GradScale{at::Tensor(), factor}); }
 
-void FlatParam::scale_grad(double factor) {
+void FlatParam::scale_grad(GradScale s) {
   if (!grad_shard_.defined()) return;
-  GradScale s{at::Tensor(), factor};
   if (grad_resident()) {
     apply_grad_scale(grad_shard_, s, /*in_place=*/true);
     grad_dirty_ = true;

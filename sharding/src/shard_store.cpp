@@ -100,11 +100,7 @@ struct ShardStore::Impl {
               ? std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-params-rank", rank, ".param", "parameter shards")
               : std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-grads-rank", rank, ".grad", "gradient shards");
     if (!io) {
-      IoOptions io_opts;
-      io_opts.backend = o.io_backend;
-      io_opts.queue_depth = o.queue_depth;
-      io_opts.block_size = o.block_size;
-      io = make_io_engine(io_opts);
+      io = make_io_engine(IoOptions{o.io_backend, o.queue_depth, o.block_size});
     }
   }
 

@@ -367,6 +367,18 @@ TEST(Config, CrossFieldRules) {
   apply_override(c, "offload.optimizer=NVME");
   std::string msg = error_of([&] { validate_config(c); });
   EXPECT_CONTAINS(msg, "offload.optimizer = NVME needs offload.nvme_path");
+  // offload.grads: the same two rules as offload.params.
+  EXPECT_EQ(problem_paths({"offload.grads=NVME"}),
+            (V{"offload.grads", "offload.nvme_path", "offload.grads", "offload.optimizer"}));
+  EXPECT_TRUE(problem_paths({"offload.grads=CPU", "offload.optimizer=CPU"}).empty());
+  Config g;
+  apply_override(g, "offload.grads=CPU");
+  msg = error_of([&] { validate_config(g); });
+  EXPECT_CONTAINS(msg, "offload.grads = CPU needs offload.optimizer = CPU or NVME");
+  apply_override(g, "offload.optimizer=CPU");
+  apply_override(g, "offload.grads=NVME");
+  msg = error_of([&] { validate_config(g); });
+  EXPECT_CONTAINS(msg, "offload.grads = NVME needs offload.nvme_path");
 }
 
 TEST(Config, ParseCommandLine) {

@@ -61,14 +61,7 @@ using zs_test::max_diff;
 
 zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
 
-zs::config::OptimizerConfig sgd_config() {
-  zs::config::OptimizerConfig c = adamw_config();
-  c.set_type(zs::config::OptimizerConfig::SGD);
-  c.set_lr(0.05);
-  c.set_momentum(0.9);
-  c.set_nesterov(true);
-  return c;
-}
+zs::config::OptimizerConfig sgd_config() { return zs_test::trainer_sgd_config(); }
 
 // Small blocks: a shard spans several checksum chunks and I/O pieces.
 zs::ShardingOptions offloaded(zs::OffloadTarget where, const std::string& dir,

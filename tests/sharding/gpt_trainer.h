@@ -32,6 +32,16 @@ inline zeroshard::config::OptimizerConfig trainer_adamw_config() {
   return c;
 }
 
+// SGD with Nesterov momentum over the same groups: the other optimizer the offload tests compare.
+inline zeroshard::config::OptimizerConfig trainer_sgd_config() {
+  zeroshard::config::OptimizerConfig c = trainer_adamw_config();
+  c.set_type(zeroshard::config::OptimizerConfig::SGD);
+  c.set_lr(0.05);
+  c.set_momentum(0.9);
+  c.set_nesterov(true);
+  return c;
+}
+
 // The Trainer's groups for trainer_adamw_config() (no decay on 1-D parameters and the tied
 // embedding) plus a rule, so that every comparison built on GptTrainer covers parameter groups.
 inline zeroshard::ParamGroupOptions trainer_param_groups() {

@@ -216,6 +216,7 @@ class FlatParam {
     double value = 1;   // else as g.mul(value)
   };
   void apply_grad_scale(at::Tensor& g, const GradScale& s, bool in_place) const;
+  void scale_grad(GradScale s);  // in place when resident, else recorded
   bool grad_resident() const { return grad_shard_.defined() && !grad_shard_.is_meta(); }
   void set_resident_grad(at::Tensor g);
   ShardStore* grad_store_ = nullptr;
