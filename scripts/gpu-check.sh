@@ -17,14 +17,17 @@
 #   build  configure with ZS_REQUIRE_CUDA=ON (a missing CUDA, NCCL or CUDA LibTorch is an error),
 #          build the GPU tests and the benchmarks;
 #   test   ctest -L gpu (the GPU-labelled tests); fails when every one of them skipped
-#          (scripts/gpu-test-verdict.sh);
+#          (scripts/gpu-test-verdict.sh); then the tests ZS_GPU_EXTRA_TESTS names (a ctest -R
+#          regex; CPU tests to run under this LibTorch: add their targets to ZS_GPU_TARGETS);
 #   bench  bench_step: a small smoke configuration, --preset gpt-1.3b, then --preset gpt-offload
-#          with offload.optimizer=CPU (reported as not built when the offload optimizer is absent).
+#          with offload.optimizer=CPU, then with parameters and gradients on the host too
+#          (ZS_GPU_BENCHES picks among smoke gpt-1.3b gpt-offload gpt-offload-all).
 #
 # Output, in OUT_DIR (else $OUT, else ./gpu-check-out), at most 8 files:
 #   machine.txt  GPU, driver, OS, compilers, torch, the paths found;   summary.txt  one line per step
 #   build.log    prefix, configure and build;   ctest.log + ctest.xml (JUnit)   test phase
 #   bench.log    benchmark output;   bench.jsonl  each benchmark's final JSON line
+#   ctest-extra.log  the ZS_GPU_EXTRA_TESTS run, when asked for
 # Exit status 0 when every step of the phases run passed.
 #
 # Environment (all optional): ZS_GPU_DEBS (.gpu-debs), ZS_GPU_PREFIX (/tmp/zeroshard-gpu-prefix),
@@ -152,7 +155,7 @@ prefix_env
 
 # --- build ------------------------------------------------------------------------------------------
 # shellcheck disable=SC2206
-gpu_targets=(${ZS_GPU_TARGETS:-test_nccl test_streams test_gpu_training test_gpu_streams bench_step})
+gpu_targets=(${ZS_GPU_TARGETS:-test_nccl test_streams test_gpu_training test_gpu_streams test_gpu_offload bench_step})
 if [[ $phase == all || $phase == build ]]; then
   t0=$(date +%s)
   export TORCH_CUDA_ARCH_LIST=${ZS_TORCH_CUDA_ARCH_LIST:-9.0}  # LibTorch's CMake files read it
@@ -182,6 +185,15 @@ if [[ $phase == all || $phase == test ]]; then
     fail "test: ${verdict#FAILED: } (see ctest.log)"
   fi
   grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest.log"
+  # CPU tests worth running under this machine's LibTorch (built with ZS_GPU_TARGETS), by name.
+  if [[ -n "${ZS_GPU_EXTRA_TESTS:-}" ]]; then
+    if ctest --test-dir "$build" -R "$ZS_GPU_EXTRA_TESTS" --output-on-failure --timeout 900 >"$out/ctest-extra.log" 2>&1; then
+      say "extra tests ($ZS_GPU_EXTRA_TESTS): ok"
+    else
+      fail "extra tests ($ZS_GPU_EXTRA_TESTS; see ctest-extra.log)"
+    fi
+    grep -E "^ *[0-9]+/[0-9]+ Test" "$out/ctest-extra.log"
+  fi
 fi
 
 # --- benchmarks ---------------------------------------------------------------------------------------
@@ -205,10 +217,17 @@ run_bench() {  # name, command...
 }
 if [[ $phase == all || $phase == bench ]]; then
   [[ -x "$build/bin/bench_step" ]] || die "no bench_step in $build/bin: run --phase build first"
-  run_bench smoke "$build/bin/bench_step" --device cuda --dim 1024 --layers 8 --heads 8 --seq 1024 --vocab 50304 \
-    --batch 8 --steps 8 --dtype bf16 --checkpoint 1 --attention fused
-  run_bench gpt-1.3b "$build/bin/bench_step" --preset gpt-1.3b
-  run_bench gpt-offload "$build/bin/bench_step" --preset gpt-offload --set offload.optimizer=CPU
+  benches=" ${ZS_GPU_BENCHES:-smoke gpt-1.3b gpt-offload gpt-offload-all} "
+  [[ $benches == *" smoke "* ]] &&
+    run_bench smoke "$build/bin/bench_step" --device cuda --dim 1024 --layers 8 --heads 8 --seq 1024 --vocab 50304 \
+      --batch 8 --steps 8 --dtype bf16 --checkpoint 1 --attention fused
+  [[ $benches == *" gpt-1.3b "* ]] && run_bench gpt-1.3b "$build/bin/bench_step" --preset gpt-1.3b
+  [[ $benches == *" gpt-offload "* ]] &&
+    run_bench gpt-offload "$build/bin/bench_step" --preset gpt-offload --set offload.optimizer=CPU
+  # Parameters and gradients in host memory too: the device keeps no shard between uses.
+  [[ $benches == *" gpt-offload-all "* ]] &&
+    run_bench gpt-offload-all "$build/bin/bench_step" --preset gpt-offload --plain 0 --set offload.optimizer=CPU \
+      --set offload.params=CPU --set offload.grads=CPU
 fi
 
 say "done: $([[ $failed == 0 ]] && echo 'every step passed' || echo 'some steps FAILED') (phase $phase; output in $out)"

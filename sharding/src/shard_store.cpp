@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>

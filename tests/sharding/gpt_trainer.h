@@ -1,6 +1,7 @@
 #pragma once
 // A small GPT under a ShardingEngine with deterministic, rank-dependent data per step: shared by
-// the offload and training-checkpoint tests, which compare runs that must agree bit for bit.
+// the offload and training-checkpoint tests, which compare runs that must agree bit for bit. The
+// model and the data live on the session's device (the CPU, or cuda:<local rank> in GPU tests).
 
 #include <torch/nn/functional/loss.h>
 
@@ -55,6 +56,7 @@ struct GptTrainer {
       : config(cfg) {
     torch::manual_seed(init_seed);
     model = Gpt(config);
+    model->to(zeroshard::test::session().device());
     engine = std::make_unique<zeroshard::ShardingEngine>(zeroshard::test::session(), model.ptr(), o);
     engine->set_param_groups(trainer_param_groups());
   }
@@ -63,6 +65,8 @@ struct GptTrainer {
     torch::manual_seed(1000 + 31 * step + zeroshard::test::rank());
     torch::Tensor x = torch::randint(config.vocab, {3, config.seq}, torch::kLong);
     torch::Tensor y = torch::randint(config.vocab, {3, config.seq}, torch::kLong);
+    x = x.to(zeroshard::test::session().device());
+    y = y.to(zeroshard::test::session().device());
     torch::Tensor loss = engine->forward(
         [&] { return torch::cross_entropy_loss(model->forward(x).view({-1, config.vocab}), y.view({-1})); });
     loss.backward();
