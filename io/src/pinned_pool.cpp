@@ -123,11 +123,17 @@ Block PinnedPool::State::allocate(int64_t bytes) {
   Block b;
   b.bytes = bytes;
   if (m == Mode::kCudaPinned) {
-    b.holder = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    b.ptr = b.holder.data_ptr();
-    ZS_CHECK(reinterpret_cast<uintptr_t>(b.ptr) % kDirectAlignment == 0,
-             "PinnedPool: LibTorch's pinned allocator returned ", b.ptr, " for ", bytes,
-             " bytes, not ", kDirectAlignment, "-byte aligned as O_DIRECT needs");
+    const auto pinned = at::TensorOptions().dtype(at::kByte).pinned_memory(true);
+    b.holder = at::empty({bytes}, pinned);
+    auto addr = reinterpret_cast<uintptr_t>(b.holder.data_ptr());
+    if (addr % kDirectAlignment != 0) {
+      // LibTorch 2.x's pinned cache may hand out a block at an offset inside a larger one (torch
+      // 2.11 gave 0x...600 for 64 KiB): take one alignment unit more and start at its boundary.
+      b.holder = at::empty({bytes + kDirectAlignment}, pinned);
+      addr = reinterpret_cast<uintptr_t>(b.holder.data_ptr());
+      addr = (addr + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+    }
+    b.ptr = reinterpret_cast<void*>(addr);
     return b;
   }
   const int rc = posix_memalign(&b.ptr, static_cast<size_t>(kDirectAlignment), static_cast<size_t>(bytes));
