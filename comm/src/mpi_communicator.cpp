@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "mpi_ring.h"
 #include "mpi_util.h"
 #include "signature_check.h"
 #include "watchdog.h"
@@ -180,8 +181,13 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm comm = comm_;
     const int n = size_;
     at::Tensor out_t = out, in_t = in;
+    const bool ring = opts_.reduce_scatter_ring && ring_supports(in.scalar_type(), op);
     return enqueue(signature(CollectiveKind::kReduceScatter, in, in.numel(), op, -1, tag), {out, in}, [=]() mutable {
-      reduce_scatter_chunked(comm, out_t, in_t, shard, n, type, mop, max);
+      if (ring) {
+        reduce_scatter_ring(comm, out_t, in_t, op, max, &wait_request);
+      } else {
+        reduce_scatter_chunked(comm, out_t, in_t, shard, n, type, mop, max);
+      }
       if (op == ReduceOp::kAvg) out_t.div_(n);
     });
   }

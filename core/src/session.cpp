@@ -186,6 +186,7 @@ CommOptions Session::comm_options(const std::string& name) const {
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_->comm().timeout_s() * 1000.0));
   o.abort_on_timeout = config_->comm().abort_on_timeout();
   o.check_signatures = config_->comm().check_signatures();
+  o.reduce_scatter_ring = config_->comm().reduce_scatter_ring();
   // Polling before sleeping only pays when every rank has a core for it.
   const unsigned cores = std::thread::hardware_concurrency();
   const bool oversubscribed = cores > 0 && static_cast<unsigned>(local_world_size_) > cores;

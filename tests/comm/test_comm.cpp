@@ -107,6 +107,24 @@ TEST(Comm, ReduceScatterEveryOp) {
   }
 }
 
+// comm.reduce_scatter_ring = false: Open MPI's MPI_Reduce_scatter_block (the default above is
+// zeroshard's ring), for the same dtypes and ops; and the ring at a piece limit that splits every
+// step into many messages.
+TEST(Comm, ReduceScatterThroughMpiAndSmallRingPieces) {
+  zs::CommOptions o = zs::test::test_comm_options("rs.mpi");
+  o.reduce_scatter_ring = false;
+  auto mpi = zs::make_mpi_world_communicator(o);
+  zs::CommOptions p = zs::test::test_comm_options("rs.pieces");
+  p.max_elements_per_call = 100;
+  auto pieces = zs::make_mpi_world_communicator(p);
+  for (auto dtype : kNumeric) {
+    for (auto op : {zs::ReduceOp::kSum, zs::ReduceOp::kMax, zs::ReduceOp::kMin}) {
+      check_reduce_scatter(*mpi, dtype, 40961, op);
+      check_reduce_scatter(*pieces, dtype, 4097, op);
+    }
+  }
+}
+
 TEST(Comm, AllReduceAndBroadcast) {
   const int n = world()->size(), me = world()->rank();
   for (auto dtype : kNumeric) {
@@ -178,8 +196,9 @@ TEST(Comm, SplitIntoSubGroups) {
 
 TEST(Comm, ProgressesWithoutWait) {
   // The progress thread completes collectives while the caller does other work and never waits.
-  at::Tensor out = at::empty({1 << 20}, at::kFloat);
-  at::Tensor in = at::ones({(1 << 20) / world()->size()}, at::kFloat);
+  const int64_t shard = (1 << 20) / world()->size();
+  at::Tensor out = at::empty({shard * world()->size()}, at::kFloat);
+  at::Tensor in = at::ones({shard}, at::kFloat);
   auto work = world()->all_gather_into(out, in, "t.progress");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!work->is_completed() && std::chrono::steady_clock::now() < deadline) {

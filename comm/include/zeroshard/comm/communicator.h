@@ -89,6 +89,10 @@ struct CommOptions {
   // MPI only: largest element count passed to one MPI call (MPI counts are int). Larger messages
   // are split. Lowering it exercises the split path with small buffers.
   int64_t max_elements_per_call = 2147483647;
+  // MPI only: reduce-scatter as zeroshard's pipelined ring over point-to-point messages (every
+  // dtype but Bool); false: MPI_Reduce_scatter_block, Open MPI's own (a third of the bandwidth on
+  // one host, docs/performance.md).
+  bool reduce_scatter_ring = true;
   // How long a waiting caller and an idle progress thread poll (yielding the core) before they
   // sleep. Saves two futex wake-ups per collective when ranks have cores of their own; the
   // Session sets it to zero when the node runs more ranks than it has cores (oversubscribed).
