@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -31,9 +32,6 @@ constexpr double kMiB = 1048576.0;
 
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
-std::atomic<int64_t> g_allocated_total{0};
-std::atomic<int64_t> g_freed_total{0};
-std::atomic<int64_t> g_allocations_total{0};
 std::atomic<int64_t> g_limit{0};
 std::atomic<int64_t> g_refused{0};
 
@@ -58,24 +56,51 @@ std::atomic<int> g_last_phase{0};
 
 // ---- live allocations ----
 // LibTorch requires the CPU allocator to support raw_allocate (context == data pointer), so what
-// is known about each allocation is kept in a map keyed by its pointer.
+// is known about each allocation is kept in maps keyed by its pointer. The maps are striped by the
+// pointer's hash, each under its own lock, so that threads allocating at once (the training
+// thread, intra-op workers, data-loader and communicator threads) do not queue on one mutex; the
+// counters beside them are atomics. Readers that need every allocation lock the stripes in turn.
 struct Record {
   int64_t bytes;
   int phase;
   uint64_t sequence;
 };
-std::mutex g_live_mutex;
-std::unordered_map<void*, Record>& live() {
-  static std::unordered_map<void*, Record> m;
-  return m;
+struct Stripe {
+  std::mutex mu;
+  std::unordered_map<void*, Record> live;
+  // Totals of the allocations hashed here (summed when read): no shared counter per allocation.
+  int64_t allocated_total = 0, freed_total = 0, allocations_total = 0;
+};
+constexpr size_t kStripes = 64;
+std::array<Stripe, kStripes>& stripes() {
+  static std::array<Stripe, kStripes> s;
+  return s;
 }
-uint64_t g_sequence = 0;  // under g_live_mutex
-// begin_host_memory_window(): allocations after `g_window_start` count. Under g_live_mutex.
-uint64_t g_window_start = UINT64_MAX;
-int64_t g_window_current = 0;
-int64_t g_window_peak = 0;
-HostRefusal g_refusal;    // under g_live_mutex
-std::string g_limit_source;  // under g_live_mutex
+Stripe& stripe_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return stripes()[((a >> 6) ^ (a >> 14) ^ (a >> 22)) % kStripes];  // allocations are 64-byte aligned
+}
+template <typename Fn>
+void for_each_live(Fn fn) {
+  for (Stripe& st : stripes()) {
+    std::lock_guard<std::mutex> lock(st.mu);
+    for (const auto& [ptr, r] : st.live) fn(r);
+  }
+}
+std::atomic<uint64_t> g_sequence{0};
+// begin_host_memory_window(): allocations numbered after `g_window_start` count.
+std::atomic<uint64_t> g_window_start{UINT64_MAX};
+std::atomic<int64_t> g_window_current{0};
+std::atomic<int64_t> g_window_peak{0};
+std::mutex g_info_mutex;     // the two below (refusals and limits: off the allocation path)
+HostRefusal g_refusal;
+std::string g_limit_source;
+
+void raise_window_peak(int64_t now) {
+  int64_t p = g_window_peak.load();
+  while (now > p && !g_window_peak.compare_exchange_weak(p, now)) {
+  }
+}
 
 c10::DeleterFnPtr g_base_deleter = nullptr;
 std::atomic<void (*)()> g_refusal_observer{nullptr};
@@ -83,24 +108,27 @@ std::atomic<void (*)()> g_refusal_observer{nullptr};
 void release(void* ptr) {
   if (ptr == nullptr) return;
   int64_t bytes = 0;
+  uint64_t sequence = 0;
   {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
-    auto it = live().find(ptr);
-    if (it != live().end()) {
+    Stripe& st = stripe_of(ptr);
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.live.find(ptr);
+    if (it != st.live.end()) {
       bytes = it->second.bytes;
-      if (it->second.sequence > g_window_start) g_window_current -= bytes;
-      live().erase(it);
+      sequence = it->second.sequence;
+      st.live.erase(it);
+      st.freed_total += bytes;
     }
   }
+  if (bytes > 0 && sequence > g_window_start.load(std::memory_order_relaxed)) g_window_current -= bytes;
   g_current -= bytes;
-  g_freed_total += bytes;
   g_base_deleter(ptr);
 }
 
 [[noreturn]] void refuse(int64_t n, int64_t in_use, int64_t limit, const std::string& reason) {
   const int phase = current_memory_phase();
   {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
+    std::lock_guard<std::mutex> lock(g_info_mutex);
     g_refusal = {true, n, in_use, limit, phase, reason};
   }
   ++g_refused;
@@ -127,7 +155,7 @@ class TrackingAllocator final : public c10::Allocator {
       g_current -= bytes;
       std::string source;
       {
-        std::lock_guard<std::mutex> lock(g_live_mutex);
+        std::lock_guard<std::mutex> lock(g_info_mutex);
         source = g_limit_source;
       }
       char what[160];
@@ -148,16 +176,15 @@ class TrackingAllocator final : public c10::Allocator {
       g_current -= bytes;
       return c10::DataPtr(data, data, &release, device);
     }
+    const uint64_t sequence = g_sequence.fetch_add(1, std::memory_order_relaxed) + 1;
     {
-      std::lock_guard<std::mutex> lock(g_live_mutex);
-      live()[data] = Record{bytes, t_phase, ++g_sequence};
-      if (g_sequence > g_window_start) {
-        g_window_current += bytes;
-        g_window_peak = std::max(g_window_peak, g_window_current);
-      }
+      Stripe& st = stripe_of(data);
+      std::lock_guard<std::mutex> lock(st.mu);
+      st.live[data] = Record{bytes, t_phase, sequence};
+      st.allocated_total += bytes;
+      ++st.allocations_total;
     }
-    g_allocated_total += bytes;
-    ++g_allocations_total;
+    if (sequence > g_window_start.load(std::memory_order_relaxed)) raise_window_peak(g_window_current += bytes);
     raise_peak(now);
     return c10::DataPtr(data, data, &release, device);
   }
@@ -194,29 +221,28 @@ HostMemoryStats host_memory_stats() {
   HostMemoryStats s;
   s.current = g_current.load();
   s.peak = g_peak.load();
-  s.allocated_total = g_allocated_total.load();
-  s.freed_total = g_freed_total.load();
-  s.allocations_total = g_allocations_total.load();
   s.limit = g_limit.load();
   s.refused = g_refused.load();
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  s.allocations = static_cast<int64_t>(live().size());
+  for (Stripe& st : stripes()) {
+    std::lock_guard<std::mutex> lock(st.mu);
+    s.allocations += static_cast<int64_t>(st.live.size());
+    s.allocated_total += st.allocated_total;
+    s.freed_total += st.freed_total;
+    s.allocations_total += st.allocations_total;
+  }
   return s;
 }
 
 void reset_host_memory_peak() { g_peak = g_current.load(); }
 
 void begin_host_memory_window() {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  g_window_start = g_sequence;
+  // Allocations racing with this call may count or not; the window is for a phase that follows.
   g_window_current = 0;
   g_window_peak = 0;
+  g_window_start = g_sequence.load();
 }
 
-int64_t host_memory_window_peak() {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
-  return g_window_peak;
-}
+int64_t host_memory_window_peak() { return g_window_peak.load(); }
 
 void set_host_memory_limit(int64_t bytes, const std::string& source) {
   ZS_REQUIRE(bytes >= 0, UsageError, "host memory limit must be >= 0 bytes, got ", bytes);
@@ -224,14 +250,14 @@ void set_host_memory_limit(int64_t bytes, const std::string& source) {
              "a host memory limit (", source, ") needs the tracking allocator: call install_host_memory_tracking() "
              "first (LibTorch's CPU allocator frees by context here, so it cannot be wrapped)");
   {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
+    std::lock_guard<std::mutex> lock(g_info_mutex);
     g_limit_source = source;
   }
   g_limit = bytes;
 }
 
 std::string host_memory_limit_source() {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
+  std::lock_guard<std::mutex> lock(g_info_mutex);
   return g_limit > 0 ? g_limit_source : std::string();
 }
 
@@ -259,11 +285,7 @@ int last_memory_phase() { return g_last_phase.load(std::memory_order_relaxed); }
 
 std::vector<HostAllocation> largest_host_allocations(size_t n) {
   std::vector<HostAllocation> all;
-  {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
-    all.reserve(live().size());
-    for (const auto& [ptr, r] : live()) all.push_back({r.bytes, r.phase, r.sequence});
-  }
+  for_each_live([&](const Record& r) { all.push_back({r.bytes, r.phase, r.sequence}); });
   auto larger = [](const HostAllocation& a, const HostAllocation& b) {
     return a.bytes != b.bytes ? a.bytes > b.bytes : a.sequence < b.sequence;
   };
@@ -275,15 +297,12 @@ std::vector<HostAllocation> largest_host_allocations(size_t n) {
 
 std::vector<HostPhaseTotal> host_allocations_by_phase() {
   std::map<int, HostPhaseTotal> by;
-  {
-    std::lock_guard<std::mutex> lock(g_live_mutex);
-    for (const auto& [ptr, r] : live()) {
-      HostPhaseTotal& t = by[r.phase];
-      t.phase = r.phase;
-      t.bytes += r.bytes;
-      ++t.count;
-    }
-  }
+  for_each_live([&](const Record& r) {
+    HostPhaseTotal& t = by[r.phase];
+    t.phase = r.phase;
+    t.bytes += r.bytes;
+    ++t.count;
+  });
   std::vector<HostPhaseTotal> out;
   for (const auto& [phase, t] : by) out.push_back(t);
   std::sort(out.begin(), out.end(), [](const HostPhaseTotal& a, const HostPhaseTotal& b) {
@@ -295,7 +314,7 @@ std::vector<HostPhaseTotal> host_allocations_by_phase() {
 void set_host_refusal_observer(void (*observer)()) { g_refusal_observer = observer; }
 
 HostRefusal last_host_refusal() {
-  std::lock_guard<std::mutex> lock(g_live_mutex);
+  std::lock_guard<std::mutex> lock(g_info_mutex);
   return g_refusal;
 }
 

@@ -8,7 +8,8 @@
 //
 // Storages allocated before install() are not counted (nor their frees). The Session installs the
 // allocator when memory.track_allocations or memory.limit_mib asks for it (docs/memory.md).
-// Thread-safe: counters are atomics, the live-allocation table is behind a mutex.
+// Thread-safe: counters are atomics; the live-allocation table is striped over 64 locks by pointer
+// hash (no global lock per allocation).
 
 #include <cstdint>
 #include <string>
