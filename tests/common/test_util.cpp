@@ -1,5 +1,7 @@
 #include "common/test_util.h"
 
+#include <filesystem>
+
 #include <ATen/ops/abs.h>
 #include <ATen/ops/isnan.h>
 
@@ -36,5 +38,16 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void barrier() { world()->barrier()->wait(); }
+
+RankDir::RankDir(const std::string& name) {
+  path = (std::filesystem::current_path() / (name + "_" + std::to_string(rank()))).string();
+  std::filesystem::remove_all(path);
+  std::filesystem::create_directories(path);
+}
+
+RankDir::~RankDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
 
 }  // namespace zeroshard::test

@@ -26,6 +26,16 @@ void barrier();
 // Options for communicators tests create themselves: short timeout, no job abort.
 CommOptions test_comm_options(const std::string& name);
 
+// A fresh folder `<name>_<rank>` under the working directory (the build tree: a disk, where
+// O_DIRECT works), one per rank, removed with everything in it when the object goes.
+struct RankDir {
+  explicit RankDir(const std::string& name);
+  ~RankDir();
+  RankDir(const RankDir&) = delete;
+  RankDir& operator=(const RankDir&) = delete;
+  std::string path;
+};
+
 // Comparisons that cannot pass by accident: a NaN is never "within tolerance" (`d > worst`,
 // `std::max(worst, d)` and `(NaN).max()` all let one through silently).
 // +infinity for a NaN, `d` otherwise.

@@ -15,7 +15,6 @@
 #include <ATen/Context.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -29,7 +28,6 @@
 #include "zeroshard/sharding/shard_store.h"
 
 namespace zs = zeroshard;
-namespace fs = std::filesystem;
 using Target = zs::OffloadTarget;
 using Trainer = zs_test::GptTrainer;
 using zs_test::max_diff;
@@ -44,18 +42,9 @@ namespace {
     }                                                                                               \
   } while (0)
 
-// Under the build tree (a disk: O_DIRECT works there), one per rank.
-struct TempDir {
-  explicit TempDir(const std::string& name) {
-    path = (fs::current_path() / ("gpu_offload_" + name + "_" + std::to_string(zs::test::rank()))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
+// Under the build tree, one per rank.
+struct TempDir : zs::test::RankDir {
+  explicit TempDir(const std::string& name) : RankDir("gpu_offload_" + name) {}
 };
 
 zs::ShardingOptions placement(Target params, Target grads, const std::string& dir) {

@@ -35,18 +35,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Under the build tree (a disk: O_DIRECT works there), one per rank.
-struct TempDir {
-  explicit TempDir(const std::string& name) {
-    path = (fs::current_path() / ("offload_grads_" + name + "_" + std::to_string(zs::test::rank()))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
+// Under the build tree, one per rank.
+struct TempDir : zs::test::RankDir {
+  explicit TempDir(const std::string& name) : RankDir("offload_grads_" + name) {}
 };
 
 using Trainer = zs_test::GptTrainer;

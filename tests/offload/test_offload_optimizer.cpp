@@ -32,14 +32,8 @@ namespace {
 
 // A directory per test and rank under the build tree (not /tmp: tmpfs may refuse O_DIRECT, which
 // has its own test), removed at the end.
-struct TempDir {
-  explicit TempDir(const std::string& name) {
-    path = (fs::current_path() / ("offload_test_" + name + "_" + std::to_string(zs::test::rank()))).string();
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string path;
+struct TempDir : zs::test::RankDir {
+  explicit TempDir(const std::string& name) : RankDir("offload_test_" + name) {}
 };
 
 using Trainer = zs_test::GptTrainer;
