@@ -92,7 +92,7 @@ std::atomic<uint64_t> g_sequence{0};
 std::atomic<uint64_t> g_window_start{UINT64_MAX};
 std::atomic<int64_t> g_window_current{0};
 std::atomic<int64_t> g_window_peak{0};
-std::mutex g_info_mutex;     // the two below (refusals and limits: off the allocation path)
+std::mutex g_info_mutex;  // the two below (refusals and limits: off the allocation path)
 HostRefusal g_refusal;
 std::string g_limit_source;
 

@@ -4,10 +4,11 @@
 // With CUDA available at run time (at::globalContext().hasCUDA()), blocks come from LibTorch's
 // pinned allocator (cudaHostAlloc, through at::empty(..., pinned_memory(true))), so H2D/D2H copies
 // from them are asynchronous; a block LibTorch hands out off a kDirectAlignment boundary (torch
-// 2.11 does for small sizes) is asked again one alignment unit larger and used from its boundary. Without CUDA, blocks are page-aligned (kDirectAlignment, aio.h, so
-// O_DIRECT I/O can use them) and mlock'd; if mlock is refused (EPERM, ENOMEM or EAGAIN: the
-// memlock limit), the pool logs one warning naming `ulimit -l`, the limit and the bytes asked, and
-// from then on hands out unlocked memory (mode() says so; blocks locked before stay locked).
+// 2.11 does for small sizes) is asked again one alignment unit larger and used from its boundary.
+// Without CUDA, blocks are page-aligned (kDirectAlignment, aio.h, so O_DIRECT I/O can use them)
+// and mlock'd; if mlock is refused (EPERM, ENOMEM or EAGAIN: the memlock limit), the pool logs
+// one warning naming `ulimit -l`, the limit and the bytes asked, and from then on hands out
+// unlocked memory (mode() says so; blocks locked before stay locked).
 // pin=false: plain aligned memory, no locking.
 // Freed tensors return their block to the pool (by size class: the request rounded up to a power
 // of two, at least kMinBlockBytes) and later requests of that class reuse it (LIFO). Bytes held by
