@@ -3,6 +3,9 @@
 # the byte-level GPT example across 2 ranks on CPU, FULL_SHARD with every block activation-
 # checkpointed and bf16 compute, on the fortunes corpus for 2-3 minutes on 2 cores
 # (examples/configs/gpt_demo.textproto), and prints text sampled from the trained model.
+# On a CPU without native bf16 arithmetic (x86 without avx512_bf16 or amx_bf16, Arm without bf16)
+# LibTorch emulates bf16 matmuls 7-14x slower than fp32 ones: there the demo computes in fp32 and
+# says so (--set precision.param_dtype=BF16 asks for bf16 anyway).
 # Extra arguments go to train_gpt and win over the demo's settings, e.g. --set train.steps=100 or
 # --metrics-out run.jsonl (the demo's --config is examples/configs/gpt_demo.textproto; for another
 # config file run build/bin/train_gpt under mpirun directly, as the README shows).
@@ -20,5 +23,12 @@ mpi_flags=(--oversubscribe)
 # the progress bar only when it is a terminal.
 progress=LINES
 [[ -t 1 ]] && progress=BAR
+dtype=()
+if ! grep -qwE 'avx512_bf16|amx_bf16|bf16' /proc/cpuinfo 2>/dev/null; then
+  echo "demo: this CPU has no native bf16 arithmetic (no avx512_bf16, amx_bf16 or bf16 in /proc/cpuinfo):" \
+    "computing in fp32 instead of the config's bf16 (--set precision.param_dtype=BF16 to force bf16)"
+  dtype=(--set precision.param_dtype=FP32)
+fi
 exec mpirun -n "$ranks" "${mpi_flags[@]}" "$build_dir/bin/train_gpt" \
-  --config examples/configs/gpt_demo.textproto --set runtime.device=CPU --set logging.progress="$progress" "$@"
+  --config examples/configs/gpt_demo.textproto --set runtime.device=CPU --set logging.progress="$progress" \
+  "${dtype[@]}" "$@"
