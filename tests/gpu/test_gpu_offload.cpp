@@ -12,13 +12,13 @@
 // Runs with --set runtime.device=AUTO (tests/CMakeLists.txt) and skips visibly where the session's
 // device is the CPU.
 
-#include <ATen/Context.h>
-
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/test_util.h"
+#include "gpu/gpu_session.h"
+#include "offload/offload_test_options.h"
 #include "sharding/gpt_trainer.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -31,44 +31,15 @@ namespace zs = zeroshard;
 using Target = zs::OffloadTarget;
 using Trainer = zs_test::GptTrainer;
 using zs_test::max_diff;
+using zs_test::offload_optimizer_options;
+using zs_test::offload_placement;
 
 namespace {
-
-#define ZS_REQUIRE_GPU_SESSION()                                                                    \
-  do {                                                                                              \
-    if (!at::hasCUDA() || at::getNumGPUs() == 0 || !zs::test::session().device().is_cuda()) {      \
-      GTEST_SKIP() << "no CUDA device: GPU offload test skipped (LibTorch has no CUDA, sees no "    \
-                      "GPU, or the session's device is the CPU: run with --set runtime.device=AUTO)"; \
-    }                                                                                               \
-  } while (0)
 
 // Under the build tree, one per rank.
 struct TempDir : zs::test::RankDir {
   explicit TempDir(const std::string& name) : RankDir("gpu_offload_" + name) {}
 };
-
-zs::ShardingOptions placement(Target params, Target grads, const std::string& dir) {
-  zs::ShardingOptions o;
-  for (zs::ParamOffloadOptions* p : {&o.offload_params, &o.offload_grads}) {
-    p->nvme_path = dir;
-    p->block_size = 4096;
-    p->queue_depth = 4;
-  }
-  o.offload_params.target = params;
-  o.offload_grads.target = grads;
-  return o;
-}
-
-zs::OffloadOptions optimizer_options(Target where, Target params, const std::string& dir) {
-  zs::OffloadOptions o;
-  o.target = where;
-  o.params = params;
-  o.nvme_path = dir;
-  o.block_size = 4096;
-  o.buffer_count = 3;
-  o.queue_depth = 4;
-  return o;
-}
 
 std::string describe(Target opt, Target params, Target grads) {
   return std::string("optimizer state on ") + zs::to_string(opt) + ", parameters on " + zs::to_string(params) +
@@ -93,8 +64,8 @@ TEST(GpuOffload, ParamsAndGradsOffTheGpuTrainBitwiseAsResident) {
       {Target::kNvme, Target::kDevice}, {Target::kCpu, Target::kNvme}, {Target::kDevice, Target::kCpu}};
   for (Target opt_where : {Target::kCpu, Target::kNvme}) {
     TempDir ref_dir("ref");
-    Trainer ref(placement(Target::kDevice, Target::kDevice, ref_dir.path));
-    zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(opt_where, Target::kDevice, ref_dir.path),
+    Trainer ref(offload_placement(Target::kDevice, Target::kDevice, ref_dir.path));
+    zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(opt_where, Target::kDevice, ref_dir.path),
                                    zs::test::rank());
     ref.train(ref_opt, 0, 4);
     const auto want = ref.params();
@@ -102,8 +73,8 @@ TEST(GpuOffload, ParamsAndGradsOffTheGpuTrainBitwiseAsResident) {
     for (const auto& [params, grads] : placements) {
       const std::string what = describe(opt_where, params, grads);
       TempDir dir("equal");
-      Trainer t(placement(params, grads, dir.path));
-      zs::OffloadedOptimizer opt(cfg, optimizer_options(opt_where, params, dir.path), zs::test::rank());
+      Trainer t(offload_placement(params, grads, dir.path));
+      zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(opt_where, params, dir.path), zs::test::rank());
       t.train(opt, 0, 4);
       const double d = max_diff(t.params(), want);
       if (zs::test::rank() == 0) std::printf("  %-70s max|diff| = %.3g\n", what.c_str(), d);
@@ -121,12 +92,12 @@ TEST(GpuOffload, ParamsAndGradsOffTheGpuTrainBitwiseAsResident) {
 TEST(GpuOffload, OffloadedOptimizerTracksTheDeviceOptimizer) {
   ZS_REQUIRE_GPU_SESSION();
   const auto cfg = zs_test::trainer_adamw_config();
-  Trainer on_device(placement(Target::kDevice, Target::kDevice, ""));
+  Trainer on_device(offload_placement(Target::kDevice, Target::kDevice, ""));
   auto device_opt = zs::make_optimizer(cfg);
   on_device.train(*device_opt, 0, 6);
   TempDir dir("vs_device");
-  Trainer t(placement(Target::kNvme, Target::kNvme, dir.path));
-  zs::OffloadedOptimizer opt(cfg, optimizer_options(Target::kNvme, Target::kNvme, dir.path), zs::test::rank());
+  Trainer t(offload_placement(Target::kNvme, Target::kNvme, dir.path));
+  zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(Target::kNvme, Target::kNvme, dir.path), zs::test::rank());
   t.train(opt, 0, 6);
   const double d = max_diff(t.params(), on_device.params());
   if (zs::test::rank() == 0) std::printf("  offloaded (NVMe) vs device AdamW after 6 steps: max|diff| = %.3g\n", d);
@@ -145,8 +116,8 @@ TEST(GpuOffload, ShardsLeaveTheDevice) {
   for (int offloaded = 0; offloaded < 2; ++offloaded) {
     TempDir dir("memory");
     const Target where = offloaded ? Target::kNvme : Target::kDevice;
-    Trainer t(placement(where, where, dir.path), 11, c);
-    zs::OffloadedOptimizer opt(cfg, optimizer_options(Target::kCpu, where, dir.path), zs::test::rank());
+    Trainer t(offload_placement(where, where, dir.path), 11, c);
+    zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(Target::kCpu, where, dir.path), zs::test::rank());
     t.train(opt, 0, 2);
     t.forward_backward(2);
     const zs::DeviceMemoryUse use = zs::device_memory_use();

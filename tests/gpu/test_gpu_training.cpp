@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/test_util.h"
+#include "gpu/gpu_session.h"
 #include "sharding/models.h"
 #include "zeroshard/sharding/activation_checkpoint.h"
 #include "zeroshard/sharding/autocast.h"
@@ -46,14 +47,6 @@ constexpr int kAccum = 2;
 constexpr int kLocalBatch = 4;
 constexpr double kLr = 3e-3, kWd = 0.1, kClip = 0.5;
 constexpr double kFp32Tolerance = 1e-4;
-
-#define ZS_REQUIRE_GPU_SESSION()                                                                    \
-  do {                                                                                              \
-    if (!at::hasCUDA() || at::getNumGPUs() == 0 || !zs::test::session().device().is_cuda()) {      \
-      GTEST_SKIP() << "no CUDA device: GPU training test skipped (LibTorch has no CUDA, sees no "   \
-                      "GPU, or the session's device is the CPU: run with --set runtime.device=AUTO)"; \
-    }                                                                                               \
-  } while (0)
 
 c10::Device gpu() { return zs::test::session().device(); }
 

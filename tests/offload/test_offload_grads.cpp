@@ -19,6 +19,7 @@
 #include <string>
 
 #include "common/test_util.h"
+#include "offload/offload_test_options.h"
 #include "sharding/gpt_trainer.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
@@ -43,33 +44,15 @@ struct TempDir : zs::test::RankDir {
 using Trainer = zs_test::GptTrainer;
 using zs::test::contains;
 using zs_test::max_diff;
+using zs_test::offload_optimizer_options;
 
 zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
 
 zs::config::OptimizerConfig sgd_config() { return zs_test::trainer_sgd_config(); }
 
-// Small blocks: a shard spans several checksum chunks and I/O pieces.
+// Gradients at `grads`, parameters at `params` (the shared helper takes them the other way round).
 zs::ShardingOptions offloaded(zs::OffloadTarget grads, zs::OffloadTarget params, const std::string& dir) {
-  zs::ShardingOptions o;
-  for (zs::ParamOffloadOptions* p : {&o.offload_params, &o.offload_grads}) {
-    p->nvme_path = dir;
-    p->block_size = 4096;
-    p->queue_depth = 4;
-  }
-  o.offload_params.target = params;
-  o.offload_grads.target = grads;
-  return o;
-}
-
-zs::OffloadOptions optimizer_options(zs::OffloadTarget where, zs::OffloadTarget params, const std::string& dir) {
-  zs::OffloadOptions o;
-  o.target = where;
-  o.params = params;
-  o.nvme_path = dir;
-  o.block_size = 4096;
-  o.buffer_count = 3;
-  o.queue_depth = 4;
-  return o;
+  return zs_test::offload_placement(params, grads, dir);
 }
 
 template <typename Err>
@@ -160,12 +143,12 @@ TEST(OffloadGrads, NvmeGradsTrainBitwiseAsResident) {
                                  zs::to_string(opt_where) + ", parameters on " + zs::to_string(params);
         TempDir ref_dir("ref");
         Trainer ref(offloaded(zs::OffloadTarget::kDevice, params, ref_dir.path));
-        zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(opt_where, params, ref_dir.path), zs::test::rank());
+        zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(opt_where, params, ref_dir.path), zs::test::rank());
         ref.train(ref_opt, 0, 4);
         TempDir dir("equal");
         Trainer t(offloaded(zs::OffloadTarget::kNvme, params, dir.path));
         ASSERT_NE(t.engine->grad_store(), nullptr);
-        zs::OffloadedOptimizer opt(cfg, optimizer_options(opt_where, params, dir.path), zs::test::rank());
+        zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(opt_where, params, dir.path), zs::test::rank());
         t.train(opt, 0, 3);
         t.forward_backward(3);  // clipped: every gradient read once, none written again
         expect_gradients_offloaded(*t.engine, true, what);
@@ -188,11 +171,11 @@ TEST(OffloadGrads, NvmeGradsTrainBitwiseAsResident) {
 TEST(OffloadGrads, CpuGradsTrainBitwiseAsResident) {
   for (auto params : {zs::OffloadTarget::kDevice, zs::OffloadTarget::kCpu}) {
     Trainer ref(offloaded(zs::OffloadTarget::kDevice, params, ""));
-    zs::OffloadedOptimizer ref_opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, params, ""),
+    zs::OffloadedOptimizer ref_opt(adamw_config(), offload_optimizer_options(zs::OffloadTarget::kCpu, params, ""),
                                    zs::test::rank());
     ref.train(ref_opt, 0, 4);
     Trainer t(offloaded(zs::OffloadTarget::kCpu, params, ""));
-    zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, params, ""),
+    zs::OffloadedOptimizer opt(adamw_config(), offload_optimizer_options(zs::OffloadTarget::kCpu, params, ""),
                                zs::test::rank());
     t.train(opt, 0, 3);
     t.forward_backward(3);
@@ -212,7 +195,7 @@ TEST(OffloadGrads, AccumulationUnscaleAndClipBitwiseAsResident) {
   const auto cfg = adamw_config();
   TempDir ref_dir("scaled_ref");
   Trainer ref(offloaded(zs::OffloadTarget::kDevice, zs::OffloadTarget::kDevice, ref_dir.path));
-  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice,
+  zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice,
                                                         ref_dir.path),
                                  zs::test::rank());
   zs::GradScaler ref_scaler = static_scaler();
@@ -220,7 +203,7 @@ TEST(OffloadGrads, AccumulationUnscaleAndClipBitwiseAsResident) {
 
   TempDir dir("scaled");
   Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path));
-  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
+  zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
                              zs::test::rank());
   zs::GradScaler scaler = static_scaler();
   for (int s = 0; s < 3; ++s) accumulated_scaled_step(t, scaler, opt, s, /*by_shards=*/false);
@@ -243,7 +226,7 @@ TEST(OffloadGrads, FewGradientShardsResidentAtOnce) {
   c.layers = 10;
   Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path), 11, c);
   zs::OffloadedOptimizer opt(adamw_config(),
-                             optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
+                             offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
                              zs::test::rank());
   t.train(opt, 0, 3);
   int64_t total = 0, largest = 0;
@@ -271,13 +254,13 @@ TEST(OffloadGrads, CorruptedGradientFileBeforeTheStepIsNamed) {
   const auto cfg = adamw_config();
   TempDir ref_dir("corrupt_ref");
   Trainer ref;
-  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+  zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                                  zs::test::rank());
   ref.train(ref_opt, 0, 4);
 
   TempDir dir("corrupt");
   Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path));
-  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+  zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                              zs::test::rank());
   t.train(opt, 0, 2);
   zs::FlatParam* victim = large_trainable(*t.engine);
@@ -303,12 +286,12 @@ TEST(OffloadGrads, CorruptedGradientFileDuringTheStepRollsBack) {
   TempDir ref_dir("midstep_ref");
   Trainer ref;
   zs::OffloadedOptimizer ref_opt(
-      cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, ref_dir.path), zs::test::rank());
+      cfg, offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, ref_dir.path), zs::test::rank());
   ref.train(ref_opt, 0, 4);
 
   TempDir dir("midstep");
   Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path));
-  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
+  zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
                              zs::test::rank());
   t.train(opt, 0, 2);
   t.forward_backward(2);
@@ -332,7 +315,7 @@ TEST(OffloadGrads, CorruptedGradientFileDuringTheStepRollsBack) {
 TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
   const auto cfg = adamw_config();
   Trainer ref;
-  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+  zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                                  zs::test::rank());
   ref.train(ref_opt, 0, 4);
 
@@ -344,7 +327,7 @@ TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
   auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
   so.offload_grads.io = faulty;
   Trainer t(so);
-  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+  zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                              zs::test::rank());
   t.train(opt, 0, 2);
   faulty->fail_writes_after_bytes(4096);  // the second gradient stored finds the disk full
@@ -419,7 +402,7 @@ TEST(OffloadGrads, ConfigAndUsageErrors) {
   err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
   EXPECT_TRUE(contains(err, "offload.params or offload.grads")) << err;
   // param_shards() hands out placeholders: a step that bypasses the engine is refused by name.
-  zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+  zs::OffloadedOptimizer opt(adamw_config(), offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                              zs::test::rank());
   err = error_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
   EXPECT_TRUE(contains(err, "is offloaded (offload.grads)")) << err;
