@@ -159,6 +159,7 @@ void detail::ShardingEngineImpl::discover_units() {
     std::string name;
     std::vector<std::string> aliases;
     at::Tensor param;
+    bool linear_weight;  // the "weight" of a Linear (NF4 may store it)
   };
   std::unordered_map<const void*, size_t> index;
   std::vector<Seen> seen;
@@ -169,7 +170,7 @@ void detail::ShardingEngineImpl::discover_units() {
           auto it = index.find(key);
           if (it == index.end()) {
             index.emplace(key, seen.size());
-            seen.push_back({owner, prefix + item.key(), {}, item.value()});
+            seen.push_back({owner, prefix + item.key(), {}, item.value(), detail::is_linear_weight(m, item.key())});
           } else {
             Seen& s = seen[it->second];
             s.aliases.push_back(prefix + item.key());
@@ -189,40 +190,34 @@ void detail::ShardingEngineImpl::discover_units() {
         }
       };
   visit(*model, "", root);
-  // One FlatParam for the trainable parameters of each unit, one for the frozen ones.
-  const bool offloaded = options.offload_params.target != OffloadTarget::kDevice;
+  // One FlatParam for the trainable parameters of each unit, one for the frozen ones, one for the
+  // frozen Linear weights stored in NF4.
+  detail::ShardGroups groups;
+  groups.shard_group = shard_group;
+  groups.replicate_group = replicate_group;
   for (auto& u : units) {
-    std::vector<ParamSlot> trainable, frozen;
+    detail::UnitSlots slots;
     for (Seen& s : seen) {
       if (s.owner != u.get()) continue;
       ParamSlot slot;
       slot.name = s.name;
       slot.aliases = s.aliases;
       slot.param = s.param;
-      (s.param.requires_grad() ? trainable : frozen).push_back(std::move(slot));
+      detail::sort_slot(slots, std::move(slot), s.linear_weight, options);
     }
-    if (adopt(u.get(), trainable, frozen)) continue;
-    if (!trainable.empty()) {
-      u->flats.push_back(std::make_unique<FlatParam>(u->name, std::move(trainable), true, shard_group,
-                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
-                                                     offloaded));
-    }
-    if (!frozen.empty()) {
-      u->flats.push_back(std::make_unique<FlatParam>(u->name + " (frozen)", std::move(frozen), false, shard_group,
-                                                     replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
-                                                     offloaded));
-    }
+    if (adopt(u.get(), slots)) continue;
+    u->flats = detail::make_unit_flats(u->name, std::move(slots), groups, mem.get(), options);
   }
 }
 
-bool detail::ShardingEngineImpl::adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable,
-                                 const std::vector<ParamSlot>& frozen) {
+bool detail::ShardingEngineImpl::adopt(detail::UnitState* u, const detail::UnitSlots& slots) {
   if (init == nullptr) return false;
   auto it = init->units.find(u->module);
   if (it == init->units.end()) return false;
   std::vector<const std::vector<ParamSlot>*> wanted;
-  if (!trainable.empty()) wanted.push_back(&trainable);
-  if (!frozen.empty()) wanted.push_back(&frozen);
+  for (const std::vector<ParamSlot>* list : {&slots.trainable, &slots.frozen, &slots.nf4}) {
+    if (!list->empty()) wanted.push_back(list);
+  }
   auto describe = [](const std::vector<ParamSlot>& slots) {
     std::ostringstream os;
     for (size_t i = 0; i < slots.size(); ++i) os << (i ? ", " : "") << slots[i].name;
@@ -238,13 +233,13 @@ bool detail::ShardingEngineImpl::adopt(detail::UnitState* u, const std::vector<P
   }
   ZS_REQUIRE(same, UsageError, "unit '", u->name, "' was sharded at construction (ShardedInit) with parameters [",
              it->second.empty() ? std::string() : describe(it->second.front()->slots()),
-             "] but in the finished model it owns [", trainable.empty() ? describe(frozen) : describe(trainable),
+             "] but in the finished model it owns [", wanted.empty() ? std::string() : describe(*wanted.front()),
              "]: a parameter shared with another unit (tied weights) must be created in their common parent, "
              "not inside a unit");
   for (size_t k = 0; k < wanted.size(); ++k) {
     std::vector<std::pair<std::string, std::vector<std::string>>> names;
     for (const ParamSlot& s : *wanted[k]) names.emplace_back(s.name, s.aliases);
-    it->second[k]->rename(it->second[k]->trainable() ? u->name : u->name + " (frozen)", names);
+    it->second[k]->rename(detail::flat_name(u->name, it->second[k]->trainable(), it->second[k]->format()), names);
     u->flats.push_back(std::move(it->second[k]));
   }
   u->adopted = true;
@@ -257,7 +252,7 @@ void detail::ShardingEngineImpl::check_same_structure() {
   std::ostringstream os;
   for (auto& u : units) {
     os << "unit '" << u->name << "'\n";
-    for (auto& f : u->flats) os << detail::describe_slots(f->slots(), f->trainable());
+    for (auto& f : u->flats) os << detail::describe_flat(*f);
   }
   detail::check_same_description(*session.world(), os.str(), "models");
 }
@@ -281,7 +276,7 @@ void detail::ShardingEngineImpl::init_flat_params() {
   for (auto& u : units) {
     for (auto& f : u->flats) {
       if (!u->adopted) f->init_from_params(sync);  // resharded: forward gathers it (adopted: done)
-      if (param_store != nullptr && !f->shard_offloaded()) f->attach_store(param_store.get());
+      if (param_store != nullptr && f->offload_capable() && !f->shard_offloaded()) f->attach_store(param_store.get());
     }
   }
   log_param_store();
@@ -561,7 +556,9 @@ std::vector<std::string> ShardingEngine::unit_names() const {
 int64_t ShardingEngine::num_params() const {
   int64_t n = 0;
   for (auto& u : impl_->units) {
-    for (auto& f : u->flats) n += f->numel();
+    for (auto& f : u->flats) {
+      for (const ParamSlot& s : f->slots()) n += s.numel;  // not f->numel(): NF4 flats leave gaps
+    }
   }
   return n;
 }

@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "groups.h"
 #include "zeroshard/sharding/autocast.h"
 #include "zeroshard/comm/streams.h"
 #include "zeroshard/sharding/engine.h"
@@ -71,7 +72,7 @@ struct ShardingEngineImpl {
   void setup_groups();
   void discover_units();
   std::unordered_set<const torch::nn::Module*> auto_wrap_picks() const;
-  bool adopt(detail::UnitState* u, const std::vector<ParamSlot>& trainable, const std::vector<ParamSlot>& frozen);
+  bool adopt(detail::UnitState* u, const detail::UnitSlots& slots);
   void check_same_structure();
   void check_parameters() const;
   void init_flat_params();

@@ -17,6 +17,7 @@ void detail::ShardingEngineImpl::start_param_store() {
   for (auto& u : units) {
     for (auto& f : u->flats) {
       // An engine built from a ShardedInit takes the ShardedInit's options: they cannot differ.
+      if (f->format() == ShardFormat::kNf4) continue;  // resident (make_unit_flats refuses NF4 with offload)
       ZS_CHECK(f->offload_capable() == wanted, "unit '", u->name, "' was built for offload_params.target ",
                wanted ? "DEVICE" : "CPU/NVME", " but the engine's is ", to_string(options.offload_params.target));
     }

@@ -1,13 +1,17 @@
 #include "zeroshard/sharding/flat_param.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/isfinite.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/GradMode.h>
 
+#include <chrono>
+#include <functional>
 #include <utility>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/sharding/nf4.h"
 #include "zeroshard/sharding/shard_store.h"
 
 namespace zeroshard {
@@ -15,7 +19,7 @@ namespace zeroshard {
 FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
                      std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
                      MemoryStats* mem, c10::ScalarType param_dtype, c10::ScalarType reduce_dtype,
-                     bool offloaded_shard)
+                     bool offloaded_shard, ShardFormat format)
     : name_(std::move(name)),
       slots_(std::move(slots)),
       trainable_(trainable),
@@ -24,10 +28,16 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
       mem_(mem),
       param_dtype_(param_dtype),
       reduce_dtype_(reduce_dtype),
-      offloaded_shard_(offloaded_shard) {
+      offloaded_shard_(offloaded_shard),
+      format_(format) {
   ZS_CHECK(!slots_.empty(), "unit '", name_, "' has no parameters to flatten");
+  const bool nf4 = format_ == ShardFormat::kNf4;
+  ZS_CHECK(!nf4 || (!trainable_ && !offloaded_shard_), "unit '", name_, "': an NF4 shard is frozen and resident");
+  // NF4: every parameter starts a block, and every rank's shard is whole blocks.
+  const int64_t align = nf4 ? nf4::kBlock : 1;
   int64_t offset = 0;
   for (ParamSlot& s : slots_) {
+    offset = (offset + align - 1) / align * align;
     s.offset = offset;
     s.numel = s.param.numel();
     s.shape = s.param.sizes().vec();
@@ -35,13 +45,15 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
   }
   const int n = shard_group_->size();
   numel_ = offset;
-  padded_ = (numel_ + n - 1) / n * n;
+  padded_ = (numel_ + n * align - 1) / (n * align) * (n * align);
   shard_numel_ = padded_ / n;
-  aliased_ = n == 1 && param_dtype_ == c10::kFloat && !offloaded_shard_;
+  aliased_ = n == 1 && param_dtype_ == c10::kFloat && !offloaded_shard_ && !nf4;
 }
 
 FlatParam::~FlatParam() {
   if (shard_.defined()) mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
+  if (packed_.defined()) mem_->sub(MemCategory::kShardedParams, shard_storage_bytes());
+  if (gathered_packed_.defined()) mem_->sub(MemCategory::kCommBuffers, gathered_packed_.numel());
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
   if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
   if (grad_resident()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));  // not a placeholder
@@ -49,6 +61,9 @@ FlatParam::~FlatParam() {
 }
 
 int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
+int64_t FlatParam::shard_storage_bytes() const {
+  return format_ == ShardFormat::kNf4 ? nf4::packed_bytes(shard_numel_) : bytes(shard_numel_);
+}
 int64_t FlatParam::lp_bytes(int64_t elements) const {
   return elements * static_cast<int64_t>(c10::elementSize(param_dtype_));
 }
@@ -97,11 +112,19 @@ void FlatParam::init_from_params(Communicator* sync_from) {
   for (ParamSlot& s : slots_) {
     at::Tensor p = s.param.detach().contiguous();
     if (sync) sync_from->broadcast(p, 0, name_ + ".sync." + s.name)->wait();
+    // Checked on the whole parameter, which every rank holds alike, so every rank fails together.
+    ZS_REQUIRE(format_ != ShardFormat::kNf4 || at::isfinite(p).all().item<bool>(), UsageError,
+               "NF4 quantisation of parameter '", s.name, "' of unit '", name_,
+               "': a value is not finite (nan or inf); the weights must be finite to be stored in 4 bits");
     const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
     if (a < b) shard_.narrow(0, a - lo, b - a).copy_(p.reshape({-1}).narrow(0, a - s.offset, b - a));
     s.param.set_data(at::empty({0}, p.options()));
   }
   mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  if (format_ == ShardFormat::kNf4) {
+    shard_dirty_ = true;
+    release_shard();  // quantised; the fp32 values go
+  }
   if (aliased_) {
     full_ = shard_;
     point_params_at(full_);
@@ -123,7 +146,7 @@ void FlatParam::point_params_at(const at::Tensor& flat) {
 }
 
 at::Tensor& FlatParam::shard() {
-  if (store_ != nullptr) {
+  if (store_ != nullptr || format_ == ShardFormat::kNf4) {
     resident_shard();
     shard_dirty_ = true;
   }
@@ -131,6 +154,12 @@ at::Tensor& FlatParam::shard() {
 }
 
 const at::Tensor& FlatParam::resident_shard() {
+  if (format_ == ShardFormat::kNf4 && !shard_.defined()) {
+    shard_ = at::empty({shard_numel_}, packed_.options().dtype(at::kFloat));
+    nf4::dequantize(packed_, shard_);
+    shard_dirty_ = false;
+    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  }
   if (store_ != nullptr && !shard_.defined()) {
     shard_ = store_->load(store_slot_, device_);
     shard_dirty_ = false;
@@ -140,11 +169,15 @@ const at::Tensor& FlatParam::resident_shard() {
 }
 
 at::Tensor& FlatParam::shard_for_overwrite() {
+  if (format_ == ShardFormat::kNf4 && !shard_.defined()) {
+    shard_ = at::zeros({shard_numel_}, packed_.options().dtype(at::kFloat));  // the gaps between parameters stay 0
+    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
+  }
   if (store_ != nullptr && !shard_.defined()) {
     shard_ = store_->allocate(store_slot_, device_);
     mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
   }
-  shard_dirty_ = store_ != nullptr;
+  shard_dirty_ = store_ != nullptr || format_ == ShardFormat::kNf4;
   return shard_;
 }
 
@@ -162,6 +195,17 @@ void FlatParam::prefetch_shard() {
 }
 
 void FlatParam::release_shard(std::vector<at::Tensor>* retired) {
+  if (format_ == ShardFormat::kNf4 && shard_.defined()) {
+    if (shard_dirty_) {
+      at::Tensor packed = nf4::quantize(shard_, "unit '" + name_ + "'");  // throws with the shard resident, modified
+      if (!packed_.defined()) mem_->add(MemCategory::kShardedParams, shard_storage_bytes());
+      packed_ = std::move(packed);
+      shard_dirty_ = false;
+    }
+    shard_ = at::Tensor();
+    mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
+    return;
+  }
   if (store_ == nullptr || !shard_.defined()) return;
   if (shard_dirty_) {
     store_->save(store_slot_, shard_);  // throws with the shard still resident and modified
@@ -186,9 +230,48 @@ void FlatParam::alloc_full_storage() {
   mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
 }
 
+namespace {
+
+// An all-gather whose result is finished by `done` (run once, after the wait).
+class ThenWork final : public Work {
+ public:
+  ThenWork(std::shared_ptr<Work> inner, std::function<void()> done) : inner_(std::move(inner)), done_(std::move(done)) {}
+  void wait(std::chrono::milliseconds timeout) override {
+    inner_->wait(timeout);
+    if (done_) {
+      std::function<void()> done = std::move(done_);
+      done_ = nullptr;
+      done();
+    }
+  }
+  bool is_completed() override { return inner_->is_completed(); }
+  std::exception_ptr exception() const override { return inner_->exception(); }
+  const CollectiveSignature& signature() const override { return inner_->signature(); }
+
+ private:
+  std::shared_ptr<Work> inner_;
+  std::function<void()> done_;
+};
+
+}  // namespace
+
 std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements) {
   if (gathered()) return nullptr;
   alloc_full_storage();
+  if (format_ == ShardFormat::kNf4) {
+    if (shard_.defined()) release_shard();  // values handed out and changed: quantised first
+    c10::AutoGradMode no_grad(false);
+    if (shard_group_->size() == 1) {
+      nf4::dequantize(packed_, full_);
+      return nullptr;
+    }
+    *elements += padded_;
+    // The packed shards (4.5 bits per weight) are what travels; dequantised once they are here.
+    gathered_packed_ = at::empty({packed_.numel() * shard_group_->size()}, packed_.options());
+    mem_->add(MemCategory::kCommBuffers, gathered_packed_.numel());
+    return std::make_shared<ThenWork>(shard_group_->all_gather_into(gathered_packed_, packed_, tag),
+                                      [this] { dequantize_gathered(); });
+  }
   if (shard_group_->size() == 1) {
     // One rank, low precision: the "gather" is the cast itself, written straight into the full
     // buffer (bitwise what gathering the cast shard gives, without the copy or the collective).
@@ -207,7 +290,20 @@ std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* e
   return shard_group_->all_gather_into(full_, mine, tag);
 }
 
+void FlatParam::dequantize_gathered() {
+  c10::AutoGradMode no_grad(false);
+  const int64_t b = packed_.numel();
+  for (int r = 0; r < shard_group_->size(); ++r) {
+    nf4::dequantize(gathered_packed_.narrow(0, r * b, b), full_.narrow(0, r * shard_numel_, shard_numel_));
+  }
+}
+
 void FlatParam::free_full() {
+  if (gathered_packed_.defined()) {
+    // Kept until here: on a GPU the dequantisation is queued on the stream that waited for the gather.
+    mem_->sub(MemCategory::kCommBuffers, gathered_packed_.numel());
+    gathered_packed_ = at::Tensor();
+  }
   if (aliased_ || !full_allocated_) return;
   c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));

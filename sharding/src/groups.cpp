@@ -11,6 +11,7 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
+#include "zeroshard/sharding/lora.h"
 #include "zeroshard/sharding/plan.h"
 
 namespace zeroshard::detail {
@@ -113,6 +114,56 @@ std::string describe_slots(const std::vector<ParamSlot>& slots, bool trainable) 
        << "\n";
   }
   return os.str();
+}
+
+std::string describe_flat(const FlatParam& f) {
+  std::string d = describe_slots(f.slots(), f.trainable());
+  if (f.format() != ShardFormat::kNf4) return d;
+  std::string out;
+  std::istringstream lines(d);
+  for (std::string line; std::getline(lines, line);) out += line + " nf4\n";
+  return out;
+}
+
+bool is_linear_weight(const torch::nn::Module& owner, const std::string& key) {
+  return key == "weight" && (dynamic_cast<const torch::nn::LinearImpl*>(&owner) != nullptr ||
+                             dynamic_cast<const lora::LinearImpl*>(&owner) != nullptr);
+}
+
+void sort_slot(UnitSlots& slots, ParamSlot slot, bool linear_weight, const ShardingOptions& options) {
+  if (slot.param.requires_grad()) {
+    slots.trainable.push_back(std::move(slot));
+  } else if (linear_weight && slot.aliases.empty() && options.frozen_linear == FrozenLinearFormat::kNf4) {
+    slots.nf4.push_back(std::move(slot));
+  } else {
+    slots.frozen.push_back(std::move(slot));
+  }
+}
+
+std::string flat_name(const std::string& unit, bool trainable, ShardFormat format) {
+  if (trainable) return unit;
+  return unit + (format == ShardFormat::kNf4 ? " (nf4)" : " (frozen)");
+}
+
+std::vector<std::unique_ptr<FlatParam>> make_unit_flats(const std::string& unit, UnitSlots slots,
+                                                        const ShardGroups& groups, MemoryStats* mem,
+                                                        const ShardingOptions& options) {
+  const bool offloaded = options.offload_params.target != OffloadTarget::kDevice;
+  ZS_REQUIRE(slots.nf4.empty() || !offloaded, ConfigError, "precision.frozen_linear = NF4 with offload.params = ",
+             to_string(options.offload_params.target),
+             " is not supported: NF4 shards stay in memory (they are 0.14 of fp32); set offload.params = DEVICE");
+  std::vector<std::unique_ptr<FlatParam>> flats;
+  auto add = [&](std::vector<ParamSlot>& list, bool trainable, ShardFormat format) {
+    if (list.empty()) return;
+    flats.push_back(std::make_unique<FlatParam>(flat_name(unit, trainable, format), std::move(list), trainable,
+                                                groups.shard_group, groups.replicate_group, mem, options.param_dtype,
+                                                options.reduce_dtype, offloaded && format == ShardFormat::kFp32,
+                                                format));
+  };
+  add(slots.trainable, true, ShardFormat::kFp32);
+  add(slots.frozen, false, ShardFormat::kFp32);
+  add(slots.nf4, false, ShardFormat::kNf4);
+  return flats;
 }
 
 void check_same_description(Communicator& world, const std::string& mine, const std::string& what) {

@@ -26,8 +26,28 @@ struct ShardGroups {
 // that does not divide the world.
 ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda);
 
-// One line per parameter: name, shape, dtype, device type, frozen flag.
+// One line per parameter: name, shape, dtype, device type, frozen flag (and "nf4" for an NF4 flat).
 std::string describe_slots(const std::vector<ParamSlot>& slots, bool trainable);
+std::string describe_flat(const FlatParam& f);
+
+// A unit's parameters by the flat parameter they go to.
+struct UnitSlots {
+  std::vector<ParamSlot> trainable;
+  std::vector<ParamSlot> frozen;
+  std::vector<ParamSlot> nf4;  // frozen Linear weights under precision.frozen_linear = NF4
+  bool empty() const { return trainable.empty() && frozen.empty() && nf4.empty(); }
+};
+// True for the "weight" of a torch::nn::Linear or zeroshard::lora::Linear.
+bool is_linear_weight(const torch::nn::Module& owner, const std::string& key);
+// Adds `slot` to its list: trainable, NF4 (a frozen Linear weight, `linear_weight`, that is not
+// tied to another name, when options.frozen_linear is kNf4), or frozen.
+void sort_slot(UnitSlots& slots, ParamSlot slot, bool linear_weight, const ShardingOptions& options);
+// The unit's flat parameters in the order trainable, frozen, NF4 (the empty ones left out), named
+// flat_name(unit, ...).
+std::vector<std::unique_ptr<FlatParam>> make_unit_flats(const std::string& unit, UnitSlots slots,
+                                                        const ShardGroups& groups, MemoryStats* mem,
+                                                        const ShardingOptions& options);
+std::string flat_name(const std::string& unit, bool trainable, ShardFormat format);
 
 // Collective over `world`: compares every rank's description of `what` (a hash, then rank 0's
 // text when they differ) and throws UsageError on every rank if any differs; the differing ranks

@@ -27,6 +27,8 @@ static_assert(static_cast<int>(AutoWrapPolicy::kNone) == config::AutoWrap::NONE 
               static_cast<int>(AutoWrapPolicy::kSizeBased) == config::AutoWrap::SIZE_BASED &&
               static_cast<int>(AutoWrapPolicy::kModuleType) == config::AutoWrap::MODULE_TYPE);
 
+const char* to_string(FrozenLinearFormat f) { return f == FrozenLinearFormat::kNf4 ? "NF4" : "FULL"; }
+
 const char* to_string(BufferSync b) {
   switch (b) {
     case BufferSync::kAverage: return "AVERAGE";
@@ -93,6 +95,8 @@ ShardingOptions ShardingOptions::from_config(const config::ShardingConfig& cfg, 
   o.buffer_dtype = to_dtype(p.buffer_dtype());
   o.output_dtype = to_dtype(p.output_dtype());
   o.cast_forward_inputs = p.cast_forward_inputs();
+  o.frozen_linear =
+      p.frozen_linear() == config::PrecisionConfig::NF4 ? FrozenLinearFormat::kNf4 : FrozenLinearFormat::kFull;
   return o;
 }
 

@@ -23,8 +23,8 @@ void detail::ShardedInitImpl::deactivate() {
 void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   if (!active || units.count(module) > 0) return;
   // The unit's parameters: everything under it except units built before it (nested units).
-  std::vector<ParamSlot> trainable, frozen;
-  std::unordered_map<const void*, std::pair<std::vector<ParamSlot>*, size_t>> seen;
+  std::vector<std::pair<ParamSlot, bool>> found;  // with: is a Linear weight
+  std::unordered_map<const void*, size_t> seen;
   std::unordered_map<const void*, const torch::nn::Module*> owned_elsewhere;
   for (const auto& [m, flats] : units) {
     for (const auto& f : flats) {
@@ -41,15 +41,14 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
                  "common parent, not inside a unit");
       auto it = seen.find(key);
       if (it != seen.end()) {
-        (*it->second.first)[it->second.second].aliases.push_back(prefix + item.key());
+        found[it->second].first.aliases.push_back(prefix + item.key());
         continue;
       }
-      auto& list = item.value().requires_grad() ? trainable : frozen;
       ParamSlot slot;
       slot.name = prefix + item.key();
       slot.param = item.value();
-      list.push_back(std::move(slot));
-      seen[key] = {&list, list.size() - 1};
+      seen[key] = found.size();
+      found.emplace_back(std::move(slot), detail::is_linear_weight(m, item.key()));
     }
     for (const auto& child : m.named_children()) {
       if (units.count(child.value().get()) > 0) continue;  // a nested unit, sharded already
@@ -57,28 +56,21 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
     }
   };
   visit(*module, "");
-  if (trainable.empty() && frozen.empty()) return;
+  if (found.empty()) return;
+  detail::UnitSlots slots;
+  for (auto& [slot, linear_weight] : found) detail::sort_slot(slots, std::move(slot), linear_weight, options);
   if (!groups_ready) {
-    const bool on_cuda = (trainable.empty() ? frozen : trainable).front().param.is_cuda();
+    const bool on_cuda = found.front().first.param.is_cuda();
     groups = detail::make_shard_groups(session, options, on_cuda);
     groups_ready = true;
   }
   const std::string name = detail::concat(module->name(), " #", count);
-  std::vector<std::unique_ptr<FlatParam>> flats;
-  if (!trainable.empty()) {
-    flats.push_back(std::make_unique<FlatParam>(name, std::move(trainable), true, groups.shard_group,
-                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
-                                                options.offload_params.target != OffloadTarget::kDevice));
-  }
-  if (!frozen.empty()) {
-    flats.push_back(std::make_unique<FlatParam>(name + " (frozen)", std::move(frozen), false, groups.shard_group,
-                                                groups.replicate_group, mem.get(), options.param_dtype, options.reduce_dtype,
-                                                options.offload_params.target != OffloadTarget::kDevice));
-  }
+  std::vector<std::unique_ptr<FlatParam>> flats =
+      detail::make_unit_flats(name, std::move(slots), groups, mem.get(), options);
   // Same unit on every rank, checked before the broadcast below could mismatch.
   std::ostringstream desc;
   desc << "unit " << name << "\n";
-  for (const auto& f : flats) desc << detail::describe_slots(f->slots(), f->trainable());
+  for (const auto& f : flats) desc << detail::describe_flat(*f);
   detail::check_same_description(*session.world(), desc.str(), detail::concat("units at construction (", name, ")"));
   for (const auto& f : flats) f->check_params();
   Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
@@ -87,7 +79,7 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   }
   for (const auto& f : flats) {
     f->init_from_params(sync);  // leaves the unit resharded
-    if (store != nullptr) f->attach_store(store.get());
+    if (store != nullptr && f->offload_capable()) f->attach_store(store.get());
   }
   units[module] = std::move(flats);
   ++count;

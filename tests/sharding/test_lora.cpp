@@ -3,19 +3,24 @@
 // forward x W^T + b + (x A^T) B^T alpha/r spelled out, torch::optim::AdamW over A and B only), at
 // 1, 2 and 4 ranks, for every strategy and with activation checkpointing; then the merge into
 // plain weights (a model without adapters computes what the adapted one does) and the errors.
+// With the base's Linear weights stored in NF4 (precision.frozen_linear), the same comparison
+// against the plain LoRA over the reference quantiser's round trip of those weights, and resume.
 
 #include <gtest/gtest.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "common/nf4_reference.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/lora.h"
 
@@ -97,13 +102,16 @@ struct PlainLora {
   }
 };
 
-std::map<std::string, torch::Tensor> train_plain(int world) {
+// `nf4`: every Linear weight (all frozen) replaced by its NF4 round trip, as the engine stores it.
+std::map<std::string, torch::Tensor> train_plain(int world, bool nf4 = false) {
   Net init = adapted_net();
   PlainLora ref;
   ref.scale = lora_options().alpha / lora_options().rank;
   std::vector<torch::Tensor> trainable;
   for (auto& p : init->named_parameters()) {
-    ref.t[p.key()] = p.value().detach().clone().requires_grad_(p.value().requires_grad());
+    const bool linear_weight = p.key().size() > 7 && p.key().substr(p.key().size() - 7) == ".weight";
+    torch::Tensor v = nf4 && linear_weight ? zs_test::nf4_reference_roundtrip(p.value()) : p.value().detach().clone();
+    ref.t[p.key()] = v.requires_grad_(p.value().requires_grad());
     if (p.value().requires_grad()) trainable.push_back(ref.t[p.key()]);
   }
   EXPECT_EQ(trainable.size(), 10u) << "lora_A and lora_B of input and the four block layers";
@@ -118,20 +126,39 @@ std::map<std::string, torch::Tensor> train_plain(int world) {
   return ref.t;
 }
 
-std::map<std::string, torch::Tensor> train_sharded(Strategy strategy, bool checkpoint) {
+struct ShardedRun {
+  Strategy strategy = Strategy::kFullShard;
+  bool checkpoint = false;
+  bool nf4 = false;
+  std::string save_dir;  // saves after kSteps / 2 steps when set
+  std::string load_dir;  // resumes from there and runs the remaining steps when set
+};
+
+std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   const int world = zs::test::world_size(), rank = zs::test::rank();
   Net net = adapted_net();
-  net->checkpoint = checkpoint;
+  net->checkpoint = run.checkpoint;
   zs::ShardingOptions o;
-  o.strategy = strategy;
+  o.strategy = run.strategy;
   o.hybrid_group_size = world >= 2 ? 2 : 1;
+  if (run.nf4) o.frozen_linear = zs::FrozenLinearFormat::kNf4;
   zs::ShardingEngine engine(zs::test::session(), net.ptr(), o);
   EXPECT_EQ(engine.num_trainable_params(), 3 * (kIn + kDim) + 4 * 3 * (kDim + 2 * kDim));
   zs::AdamOptions ao;
   ao.lr = kLr;
   ao.weight_decay = kWd;
   auto opt = zs::make_adamw(ao);
-  for (int step = 0; step < kSteps; ++step) {
+  int first = 0;
+  if (!run.load_dir.empty()) {
+    zs::Checkpointer ckpt(engine, {run.load_dir});
+    first = static_cast<int>(ckpt.load(*opt).step);
+  }
+  for (int step = first; step < kSteps; ++step) {
+    if (!run.save_dir.empty() && step == kSteps / 2) {
+      zs::Checkpointer ckpt(engine, {run.save_dir});
+      ckpt.save(*opt, {.step = step});
+      break;
+    }
     auto [x, y] = batch(step, world);
     torch::Tensor loss = engine.forward([&] {
       return torch::mse_loss(net->forward(x.narrow(0, rank * kLocalBatch, kLocalBatch)),
@@ -151,7 +178,7 @@ TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
   for (Strategy s : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
     for (bool checkpoint : {false, true}) {
       if (checkpoint && s != Strategy::kFullShard) continue;
-      const auto got = train_sharded(s, checkpoint);
+      const auto got = train_sharded({s, checkpoint});
       double worst = 0;
       std::string worst_name;
       for (const auto& [name, want] : ref) {
@@ -172,6 +199,87 @@ TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
       }
     }
   }
+}
+
+// The largest |a - b| over the reference's tensors, and which one.
+std::pair<double, std::string> worst_difference(const std::map<std::string, torch::Tensor>& got,
+                                                const std::map<std::string, torch::Tensor>& want) {
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    const double d = it == got.end() ? HUGE_VAL : zs::test::max_abs_diff(it->second, w);
+    if (d > worst || worst_name.empty()) worst = d, worst_name = name;
+  }
+  return {worst, worst_name};
+}
+
+// QLoRA's base: every Linear weight (frozen) in NF4. The engine computes with the dequantised
+// weights, so training equals the plain LoRA over the reference quantiser's round trip of them;
+// the full state dict hands out those dequantised values; and a checkpoint resumes exactly.
+TEST(Lora, Nf4BaseTrainsAsPlainLoraOverTheReferenceRoundTrip) {
+  const auto ref = train_plain(zs::test::world_size(), /*nf4=*/true);
+  const Net initial = adapted_net();
+  const auto start = initial->named_parameters();
+  for (Strategy s : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
+    for (bool checkpoint : {false, true}) {
+      if (checkpoint && s != Strategy::kFullShard) continue;
+      const auto got = train_sharded({s, checkpoint, /*nf4=*/true});
+      const auto [worst, worst_name] = worst_difference(got, ref);
+      EXPECT_LE(worst, 1e-5) << zs::to_string(s) << (checkpoint ? " + checkpointing" : "") << ": " << worst_name
+                             << " differs by " << worst;
+      // The base is the round trip (not the original), bit for bit; biases stay fp32.
+      for (const std::string name : {"input.weight", "b0.fc1.weight", "b1.fc2.weight", "head.weight"}) {
+        EXPECT_EQ(zs::test::max_abs_diff(got.at(name), zs_test::nf4_reference_roundtrip(start[name])), 0.0) << name;
+        EXPECT_GT(zs::test::max_abs_diff(got.at(name), start[name]), 1e-4) << name << " was not quantised";
+      }
+      EXPECT_EQ(zs::test::max_abs_diff(got.at("b0.fc1.bias"), start["b0.fc1.bias"]), 0.0);
+      if (zs::test::rank() == 0) {
+        std::printf("  LoRA + NF4 base %s%s at %d rank(s): max |sharded - plain| = %.3g (%s)\n", zs::to_string(s),
+                    checkpoint ? " + checkpointing" : "", zs::test::world_size(), worst, worst_name.c_str());
+      }
+    }
+  }
+  // One checkpoint root for all ranks, per world size (the np1/np2/np4 runs may overlap).
+  const std::string root =
+      (std::filesystem::current_path() / ("lora_nf4_ckpt_np" + std::to_string(zs::test::world_size()))).string();
+  if (zs::test::rank() == 0) {
+    std::filesystem::remove_all(root);
+    std::filesystem::create_directories(root);
+  }
+  zs::test::world()->barrier("test.root")->wait();
+  ShardedRun first{Strategy::kFullShard, false, true};
+  first.save_dir = root;
+  train_sharded(first);
+  ShardedRun second{Strategy::kFullShard, false, true};
+  second.load_dir = root;
+  const auto resumed = train_sharded(second);
+  const auto straight = train_sharded({Strategy::kFullShard, false, true});
+  const auto [d, name] = worst_difference(resumed, straight);
+  EXPECT_EQ(d, 0.0) << "resumed from step " << kSteps / 2 << ": " << name << " differs by " << d;
+  zs::test::world()->barrier("test.root_done")->wait();
+  if (zs::test::rank() == 0) std::filesystem::remove_all(root);
+}
+
+TEST(Lora, Nf4BaseErrorsNameTheUnitAndTheField) {
+  Net net = adapted_net();
+  {
+    torch::NoGradGuard no_grad;
+    net->blocks[1]->fc2->weight[3][4] = std::nan("");
+  }
+  zs::ShardingOptions o;
+  o.frozen_linear = zs::FrozenLinearFormat::kNf4;
+  const std::string err = zs::test::error_text_of<zs::UsageError>(
+      [&] { zs::ShardingEngine engine(zs::test::session(), net.ptr(), o); });
+  EXPECT_TRUE(zs::test::contains(err, "NF4 quantisation of parameter 'b1.fc2.weight' of unit 'b1 (nf4)': a value is "
+                                      "not finite"))
+      << err;
+  Net other = adapted_net();
+  o.offload_params.target = zs::OffloadTarget::kCpu;
+  const std::string off = zs::test::error_text_of<zs::ConfigError>(
+      [&] { zs::ShardingEngine engine(zs::test::session(), other.ptr(), o); });
+  EXPECT_TRUE(zs::test::contains(off, "precision.frozen_linear = NF4 with offload.params = CPU is not supported"))
+      << off;
 }
 
 TEST(Lora, AdaptersStartAsTheBaseAndMergeIntoPlainWeights) {

@@ -23,6 +23,13 @@
 // back for a reader, release_grad() drops it again; scale_grad() multiplies in place when it is
 // resident and otherwise records the factor, applied (in order, by the same kernel) when it is next
 // loaded, so clipping and unscaling cost no write of the gradient.
+// NF4 shard (ShardFormat::kNf4, frozen Linear weights under precision.frozen_linear = NF4): the
+// shard is kept packed in 4 bits plus one fp32 maximum per 64 elements (nf4.h), each parameter
+// starting on a 64-element boundary so no block mixes two tensors. The all-gather moves the packed
+// shards (4.5 bits per weight) and each rank's part is dequantised into the full buffer, in
+// param_dtype, when the gather is waited for. shard() and shard_for_read() hand out the
+// dequantised fp32 values; release_shard() quantises them again if shard() (or
+// shard_for_overwrite()) handed them out, and drops them. Never trainable, never offloaded.
 // Not thread-safe: driven by the engine on the training thread.
 
 #include <ATen/core/Tensor.h>
@@ -37,6 +44,8 @@
 namespace zeroshard {
 
 class ShardStore;
+
+enum class ShardFormat { kFp32, kNf4 };
 
 struct ParamSlot {
   std::string name;                  // qualified name in the model (first one, if tied)
@@ -56,7 +65,8 @@ class FlatParam {
   FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
             std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
             MemoryStats* mem, c10::ScalarType param_dtype = c10::kFloat,
-            c10::ScalarType reduce_dtype = c10::kFloat, bool offloaded_shard = false);
+            c10::ScalarType reduce_dtype = c10::kFloat, bool offloaded_shard = false,
+            ShardFormat format = ShardFormat::kFp32);
   ~FlatParam();
   FlatParam(const FlatParam&) = delete;
   FlatParam& operator=(const FlatParam&) = delete;
@@ -81,10 +91,13 @@ class FlatParam {
   int64_t padded_numel() const { return padded_; }
   int64_t shard_numel() const { return shard_numel_; }
   bool aliased() const { return aliased_; }
+  ShardFormat format() const { return format_; }
+  // Bytes this rank keeps for its shard between uses (fp32: 4 per element; NF4: packed).
+  int64_t shard_storage_bytes() const;
   Communicator& shard_group() const { return *shard_group_; }
 
   // The fp32 shard, brought back from the store first when offloaded (then counted as modified:
-  // release_shard() writes it back).
+  // release_shard() writes it back); NF4: dequantised (release_shard() quantises it again).
   at::Tensor& shard();
 
   // --- offloaded shard (offload.params) ---
@@ -95,6 +108,7 @@ class FlatParam {
   bool shard_offloaded() const { return store_ != nullptr; }
   bool offload_capable() const { return offloaded_shard_; }  // built with offloaded_shard = true
   bool shard_resident() const { return shard_.defined(); }
+  const at::Tensor& packed_shard() const { return packed_; }  // NF4: codes and block maxima
   // The shard for reading: loaded when offloaded, not marked modified.
   const at::Tensor& shard_for_read() { return resident_shard(); }
   // The shard as a tensor the caller overwrites whole: when offloaded and not resident, a new
@@ -105,6 +119,8 @@ class FlatParam {
   // Starts reading the shard ahead (no-op when resident or not offloaded).
   void prefetch_shard();
   // Offloaded: writes the shard back if shard() handed it out since it was loaded, then drops it.
+  // NF4: quantises it again if shard() handed it out (UsageError naming the unit for a value that
+  // is not finite; the shard stays resident and modified), then drops it.
   // A failed write (IoError naming file and offset) keeps the shard resident and modified, so
   // nothing is lost and the next release retries. No-op when not offloaded or not resident.
   // With `retired`, the dropped tensor is moved there (for a caller whose side stream may still
@@ -232,6 +248,10 @@ class FlatParam {
   int64_t staged_bytes_ = 0;  // of pending_out_, counted as comm buffers (0 when it is grad_buffer_)
   std::shared_ptr<Work> pending_rs_;
   std::shared_ptr<Work> pending_ar_;
+  ShardFormat format_ = ShardFormat::kFp32;
+  at::Tensor packed_;           // NF4: this rank's packed shard (uint8)
+  at::Tensor gathered_packed_;  // NF4: every rank's packed shard, held while full_ is
+  void dequantize_gathered();   // NF4: gathered_packed_ into full_, rank by rank
 };
 
 }  // namespace zeroshard

@@ -55,6 +55,9 @@ enum class BufferSync {
 };
 const char* to_string(BufferSync b);  // "AVERAGE", "BROADCAST", "NONE"
 
+enum class FrozenLinearFormat { kFull, kNf4 };
+const char* to_string(FrozenLinearFormat f);  // "FULL", "NF4"
+
 struct ShardingOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
@@ -84,6 +87,9 @@ struct ShardingOptions {
   // checkpoints re-apply the autocast state of their forward run to the recomputation.
   bool autocast = false;
   c10::ScalarType autocast_dtype = c10::kBFloat16;
+  // precision.frozen_linear: how the `weight` of each frozen, untied torch::nn::Linear or
+  // zeroshard::lora::Linear is sharded: kFull (fp32) or kNf4 (4-bit NormalFloat, flat_param.h).
+  FrozenLinearFormat frozen_linear = FrozenLinearFormat::kFull;
   // offload.params: where the parameter shards live between uses.
   ParamOffloadOptions offload_params;
   // offload.grads: where the fp32 gradient shards live from their reduction to the optimizer step
