@@ -325,9 +325,16 @@ ShardingEngine::ShardingEngine(std::unique_ptr<detail::ShardingEngineImpl> impl)
     }
     return rows;
   });
+  int64_t nf4 = 0;
+  for (auto& u : impl_->units) {
+    for (auto& f : u->flats) {
+      for (const ParamSlot& s : f->slots()) nf4 += f->format() == ShardFormat::kNf4 ? s.numel : 0;
+    }
+  }
   ZS_LOG(kInfo) << "sharding " << impl_->units.size() << " unit(s), " << num_params() << " parameters ("
-                << num_trainable_params() << " trainable) over a shard group of " << shard_group_size()
-                << " rank(s)";
+                << num_trainable_params() << " trainable"
+                << (nf4 > 0 ? detail::concat(", ", nf4, " frozen Linear weights in NF4") : std::string())
+                << ") over a shard group of " << shard_group_size() << " rank(s)";
 }
 
 ShardingEngine::~ShardingEngine() {
