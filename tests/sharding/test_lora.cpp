@@ -22,7 +22,9 @@
 #include "zeroshard/sharding/activation_checkpoint.h"
 #include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
+#include "zeroshard/io/tensor_file.h"
 #include "zeroshard/sharding/lora.h"
+#include "zeroshard/sharding/pretrained.h"
 
 namespace zs = zeroshard;
 using Strategy = zs::ShardingStrategy;
@@ -259,6 +261,40 @@ TEST(Lora, Nf4BaseTrainsAsPlainLoraOverTheReferenceRoundTrip) {
   EXPECT_EQ(d, 0.0) << "resumed from step " << kSteps / 2 << ": " << name << " differs by " << d;
   zs::test::world()->barrier("test.root_done")->wait();
   if (zs::test::rank() == 0) std::filesystem::remove_all(root);
+}
+
+// Pretrained weights (a base without adapters, safetensors) load into an NF4 base: each unit's
+// shard is quantised as it is loaded, and the engine computes with the round trip of the file's
+// weights, not of its own initial ones.
+TEST(Lora, Nf4BaseLoadsPretrainedWeights) {
+  const std::string path = (std::filesystem::current_path() /
+                            ("lora_nf4_base_np" + std::to_string(zs::test::world_size()) + ".safetensors"))
+                               .string();
+  torch::manual_seed(99);
+  Net base;  // other values than adapted_net()'s
+  const auto file = base->named_parameters();
+  if (zs::test::rank() == 0) {
+    std::vector<zs::TensorInfo> infos;
+    for (const auto& p : file) infos.push_back({p.key(), c10::kFloat, p.value().sizes().vec()});
+    zs::SafetensorsWriter w(path, infos);
+    for (const auto& p : file) w.write(p.key(), p.value().detach());
+    w.finish();
+  }
+  zs::test::world()->barrier("test.written")->wait();
+  Net net = adapted_net();
+  zs::ShardingOptions o;
+  o.frozen_linear = zs::FrozenLinearFormat::kNf4;
+  zs::ShardingEngine engine(zs::test::session(), net.ptr(), o);
+  zs::PretrainedOptions po;
+  po.not_required = {"*lora_A", "*lora_B"};
+  zs::load_pretrained(engine, path, po);
+  const auto got = engine.full_state_dict();
+  for (const std::string name : {"input.weight", "b0.fc2.weight", "b1.fc1.weight", "head.weight"}) {
+    EXPECT_EQ(zs::test::max_abs_diff(got.at(name), zs_test::nf4_reference_roundtrip(file[name])), 0.0) << name;
+  }
+  EXPECT_EQ(zs::test::max_abs_diff(got.at("b1.fc1.bias"), file["b1.fc1.bias"]), 0.0);
+  zs::test::world()->barrier("test.read")->wait();
+  if (zs::test::rank() == 0) std::filesystem::remove(path);
 }
 
 TEST(Lora, Nf4BaseErrorsNameTheUnitAndTheField) {
