@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/bucketize.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/ones_like.h>
@@ -11,6 +10,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "nf4_kernels.h"
@@ -102,15 +102,24 @@ void dequantize_cpu(bool simd, const at::Tensor& packed, const at::Tensor& out) 
   });
 }
 
+// Elements per step of the ATen paths: their temporaries (an int64 index per element) stay a
+// few MiB whatever the shard's size.
+constexpr int64_t kChunk = int64_t{1} << 20;
+
 // What runs on a GPU: the same products in fp32, one rounding in the copy to `out`.
 void dequantize_aten(const at::Tensor& packed, const at::Tensor& out) {
   const int64_t n = out.numel();
-  const at::Tensor codes = packed.narrow(0, 0, n / 2);
   const at::Tensor maxima = packed.narrow(0, n / 2, n / kBlock * 4).view(at::kFloat);
-  const at::Tensor idx =
-      at::stack({codes.bitwise_and(15), codes.__rshift__(4)}, 1).reshape({-1}).to(at::kLong);
   const at::Tensor cb = host_floats(codebook().data(), 16, out.device());
-  const_cast<at::Tensor&>(out).copy_(cb.index_select(0, idx).view({-1, kBlock}).mul(maxima.unsqueeze(1)).view({-1}));
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t len = std::min(kChunk, n - at);
+    const at::Tensor codes = packed.narrow(0, at / 2, len / 2);
+    const at::Tensor idx =
+        at::stack({codes.bitwise_and(15), codes.__rshift__(4)}, 1).reshape({-1}).to(at::kLong);
+    const at::Tensor values =
+        cb.index_select(0, idx).view({-1, kBlock}).mul(maxima.narrow(0, at / kBlock, len / kBlock).unsqueeze(1));
+    out.narrow(0, at, len).copy_(values.view({-1}));
+  }
 }
 
 }  // namespace
@@ -121,19 +130,24 @@ at::Tensor quantize(const at::Tensor& values, const std::string& what) {
            ": want a 1-D fp32 tensor of a multiple of ", kBlock, " elements");
   ZS_REQUIRE(at::isfinite(values).all().item<bool>(), UsageError, "NF4 quantisation of ", what,
              ": a value is not finite (nan or inf); the weights must be finite to be stored in 4 bits");
-  const at::Tensor blocks = values.reshape({-1, kBlock});
-  const at::Tensor maxima = blocks.abs().amax(1);
-  const at::Tensor divisor = at::where(maxima.gt(0), maxima, at::ones_like(maxima)).unsqueeze(1);
   // Nearest codebook value: below the midpoint between two neighbours goes to the lower one (a
   // value exactly on it too).
   std::array<float, 15> mids;
   const std::array<float, 16>& cb = codebook();
   for (size_t i = 0; i < mids.size(); ++i) mids[i] = (cb[i] + cb[i + 1]) / 2;
-  const at::Tensor codes =
-      at::bucketize(blocks.div(divisor), host_floats(mids.data(), 15, values.device()), /*out_int32=*/true)
-          .reshape({-1, 2});
-  const at::Tensor bytes = codes.select(1, 0).add(codes.select(1, 1).mul(16)).to(at::kByte);
-  return at::cat({bytes, maxima.contiguous().view(at::kByte)});
+  const at::Tensor bounds = host_floats(mids.data(), 15, values.device());
+  at::Tensor packed = at::empty({packed_bytes(n)}, values.options().dtype(at::kByte));
+  at::Tensor maxima = packed.narrow(0, n / 2, n / kBlock * 4).view(at::kFloat);
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t len = std::min(kChunk, n - at);
+    const at::Tensor blocks = values.narrow(0, at, len).reshape({-1, kBlock});
+    at::Tensor m = maxima.narrow(0, at / kBlock, len / kBlock);
+    m.copy_(blocks.abs().amax(1));
+    const at::Tensor divisor = at::where(m.gt(0), m, at::ones_like(m)).unsqueeze(1);
+    const at::Tensor codes = at::bucketize(blocks.div(divisor), bounds, /*out_int32=*/true).reshape({-1, 2});
+    packed.narrow(0, at / 2, len / 2).copy_(codes.select(1, 0).add(codes.select(1, 1).mul(16)));
+  }
+  return packed;
 }
 
 void dequantize(const at::Tensor& packed, const at::Tensor& out) {

@@ -109,6 +109,28 @@ TEST(Nf4, EveryDequantisationPathGivesTheSameBits) {
   }
 }
 
+// More than one step of the ATen paths (2^20 elements per step): every block still right.
+TEST(Nf4, ShardsLongerThanOneStepAreWholeAcrossTheSteps) {
+  auto g = torch::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor x = torch::randn({(int64_t{1} << 20) + 3 * 64}, g);
+  const int64_t n = x.numel();
+  const at::Tensor packed = nf4::quantize(x, "a long shard");
+  const zs_test::Nf4Reference ref = zs_test::nf4_reference_quantize(x);
+  int64_t wrong_max = 0, differ = 0;
+  for (int64_t b = 0; b < n / 64; ++b) wrong_max += maximum_of(packed, n, b) != ref.maxima[b];
+  for (int64_t i = 0; i < n; ++i) differ += code_of(packed, i) != ref.codes[i];
+  EXPECT_EQ(wrong_max, 0);
+  EXPECT_LE(differ, 2) << "codes that differ from the reference (a value on a midpoint may)";
+  at::Tensor aten = at::empty({n}, at::kBFloat16), scalar = at::empty_like(aten);
+  nf4::detail::dequantize_with(nf4::detail::Path::kAten, packed, aten);
+  nf4::detail::dequantize_with(nf4::detail::Path::kScalar, packed, scalar);
+  EXPECT_TRUE(at::equal(aten.view(at::kShort), scalar.view(at::kShort)));
+  EXPECT_LE(zs::test::max_abs_diff(scalar.narrow(0, n - 64, 64).to(at::kFloat),
+                                   zs_test::nf4_reference_dequantize(ref).narrow(0, n - 64, 64).to(at::kBFloat16).to(at::kFloat)),
+            differ == 0 ? 0.0 : 1.0)
+      << "the last block, past the first step";
+}
+
 TEST(Nf4, QuantisingWhatDequantisingGaveReproducesTheBytes) {
   const at::Tensor packed = nf4::quantize(test_values(), "test values");
   at::Tensor out = at::empty({test_values().numel()}, at::kFloat);
