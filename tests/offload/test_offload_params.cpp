@@ -10,6 +10,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/mount.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -474,6 +478,35 @@ TEST(OffloadParams, CpuStateStepWithFailedWriteBackIsAppliedOnce) {
   t.train(opt, 3, 4);
   EXPECT_EQ(max_diff(t.params(), want), 0.0);
   EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0);
+}
+
+// A drive too small for the parameter shards fails when the engine is built (the space is reserved
+// there), naming the file, the unit and what to do; not mid-run. The small drive: a 128 KiB tmpfs
+// mounted for the test (root with CAP_SYS_ADMIN; skipped, saying so, where mounting is refused).
+TEST(OffloadParams, DriveTooSmallFailsWhenTheEngineIsBuilt) {
+  TempDir dir("too_small");
+  const std::string mnt = dir.path + "/drive";
+  fs::create_directories(mnt);
+  if (::mount("zeroshard-test", mnt.c_str(), "tmpfs", 0, "size=128k") != 0) {
+    GTEST_SKIP() << "cannot mount a 128 KiB tmpfs at " << mnt << " (" << std::strerror(errno)
+                 << "): needs root with CAP_SYS_ADMIN";
+  }
+  zs_test::GptConfig big = zs_test::trainer_gpt_config();
+  big.dim = 64, big.layers = 4;  // about 200 KB of fp32 shards per block on each rank
+  const std::string err =
+      error_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, mnt), 11, big); });
+  // The gradient shards' store (parameters resident) reserves its space at the same point.
+  zs::ShardingOptions grads;
+  grads.offload_grads = offloaded(zs::OffloadTarget::kNvme, mnt).offload_params;
+  const std::string grad_err = error_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
+  ::umount2(mnt.c_str(), MNT_DETACH);
+  EXPECT_TRUE(contains(err, "cannot reserve ")) << err;
+  EXPECT_TRUE(contains(err, mnt + "/zeroshard-params-rank" + std::to_string(zs::test::rank()) + "/")) << err;
+  EXPECT_TRUE(contains(err, "No space left on device (errno 28) - the drive under offload.nvme_path is too small "
+                            "for the parameter shards"))
+      << err;
+  EXPECT_TRUE(contains(grad_err, mnt + "/zeroshard-grads-rank" + std::to_string(zs::test::rank()) + "/")) << grad_err;
+  EXPECT_TRUE(contains(grad_err, "too small for the gradient shards")) << grad_err;
 }
 
 TEST(OffloadParams, ConfigAndUsageErrors) {
