@@ -22,8 +22,6 @@
 namespace zeroshard {
 namespace detail {
 
-extern thread_local detail::ShardedInitImpl* t_active_init;  // sharded_init.cpp
-
 namespace {
 
 std::mutex& registry_mutex() {

@@ -17,6 +17,7 @@
 #include "zeroshard/base/format.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/sharding/param_groups.h"
+#include "sharded_init_internal.h"
 #include "zeroshard/sharding/unit.h"
 
 namespace zeroshard::lora {
@@ -80,7 +81,9 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& na
 
 }  // namespace
 
-std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
+namespace detail {
+
+void check_options(const Options& o) {
   ZS_REQUIRE(o.rank >= 1, ConfigError, "lora.rank = ", o.rank, " must be >= 1");
   ZS_REQUIRE(std::isfinite(o.alpha) && o.alpha > 0, ConfigError, "lora.alpha = ", format_double(o.alpha),
              " must be finite and > 0");
@@ -89,21 +92,73 @@ std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
   for (size_t i = 0; i < o.targets.size(); ++i) {
     ZS_REQUIRE(!o.targets[i].empty(), ConfigError, "lora.targets[", i, "] is empty; give a glob over module names");
   }
+}
+
+bool matches_some_path(const std::vector<std::string>& targets, const std::string& relative) {
+  if (targets.empty()) return true;
+  for (const std::string& g : targets) {
+    // Split the pattern where the path could end: after a '.' or a '?' (the dot itself), or
+    // inside a '*' (which may take the dot and part of the name).
+    for (size_t i = 1; i <= g.size(); ++i) {
+      const char last = g[i - 1];
+      if ((last == '.' || last == '?') && glob_match(g.substr(i), relative)) return true;
+      if (last == '*' && glob_match(g.substr(i - 1), relative)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_rank_fits(const Options& o, const LinearImpl& l, const std::string& name) {
+  ZS_REQUIRE(o.rank <= std::min(l.options.in_features(), l.options.out_features()), ConfigError, "lora.rank = ",
+             o.rank, " exceeds the smaller side of '", name, "' (", l.options.out_features(), " x ",
+             l.options.in_features(), "): the update would not be low-rank");
+}
+
+}  // namespace
+
+std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
+  detail::check_options(o);
+  // Units a ShardedInit sharded as they were built: adapted then (apply_lora) or not at all.
+  const zeroshard::detail::ShardedInitImpl* init = zeroshard::detail::t_active_init;
+  auto sharded = [&](const torch::nn::Module* m) { return init != nullptr && init->in_units.count(m) > 0; };
+  if (init != nullptr && init->lora) {
+    const Options& was = *init->lora;
+    ZS_REQUIRE(was.rank == o.rank && was.alpha == o.alpha && was.dropout == o.dropout && was.targets == o.targets,
+               UsageError, "lora::apply: the options differ from those given to ShardedInit::apply_lora (rank ",
+               was.rank, ", alpha ", format_double(was.alpha), "); pass the same options to both");
+  }
   // Everything is checked before anything changes.
-  std::vector<std::pair<std::string, LinearImpl*>> picked;
+  std::vector<std::pair<std::string, LinearImpl*>> picked;  // null: adapted when its unit was sharded
   std::vector<bool> used(o.targets.size(), false);
   for (const auto& item : model.named_modules()) {
     torch::nn::Module* m = item.value().get();
-    ZS_REQUIRE(detail::find_managed_unit(m) == nullptr, UsageError, "lora::apply: module '",
+    ZS_REQUIRE(zeroshard::detail::find_managed_unit(m) == nullptr, UsageError, "lora::apply: module '",
                item.key().empty() ? "<root>" : item.key(),
                "' is already sharded by a ShardingEngine; add adapters before wrapping the model");
     for (size_t i = 0; i < o.targets.size(); ++i) used[i] = used[i] || glob_match(o.targets[i], item.key());
-    if (!matches_any(o.targets, item.key())) continue;
+    const bool wanted = matches_any(o.targets, item.key());
+    if (sharded(m)) {
+      auto* l = dynamic_cast<LinearImpl*>(m);
+      if (l == nullptr || (!wanted && !l->has_adapter())) continue;
+      ZS_REQUIRE(init->lora.has_value(), UsageError, "lora::apply: '", item.key(),
+                 "' was sharded as it was built (ShardedInit) before an adapter could be added: call "
+                 "ShardedInit::apply_lora(options) before building the model");
+      ZS_REQUIRE(wanted == l->has_adapter(), ConfigError, "lora.targets: '", item.key(), "' ",
+                 wanted ? "matches by its full name but got no adapter when its unit was sharded"
+                        : "got an adapter when its unit was sharded but matches no pattern by its full name",
+                 " (under a ShardedInit a unit's path is not known when it is sharded: use patterns that hold "
+                 "for every unit alike, such as '*.qkv')");
+      picked.emplace_back(item.key(), nullptr);
+      continue;
+    }
+    if (!wanted) continue;
     if (auto* l = dynamic_cast<LinearImpl*>(m)) {
       ZS_REQUIRE(!l->has_adapter(), UsageError, "lora::apply: '", item.key(), "' already has an adapter");
-      ZS_REQUIRE(o.rank <= std::min(l->options.in_features(), l->options.out_features()), ConfigError, "lora.rank = ",
-                 o.rank, " exceeds the smaller side of '", item.key(), "' (", l->options.out_features(), " x ",
-                 l->options.in_features(), "): the update would not be low-rank");
+      check_rank_fits(o, *l, item.key());
       picked.emplace_back(item.key(), l);
     } else if (!o.targets.empty() && dynamic_cast<torch::nn::LinearImpl*>(m) != nullptr) {
       ZS_THROW(ConfigError, "lora.targets match '", item.key(),
@@ -118,14 +173,38 @@ std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
              o.targets.empty() ? std::string("the model has no zeroshard::lora::Linear layer")
                                : "lora.targets match no zeroshard::lora::Linear layer",
              "; nothing would train");
-  for (at::Tensor& p : model.parameters()) p.set_requires_grad(false);
+  for (const auto& item : model.named_modules()) {
+    if (sharded(item.value().get())) continue;  // frozen but for its adapters when it was sharded
+    for (at::Tensor& p : item.value()->parameters(/*recurse=*/false)) p.set_requires_grad(false);
+  }
   std::vector<std::string> names;
   for (auto& [name, l] : picked) {
-    l->add_adapter(o.rank, o.alpha, o.dropout);
+    if (l != nullptr) l->add_adapter(o.rank, o.alpha, o.dropout);
     names.push_back(name);
   }
   return names;
 }
+
+namespace detail {
+
+void adapt_unit(const std::string& unit, const std::vector<std::pair<std::string, torch::nn::Module*>>& modules,
+                const Options& o) {
+  std::vector<std::pair<std::string, LinearImpl*>> picked;
+  for (const auto& [key, m] : modules) {
+    auto* l = dynamic_cast<LinearImpl*>(m);
+    if (l == nullptr || key.empty() || !matches_some_path(o.targets, key)) continue;
+    ZS_REQUIRE(!l->has_adapter(), UsageError, "ShardedInit::apply_lora: '", key, "' of unit ", unit,
+               " already has an adapter");
+    check_rank_fits(o, *l, key);
+    picked.emplace_back(key, l);
+  }
+  for (const auto& [key, m] : modules) {
+    for (at::Tensor& p : m->parameters(/*recurse=*/false)) p.set_requires_grad(false);
+  }
+  for (auto& [key, l] : picked) l->add_adapter(o.rank, o.alpha, o.dropout);
+}
+
+}  // namespace detail
 
 bool has_leaf(const std::string& name, const std::string& leaf) {
   return name == leaf ||

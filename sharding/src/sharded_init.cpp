@@ -22,6 +22,19 @@ void detail::ShardedInitImpl::deactivate() {
 
 void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   if (!active || units.count(module) > 0) return;
+  // The unit's own modules (not those of units built inside it, sharded already).
+  std::vector<std::pair<std::string, torch::nn::Module*>> own;
+  std::vector<std::string> nested_prefixes;
+  auto& unit = const_cast<torch::nn::Module&>(*module);  // still being built: ours to adapt
+  for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
+    const std::string& key = item.key();
+    bool nested = !key.empty() && units.count(item.value().get()) > 0;
+    if (nested) nested_prefixes.push_back(key + ".");
+    for (const std::string& p : nested_prefixes) nested = nested || key.rfind(p, 0) == 0;
+    if (!nested) own.emplace_back(key, item.value().get());
+  }
+  if (lora) lora::detail::adapt_unit(module->name(), own, *lora);
+  for (const auto& [key, m] : own) in_units.insert(m);
   // The unit's parameters: everything under it except units built before it (nested units).
   std::vector<std::pair<ParamSlot, bool>> found;  // with: is a Linear weight
   std::unordered_map<const void*, size_t> seen;
@@ -95,6 +108,13 @@ ShardedInit::ShardedInit(Session& session, ShardingOptions options)
 ShardedInit::~ShardedInit() { impl_->deactivate(); }
 
 void ShardedInit::stop() { impl_->deactivate(); }
+
+void ShardedInit::apply_lora(const lora::Options& options) {
+  lora::detail::check_options(options);
+  ZS_REQUIRE(impl_->count == 0, UsageError, "ShardedInit::apply_lora after ", impl_->count,
+             " unit(s) were sharded: call it before building the model");
+  impl_->lora = options;
+}
 int ShardedInit::units_sharded() const { return impl_->count; }
 const MemoryStats& ShardedInit::memory() const { return *impl_->mem; }
 

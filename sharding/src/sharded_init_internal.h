@@ -4,6 +4,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <unordered_set>
 #include <vector>
 
 #include "groups.h"
@@ -32,6 +34,27 @@ struct ShardedInitImpl {
   // relative to the unit until the engine renames them.
   std::map<const torch::nn::Module*, std::vector<std::unique_ptr<FlatParam>>> units;
   int count = 0;
+  // apply_lora: adapters added to each unit as it is sharded. `in_units`: every module inside a
+  // unit sharded so far (lora::apply leaves them as they are and checks them).
+  std::optional<lora::Options> lora;
+  std::unordered_set<const torch::nn::Module*> in_units;
 };
+
+extern thread_local ShardedInitImpl* t_active_init;  // the thread's active ShardedInit, or null
+
+}  // namespace zeroshard::detail
+
+namespace zeroshard::lora::detail {
+
+// ShardedInit::apply_lora for one unit (lora.cpp): `modules` are the unit's own modules with
+// names relative to it (nested units left out). Adds the adapters the targets match (some path
+// followed by the name), freezes every other parameter of those modules. ConfigError for a rank
+// larger than a layer allows, before anything changes.
+void adapt_unit(const std::string& unit, const std::vector<std::pair<std::string, torch::nn::Module*>>& modules,
+                const Options& options);
+
+}  // namespace zeroshard::lora::detail
+
+namespace zeroshard::detail {
 
 }  // namespace zeroshard::detail

@@ -13,18 +13,20 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/nf4_reference.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/io/tensor_file.h"
 #include "zeroshard/sharding/activation_checkpoint.h"
 #include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
-#include "zeroshard/io/tensor_file.h"
 #include "zeroshard/sharding/lora.h"
 #include "zeroshard/sharding/pretrained.h"
+#include "zeroshard/sharding/sharded_init.h"
 
 namespace zs = zeroshard;
 using Strategy = zs::ShardingStrategy;
@@ -104,17 +106,15 @@ struct PlainLora {
   }
 };
 
-// `nf4`: every Linear weight (all frozen) replaced by its NF4 round trip, as the engine stores it.
-std::map<std::string, torch::Tensor> train_plain(int world, bool nf4 = false) {
-  Net init = adapted_net();
+// Plain LoRA from the values `start` (the adapters, lora_A and lora_B, train).
+std::map<std::string, torch::Tensor> train_plain_from(const std::map<std::string, torch::Tensor>& start, int world) {
   PlainLora ref;
   ref.scale = lora_options().alpha / lora_options().rank;
   std::vector<torch::Tensor> trainable;
-  for (auto& p : init->named_parameters()) {
-    const bool linear_weight = p.key().size() > 7 && p.key().substr(p.key().size() - 7) == ".weight";
-    torch::Tensor v = nf4 && linear_weight ? zs_test::nf4_reference_roundtrip(p.value()) : p.value().detach().clone();
-    ref.t[p.key()] = v.requires_grad_(p.value().requires_grad());
-    if (p.value().requires_grad()) trainable.push_back(ref.t[p.key()]);
+  for (const auto& [name, value] : start) {
+    const bool adapter = zs::lora::has_leaf(name, "lora_A") || zs::lora::has_leaf(name, "lora_B");
+    ref.t[name] = value.detach().clone().requires_grad_(adapter);
+    if (adapter) trainable.push_back(ref.t[name]);
   }
   EXPECT_EQ(trainable.size(), 10u) << "lora_A and lora_B of input and the four block layers";
   torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(kLr).weight_decay(kWd));
@@ -128,23 +128,51 @@ std::map<std::string, torch::Tensor> train_plain(int world, bool nf4 = false) {
   return ref.t;
 }
 
+// From adapted_net(); `nf4`: every Linear weight (all frozen) replaced by its NF4 round trip, as
+// the engine stores it.
+std::map<std::string, torch::Tensor> train_plain(int world, bool nf4 = false) {
+  std::map<std::string, torch::Tensor> start;
+  for (auto& p : adapted_net()->named_parameters()) {
+    const bool linear_weight = p.key().size() > 7 && p.key().substr(p.key().size() - 7) == ".weight";
+    start[p.key()] = nf4 && linear_weight ? zs_test::nf4_reference_roundtrip(p.value()) : p.value().detach();
+  }
+  return train_plain_from(start, world);
+}
+
 struct ShardedRun {
   Strategy strategy = Strategy::kFullShard;
   bool checkpoint = false;
   bool nf4 = false;
   std::string save_dir;  // saves after kSteps / 2 steps when set
   std::string load_dir;  // resumes from there and runs the remaining steps when set
+  // Built under a ShardedInit with apply_lora (each block adapted as it is sharded) instead of
+  // adapted_net(); its state before training goes to `initial`.
+  bool sharded_init = false;
+  std::map<std::string, torch::Tensor>* initial = nullptr;
 };
 
 std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   const int world = zs::test::world_size(), rank = zs::test::rank();
-  Net net = adapted_net();
-  net->checkpoint = run.checkpoint;
   zs::ShardingOptions o;
   o.strategy = run.strategy;
   o.hybrid_group_size = world >= 2 ? 2 : 1;
   if (run.nf4) o.frozen_linear = zs::FrozenLinearFormat::kNf4;
-  zs::ShardingEngine engine(zs::test::session(), net.ptr(), o);
+  std::unique_ptr<zs::ShardedInit> init;
+  if (run.sharded_init) {
+    init = std::make_unique<zs::ShardedInit>(zs::test::session(), o);
+    init->apply_lora(lora_options());
+  }
+  Net net = run.sharded_init ? Net() : adapted_net();
+  if (run.sharded_init) {
+    EXPECT_EQ(zs::lora::apply(*net, lora_options()),
+              (std::vector<std::string>{"input", "b0.fc1", "b0.fc2", "b1.fc1", "b1.fc2"}));
+  }
+  net->checkpoint = run.checkpoint;
+  std::unique_ptr<zs::ShardingEngine> owned = run.sharded_init
+                                                  ? std::make_unique<zs::ShardingEngine>(*init, net.ptr())
+                                                  : std::make_unique<zs::ShardingEngine>(zs::test::session(), net.ptr(), o);
+  zs::ShardingEngine& engine = *owned;
+  if (run.initial != nullptr) *run.initial = engine.full_state_dict();
   EXPECT_EQ(engine.num_trainable_params(), 3 * (kIn + kDim) + 4 * 3 * (kDim + 2 * kDim));
   zs::AdamOptions ao;
   ao.lr = kLr;
@@ -214,6 +242,54 @@ std::pair<double, std::string> worst_difference(const std::map<std::string, torc
     if (d > worst || worst_name.empty()) worst = d, worst_name = name;
   }
   return {worst, worst_name};
+}
+
+// LoRA with a ShardedInit: each block gets its adapters as it is built and sharded (no rank ever
+// holds the whole base), lora::apply then adapts the layers outside units; training equals the
+// plain LoRA from the same initial values, with the base whole and in NF4.
+TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
+  for (bool nf4 : {false, true}) {
+    std::map<std::string, torch::Tensor> initial;
+    ShardedRun run{Strategy::kFullShard, /*checkpoint=*/true, nf4};
+    run.sharded_init = true;
+    run.initial = &initial;
+    const auto got = train_sharded(run);
+    const auto ref = train_plain_from(initial, zs::test::world_size());
+    const auto [worst, worst_name] = worst_difference(got, ref);
+    EXPECT_LE(worst, 1e-5) << (nf4 ? "NF4: " : "") << worst_name << " differs by " << worst;
+    EXPECT_GT(zs::test::max_abs_diff(got.at("b1.fc2.lora_B"), initial.at("b1.fc2.lora_B")), 1e-3) << "did not train";
+    EXPECT_EQ(zs::test::max_abs_diff(got.at("b1.fc2.weight"), initial.at("b1.fc2.weight")), 0.0);
+    if (zs::test::rank() == 0) {
+      std::printf("  LoRA under a ShardedInit%s at %d rank(s): max |sharded - plain| = %.3g (%s)\n",
+                  nf4 ? ", NF4 base" : "", zs::test::world_size(), worst, worst_name.c_str());
+    }
+  }
+  // Units sharded without apply_lora cannot get adapters afterwards; patterns that name one unit's
+  // path cannot be told apart when a unit is sharded.
+  {
+    zs::ShardedInit init(zs::test::session(), zs::ShardingOptions{});
+    Net net;
+    const std::string err = zs::test::error_text_of<zs::UsageError>([&] { zs::lora::apply(*net, lora_options()); });
+    EXPECT_TRUE(zs::test::contains(err, "'b0.fc1' was sharded as it was built (ShardedInit) before an adapter could be "
+                                        "added: call ShardedInit::apply_lora(options) before building the model"))
+        << err;
+    zs::ShardingEngine engine(init, net.ptr());
+  }
+  {
+    zs::ShardedInit init(zs::test::session(), zs::ShardingOptions{});
+    zs::lora::Options one = lora_options();
+    one.targets = {"b0.fc1"};
+    init.apply_lora(one);
+    Net net;
+    const std::string err = zs::test::error_text_of<zs::ConfigError>([&] { zs::lora::apply(*net, one); });
+    EXPECT_TRUE(zs::test::contains(err, "lora.targets: 'b1.fc1' got an adapter when its unit was sharded but matches no "
+                                        "pattern by its full name"))
+        << err;
+    EXPECT_TRUE(zs::test::contains(
+        zs::test::error_text_of<zs::UsageError>([&] { init.apply_lora(one); }),
+        "ShardedInit::apply_lora after 2 unit(s) were sharded: call it before building the model"));
+    zs::ShardingEngine engine(init, net.ptr());
+  }
 }
 
 // QLoRA's base: every Linear weight (frozen) in NF4. The engine computes with the dequantised

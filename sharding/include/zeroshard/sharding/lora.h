@@ -72,7 +72,8 @@ TORCH_MODULE(Linear);
 
 // Adds adapters to the zeroshard::lora::Linear layers that `options.targets` match and freezes
 // every other parameter of `model`; returns the adapted layers' names. Call before wrapping the
-// model in a ShardingEngine. ConfigError naming the field for a bad rank, alpha or dropout, a
+// model in a ShardingEngine (with a ShardedInit: ShardedInit::apply_lora before building the
+// model, this after; units sharded without it are a UsageError naming the layer). ConfigError naming the field for a bad rank, alpha or dropout, a
 // pattern that matches no module, or a torch::nn::Linear it matches; UsageError when the model is
 // already wrapped or a layer already has an adapter. Changes nothing when it throws.
 std::vector<std::string> apply(torch::nn::Module& model, const Options& options);
@@ -83,6 +84,14 @@ std::vector<std::string> apply(torch::nn::Module& model, const Options& options)
 // and the pair is dropped; everything else is kept as it is. UsageError naming the layer when half
 // a pair or its weight is missing or the shapes disagree.
 std::map<std::string, at::Tensor> merged(const std::map<std::string, at::Tensor>& state, double scale);
+
+namespace detail {
+// Whether some path P makes P + "." + `relative` match one of `targets` (all of them when empty):
+// how ShardedInit::apply_lora matches layers inside a unit whose path is not known yet.
+bool matches_some_path(const std::vector<std::string>& targets, const std::string& relative);
+// Validates `options` as apply() does (ConfigError naming the field).
+void check_options(const Options& options);
+}  // namespace detail
 
 // Whether the qualified name `name` is `leaf` or ends in "." + leaf ("h0.qkv.lora_A", "lora_A").
 bool has_leaf(const std::string& name, const std::string& leaf);

@@ -20,6 +20,7 @@
 
 #include "zeroshard/core/session.h"
 #include "zeroshard/sharding/engine.h"
+#include "zeroshard/sharding/lora.h"
 
 namespace zeroshard {
 
@@ -36,6 +37,16 @@ class ShardedInit {
 
   // Stops sharding Units constructed from now on (the engine does this when it adopts the units).
   void stop();
+  // LoRA with a ShardedInit: from now on every unit, as it is sharded, gets adapters on the
+  // zeroshard::lora::Linear layers that `options.targets` match and has its other parameters frozen
+  // (a unit is sharded before lora::apply could see it). Its path in the model is not known yet, so
+  // a pattern matches a layer when it matches some path followed by the layer's name inside the
+  // unit: "*.qkv" and "h*.qkv" do, "h0.qkv" matches the qkv of every block. After building the
+  // model call lora::apply(model, options) with the same options: it adapts the layers outside
+  // units, freezes the root's parameters, and checks by full name that every unit got exactly
+  // the adapters the patterns ask for (ConfigError naming the layer otherwise). UsageError once a
+  // unit has been sharded. ConfigError for bad options (as lora::apply).
+  void apply_lora(const lora::Options& options);
   // Units sharded so far.
   int units_sharded() const;
   const MemoryStats& memory() const;
