@@ -10,7 +10,7 @@
 //   1. read the corpus (a missing one is an error naming the path and the Debian package) and hold
 //      out data.val_fraction of every file for validation;
 //   2. build the model under a ShardedInit: each block is initialised and sharded as it is built
-//      (with lora.rank > 0: built whole, LoRA adapters added, the rest frozen, then wrapped);
+//      (with lora.rank > 0: each block's LoRA adapters added as it is sharded, the rest frozen);
 //   3. evaluate the validation loss, train train.steps optimizer steps (each rank reads its own
 //      shard of every epoch, reshuffled per epoch), evaluate again (and every train.eval_interval);
 //   4. generate sample.tokens bytes: every rank runs the sharded forward, rank 0 draws and prints.
@@ -112,12 +112,14 @@ int run(zs::Session& s) {
   auto val_set = std::make_shared<zs::TokenWindowDataset>(corpus.val, seq_len);
 
   // 2. The model, sharded block by block as it is built (the same initial weights on every rank).
-  // With LoRA (lora.rank > 0) it is built whole, adapters are added (the rest frozen), then wrapped:
-  // a ShardedInit would shard each block before its adapters exist.
+  // With LoRA (lora.rank > 0) each block gets its adapters as it is sharded (the rest frozen; with
+  // precision.frozen_linear = NF4 its Linear weights are quantised then), and lora::apply adapts
+  // what lies outside the blocks: the whole base never exists on a rank.
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
   const bool lora = cfg.lora().rank() > 0;
   const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg);
-  std::unique_ptr<zs::ShardedInit> init = lora ? nullptr : std::make_unique<zs::ShardedInit>(s, sharding);
+  auto init = std::make_unique<zs::ShardedInit>(s, sharding);
+  if (lora) init->apply_lora(zs::lora::options_from_config(cfg.lora()));
   at::manual_seed(cfg.runtime().seed());
   ex::Gpt model(ex::GptOptions::from_config(cfg, s.device()));
   std::string lora_line;
@@ -127,8 +129,7 @@ int run(zs::Session& s) {
                 ", dropout " + zs::format_double(cfg.lora().dropout()) + " on " + std::to_string(adapted.size()) +
                 " layers (" + adapted.front() + (adapted.size() > 1 ? ", ..." : "") + "); the rest frozen";
   }
-  auto engine_ptr = init ? std::make_unique<zs::ShardingEngine>(*init, model.ptr())
-                         : std::make_unique<zs::ShardingEngine>(s, model.ptr(), sharding);
+  auto engine_ptr = std::make_unique<zs::ShardingEngine>(*init, model.ptr());
   zs::ShardingEngine& engine = *engine_ptr;
   zs::set_memory_phase(0);
 
