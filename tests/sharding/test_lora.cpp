@@ -202,6 +202,19 @@ std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   return engine.full_state_dict();
 }
 
+// The largest |a - b| over the reference's tensors, and which one.
+std::pair<double, std::string> worst_difference(const std::map<std::string, torch::Tensor>& got,
+                                                const std::map<std::string, torch::Tensor>& want) {
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    const double d = it == got.end() ? HUGE_VAL : zs::test::max_abs_diff(it->second, w);
+    if (d > worst || worst_name.empty()) worst = d, worst_name = name;
+  }
+  return {worst, worst_name};
+}
+
 TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
   const auto ref = train_plain(zs::test::world_size());
   const Net initial = adapted_net();
@@ -209,13 +222,7 @@ TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
     for (bool checkpoint : {false, true}) {
       if (checkpoint && s != Strategy::kFullShard) continue;
       const auto got = train_sharded({s, checkpoint});
-      double worst = 0;
-      std::string worst_name;
-      for (const auto& [name, want] : ref) {
-        auto it = got.find(name);
-        const double d = it == got.end() ? HUGE_VAL : zs::test::max_abs_diff(it->second, want);
-        if (d > worst || worst_name.empty()) worst = d, worst_name = name;
-      }
+      const auto [worst, worst_name] = worst_difference(got, ref);
       EXPECT_LE(worst, 1e-5) << zs::to_string(s) << (checkpoint ? " + checkpointing" : "") << ": " << worst_name
                              << " differs by " << worst;
       // The base did not move; the adapters did.
@@ -229,19 +236,6 @@ TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
       }
     }
   }
-}
-
-// The largest |a - b| over the reference's tensors, and which one.
-std::pair<double, std::string> worst_difference(const std::map<std::string, torch::Tensor>& got,
-                                                const std::map<std::string, torch::Tensor>& want) {
-  double worst = 0;
-  std::string worst_name;
-  for (const auto& [name, w] : want) {
-    auto it = got.find(name);
-    const double d = it == got.end() ? HUGE_VAL : zs::test::max_abs_diff(it->second, w);
-    if (d > worst || worst_name.empty()) worst = d, worst_name = name;
-  }
-  return {worst, worst_name};
 }
 
 // LoRA with a ShardedInit: each block gets its adapters as it is built and sharded (no rank ever
