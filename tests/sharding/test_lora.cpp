@@ -20,7 +20,9 @@
 #include "common/nf4_reference.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/core/config.h"
 #include "zeroshard/io/tensor_file.h"
+#include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/sharding/activation_checkpoint.h"
 #include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
@@ -149,6 +151,9 @@ struct ShardedRun {
   // adapted_net(); its state before training goes to `initial`.
   bool sharded_init = false;
   std::map<std::string, torch::Tensor>* initial = nullptr;
+  // Parameter and gradient shards (base and adapters) on NVMe under this directory, the adapters'
+  // optimizer state in host memory (OffloadedOptimizer).
+  std::string offload_dir;
 };
 
 std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
@@ -157,6 +162,12 @@ std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   o.strategy = run.strategy;
   o.hybrid_group_size = world >= 2 ? 2 : 1;
   if (run.nf4) o.frozen_linear = zs::FrozenLinearFormat::kNf4;
+  if (!run.offload_dir.empty()) {
+    o.offload_params.target = zs::OffloadTarget::kNvme;
+    o.offload_params.nvme_path = run.offload_dir;
+    o.offload_params.block_size = 4096;
+    o.offload_grads = o.offload_params;
+  }
   std::unique_ptr<zs::ShardedInit> init;
   if (run.sharded_init) {
     init = std::make_unique<zs::ShardedInit>(zs::test::session(), o);
@@ -177,7 +188,18 @@ std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   zs::AdamOptions ao;
   ao.lr = kLr;
   ao.weight_decay = kWd;
-  auto opt = zs::make_adamw(ao);
+  std::unique_ptr<zs::ShardedOptimizer> opt = zs::make_adamw(ao);
+  if (!run.offload_dir.empty()) {
+    zs::config::OptimizerConfig c;
+    c.set_type(zs::config::OptimizerConfig::ADAMW);
+    c.set_lr(kLr);
+    c.set_weight_decay(kWd);
+    zs::OffloadOptions oo;
+    oo.target = zs::OffloadTarget::kCpu;
+    oo.params = zs::OffloadTarget::kNvme;
+    oo.nvme_path = run.offload_dir;
+    opt = std::make_unique<zs::OffloadedOptimizer>(c, oo, rank);
+  }
   int first = 0;
   if (!run.load_dir.empty()) {
     zs::Checkpointer ckpt(engine, {run.load_dir});
@@ -284,6 +306,30 @@ TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
         "ShardedInit::apply_lora after 2 unit(s) were sharded: call it before building the model"));
     zs::ShardingEngine engine(init, net.ptr());
   }
+}
+
+// Offload: the base's and the adapters' parameter shards and the adapters' gradient shards on
+// NVMe, the adapters' AdamW state in host memory; the same training as plain LoRA.
+TEST(Lora, OffloadedParametersAndGradientsTrainAsPlainLora) {
+  const std::string dir =
+      (std::filesystem::current_path() / ("lora_offload_np" + std::to_string(zs::test::world_size()))).string();
+  if (zs::test::rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  zs::test::world()->barrier("test.dir")->wait();
+  const auto ref = train_plain(zs::test::world_size());
+  ShardedRun run{Strategy::kFullShard, /*checkpoint=*/true};
+  run.offload_dir = dir;
+  const auto got = train_sharded(run);
+  const auto [worst, worst_name] = worst_difference(got, ref);
+  EXPECT_LE(worst, 1e-5) << worst_name << " differs by " << worst;
+  if (zs::test::rank() == 0) {
+    std::printf("  LoRA, parameters and gradients on NVMe, optimizer on the host, at %d rank(s): max |sharded - "
+                "plain| = %.3g (%s)\n", zs::test::world_size(), worst, worst_name.c_str());
+  }
+  zs::test::world()->barrier("test.dir_done")->wait();
+  if (zs::test::rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // QLoRA's base: every Linear weight (frozen) in NF4. The engine computes with the dequantised
