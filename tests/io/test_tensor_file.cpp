@@ -215,6 +215,9 @@ void rewrite_archive(const std::string& from, const std::string& to,
   caffe2::serialize::PyTorchStreamWriter out(to);
   for (const std::string& name : in.getAllRecords()) {
     if (name == "version") continue;  // the writer adds its own
+    bool replaced = false;  // `extra` replaces a record of that name (PyTorch 2.x writes "byteorder")
+    for (const auto& e : extra) replaced = replaced || e.first == name;
+    if (replaced) continue;
     auto [data, size] = in.getRecord(name);
     std::string bytes(static_cast<const char*>(data.get()), size);
     if (edit(name, bytes)) out.writeRecord(name, bytes.data(), bytes.size());
@@ -290,9 +293,10 @@ TEST(TorchZipErrors, ZipWithoutDataPkl) {
   zs::test::TempDir dir;
   const std::string bad = dir.file("nopickle.pt");
   rewrite_archive(file, bad, [](const std::string& name, std::string&) { return name != "data.pkl"; });
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
-                  "'" + bad + "' is a zip archive without a data.pkl record, so not a torch.save or TorchScript archive "
-                  "(its records: data/0, data/1");
+  const std::string err = error_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
+  EXPECT_CONTAINS(err, "'" + bad + "' is a zip archive without a data.pkl record, so not a torch.save or TorchScript "
+                       "archive (its records: ");
+  EXPECT_CONTAINS(err, "data/0, data/1");  // after "byteorder, " where PyTorch 2.x wrote the fixture
 }
 
 TEST(TorchZipErrors, BigEndianCompressedAndBadPickles) {
