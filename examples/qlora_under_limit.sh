@@ -67,6 +67,7 @@ fi
 echo "== 3. LoRA (rank 8 on qkv, proj, fc, out) over an NF4 base under the same limit"
 "${mpi[@]}" "$bin/train_gpt" "${tune[@]}" --set lora.rank=8 --set lora.alpha=16 \
   --set "lora.targets=*.qkv,*.proj,*.fc,*.out" --set precision.frozen_linear=NF4 --memory-summary \
+  --set memory.snapshot_dir="$work" \
   >"$work/qlora.log" 2>&1 || {
   tail -n 40 "$work/qlora.log"
   echo "qlora_under_limit: error: LoRA + NF4 did not train under memory.limit_mib = $limit (log: $work/qlora.log)" >&2
