@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "nf4_kernels.h"
 #include "zeroshard/base/error.h"
@@ -46,10 +49,27 @@ int64_t packed_bytes(int64_t n) { return n / 2 + n / kBlock * 4; }
 
 namespace {
 
-at::Tensor host_floats(const float* data, int64_t n, c10::Device device) {
+at::Tensor host_floats(const float* data, int64_t n) {
   at::Tensor t = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
   std::memcpy(t.data_ptr<float>(), data, static_cast<size_t>(n) * sizeof(float));
-  return device.is_cpu() ? t : t.to(device);
+  return t;
+}
+
+// The codebook (kind 0) and the midpoints between its values (kind 1) on `device`: made once per
+// device, so a GPU's dequantisation does not copy 64 bytes from pageable memory every time.
+const at::Tensor& table(int kind, c10::Device device) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, std::string>, at::Tensor> tables;
+  std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& t = tables[{kind, device.str()}];
+  if (!t.defined()) {
+    const std::array<float, 16>& cb = codebook();
+    std::array<float, 15> mids;
+    for (size_t i = 0; i < mids.size(); ++i) mids[i] = (cb[i] + cb[i + 1]) / 2;
+    t = kind == 0 ? host_floats(cb.data(), 16) : host_floats(mids.data(), 15);
+    if (!device.is_cpu()) t = t.to(device);
+  }
+  return t;
 }
 
 void check_packed(const at::Tensor& packed, const at::Tensor& out) {
@@ -110,7 +130,7 @@ constexpr int64_t kChunk = int64_t{1} << 20;
 void dequantize_aten(const at::Tensor& packed, const at::Tensor& out) {
   const int64_t n = out.numel();
   const at::Tensor maxima = packed.narrow(0, n / 2, n / kBlock * 4).view(at::kFloat);
-  const at::Tensor cb = host_floats(codebook().data(), 16, out.device());
+  const at::Tensor& cb = table(0, out.device());
   for (int64_t at = 0; at < n; at += kChunk) {
     const int64_t len = std::min(kChunk, n - at);
     const at::Tensor codes = packed.narrow(0, at / 2, len / 2);
@@ -132,10 +152,7 @@ at::Tensor quantize(const at::Tensor& values, const std::string& what) {
              ": a value is not finite (nan or inf); the weights must be finite to be stored in 4 bits");
   // Nearest codebook value: below the midpoint between two neighbours goes to the lower one (a
   // value exactly on it too).
-  std::array<float, 15> mids;
-  const std::array<float, 16>& cb = codebook();
-  for (size_t i = 0; i < mids.size(); ++i) mids[i] = (cb[i] + cb[i + 1]) / 2;
-  const at::Tensor bounds = host_floats(mids.data(), 15, values.device());
+  const at::Tensor& bounds = table(1, values.device());
   at::Tensor packed = at::empty({packed_bytes(n)}, values.options().dtype(at::kByte));
   at::Tensor maxima = packed.narrow(0, n / 2, n / kBlock * 4).view(at::kFloat);
   for (int64_t at = 0; at < n; at += kChunk) {
