@@ -6,7 +6,8 @@
 #   scripts/setup.sh [--tests] [--container] [--cuda] [--packages-only | --list-packages] [TARGET...]
 #     --tests          also the packages only the tests use: Debian's python3-torch (PyTorch 1.13,
 #                      ~160 MB), the real PyTorch the round-trip tests exchange weights and models with,
-#                      and docker-compose (Compose v1), which checks docker/docker-compose.yml
+#                      docker-compose (Compose v1), which checks docker/docker-compose.yml, and GNU time
+#                      (bench_vs_pytorch.py's peak RSS per rank; not in a minimal Debian)
 #     --container      also what a cluster container runs (openssh-server for mpirun between
 #                      containers, docker/entrypoint.sh), installed without recommended packages
 #     --cuda           the CUDA image's set (docker/Dockerfile.cuda): no Debian LibTorch (it is
@@ -60,8 +61,9 @@ packages=(
   fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
   dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
-# /usr/bin/python3 with PyTorch for the round-trip tests; Compose v1 to check docker/docker-compose.yml.
-((with_tests)) && packages+=(python3-torch docker-compose)
+# /usr/bin/python3 with PyTorch for the round-trip tests; Compose v1 to check docker/docker-compose.yml;
+# /usr/bin/time for bench_vs_pytorch_smoke (check-libtorch2.sh's minimal root lacked it).
+((with_tests)) && packages+=(python3-torch docker-compose time)
 ((container)) && packages+=(openssh-server)  # sshd: mpirun starts the ranks of other containers
 if ((cuda)); then
   # The CUDA LibTorch comes from PyTorch's zip (docker/Dockerfile.cuda), NCCL from NVIDIA's repository.

@@ -75,9 +75,12 @@ std::vector<std::shared_ptr<Graph>> all_graphs(const torch::jit::Module& root) {
   return out;
 }
 
-std::set<c10::TypePtr> unit_types(const ScriptUnits& units) {
-  std::set<c10::TypePtr> types;
-  for (const auto& m : units.modules) types.insert(m.type());
+// By address: since LibTorch 2.0 c10::TypePtr (SingletonOrSharedTypePtr) converts implicitly to
+// bool and has no operator<, so a std::set<c10::TypePtr> compares every type as `true < true`
+// and holds one element that every type matches (found by scripts/check-libtorch2.sh).
+std::set<const c10::Type*> unit_types(const ScriptUnits& units) {
+  std::set<const c10::Type*> types;
+  for (const auto& m : units.modules) types.insert(m.type().get());
   return types;
 }
 
@@ -217,12 +220,12 @@ ScriptUnits select_units(const torch::jit::Module& root, const TorchScriptOption
 }
 
 void check_unit_calls(const torch::jit::Module& root, const ScriptUnits& units) {
-  const std::set<c10::TypePtr> types = unit_types(units);
+  const std::set<const c10::Type*> types = unit_types(units);
   for (const auto& g : all_graphs(root)) {
     for_each_node(g->block(), [&](Node* n) {
       if (n->kind() != c10::prim::CallMethod || n->s(c10::attr::name) == "forward") return;
       const c10::TypePtr t = n->input(0)->type();
-      if (!types.count(t)) return;
+      if (!types.count(t.get())) return;
       std::string which;
       for (size_t i = 0; i < units.modules.size(); ++i) {
         if (units.modules[i].type() == t) which += (which.empty() ? "" : ", ") + units.names[i];
@@ -242,11 +245,12 @@ void insert_unit_operators(const torch::jit::Module& root, const ScriptUnits& un
   }
   insert_entry(*forward_graph(root), "model_enter");
   if (!checkpoint) return;
-  const std::set<c10::TypePtr> types = unit_types(units);
+  const std::set<const c10::Type*> types = unit_types(units);
   for (const auto& g : all_graphs(root)) {
     std::vector<Node*> calls;
     for_each_node(g->block(), [&](Node* n) {
-      if (n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward" && types.count(n->input(0)->type())) {
+      if (n->kind() == c10::prim::CallMethod && n->s(c10::attr::name) == "forward" &&
+          types.count(n->input(0)->type().get())) {
         calls.push_back(n);
       }
     });
