@@ -158,6 +158,9 @@ def zeroshard_rate(path, warmup, tokens_per_step):
 def peer_rank(rank, cfg):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(cfg["port"])
+    # PyTorch >= 2.4 asks its TCPStore for libuv, which Debian's python3-torch 2.6 is built without
+    # ("use_libuv was requested but PyTorch was build without libuv support"); 1.13 ignores this.
+    os.environ.setdefault("USE_LIBUV", "0")
     torch.set_num_threads(cfg["threads"])
     dist.init_process_group("gloo", rank=rank, world_size=cfg["ranks"])
     model = zs_gpt.model_from_config(MODEL)
