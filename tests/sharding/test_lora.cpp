@@ -224,6 +224,19 @@ std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   return engine.full_state_dict();
 }
 
+// A fresh folder all ranks use (rank 0 makes it), one per world size: the np1/np2/np4 runs may
+// overlap.
+std::string shared_folder(const std::string& name) {
+  const std::string path =
+      (std::filesystem::current_path() / (name + "_np" + std::to_string(zs::test::world_size()))).string();
+  if (zs::test::rank() == 0) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  zs::test::world()->barrier("test.shared_folder")->wait();
+  return path;
+}
+
 // The largest |a - b| over the reference's tensors, and which one.
 std::pair<double, std::string> worst_difference(const std::map<std::string, torch::Tensor>& got,
                                                 const std::map<std::string, torch::Tensor>& want) {
@@ -311,13 +324,7 @@ TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
 // Offload: the base's and the adapters' parameter shards and the adapters' gradient shards on
 // NVMe, the adapters' AdamW state in host memory; the same training as plain LoRA.
 TEST(Lora, OffloadedParametersAndGradientsTrainAsPlainLora) {
-  const std::string dir =
-      (std::filesystem::current_path() / ("lora_offload_np" + std::to_string(zs::test::world_size()))).string();
-  if (zs::test::rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  zs::test::world()->barrier("test.dir")->wait();
+  const std::string dir = shared_folder("lora_offload");
   const auto ref = train_plain(zs::test::world_size());
   ShardedRun run{Strategy::kFullShard, /*checkpoint=*/true};
   run.offload_dir = dir;
@@ -358,14 +365,7 @@ TEST(Lora, Nf4BaseTrainsAsPlainLoraOverTheReferenceRoundTrip) {
       }
     }
   }
-  // One checkpoint root for all ranks, per world size (the np1/np2/np4 runs may overlap).
-  const std::string root =
-      (std::filesystem::current_path() / ("lora_nf4_ckpt_np" + std::to_string(zs::test::world_size()))).string();
-  if (zs::test::rank() == 0) {
-    std::filesystem::remove_all(root);
-    std::filesystem::create_directories(root);
-  }
-  zs::test::world()->barrier("test.root")->wait();
+  const std::string root = shared_folder("lora_nf4_ckpt");
   ShardedRun first{Strategy::kFullShard, false, true};
   first.save_dir = root;
   train_sharded(first);
