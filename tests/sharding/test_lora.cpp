@@ -317,6 +317,11 @@ TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
     EXPECT_TRUE(zs::test::contains(
         zs::test::error_text_of<zs::UsageError>([&] { init.apply_lora(one); }),
         "ShardedInit::apply_lora after 2 unit(s) were sharded: call it before building the model"));
+    zs::lora::Options other = one;
+    other.rank = 2;
+    EXPECT_TRUE(zs::test::contains(zs::test::error_text_of<zs::UsageError>([&] { zs::lora::apply(*net, other); }),
+                                   "lora::apply: the options differ from those given to ShardedInit::apply_lora "
+                                   "(rank 3, alpha 6); pass the same options to both"));
     zs::ShardingEngine engine(init, net.ptr());
   }
 }
