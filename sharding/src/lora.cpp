@@ -141,9 +141,10 @@ std::vector<std::string> apply(torch::nn::Module& model, const Options& o) {
                "' is already sharded by a ShardingEngine; add adapters before wrapping the model");
     for (size_t i = 0; i < o.targets.size(); ++i) used[i] = used[i] || glob_match(o.targets[i], item.key());
     const bool wanted = matches_any(o.targets, item.key());
-    if (sharded(m)) {
-      auto* l = dynamic_cast<LinearImpl*>(m);
-      if (l == nullptr || (!wanted && !l->has_adapter())) continue;
+    // A lora::Linear of a unit sharded as it was built; anything else (a torch::nn::Linear the
+    // patterns match included) is checked as below.
+    if (auto* l = sharded(m) ? dynamic_cast<LinearImpl*>(m) : nullptr) {
+      if (!wanted && !l->has_adapter()) continue;
       ZS_REQUIRE(init->lora.has_value(), UsageError, "lora::apply: '", item.key(),
                  "' was sharded as it was built (ShardedInit) before an adapter could be added: call "
                  "ShardedInit::apply_lora(options) before building the model");

@@ -273,6 +273,21 @@ TEST(Lora, ShardedTrainingEqualsPlainLibTorchLora) {
   }
 }
 
+// A unit holding a torch::nn::Linear (which cannot carry an adapter) beside a lora::Linear.
+struct TorchLinearBlockImpl : torch::nn::Module {
+  TorchLinearBlockImpl() : fc(register_module("fc", torch::nn::Linear(4, 4))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc(x); }
+  torch::nn::Linear fc;
+};
+struct WithTorchLinearUnitImpl : torch::nn::Module {
+  WithTorchLinearUnitImpl()
+      : head(register_module("head", zs::lora::Linear(4, 4))),
+        block(register_module("block", zs::Unit<TorchLinearBlockImpl>())) {}
+  zs::lora::Linear head;
+  zs::Unit<TorchLinearBlockImpl> block;
+};
+TORCH_MODULE(WithTorchLinearUnit);
+
 // LoRA with a ShardedInit: each block gets its adapters as it is built and sharded (no rank ever
 // holds the whole base), lora::apply then adapts the layers outside units; training equals the
 // plain LoRA from the same initial values, with the base whole and in NF4.
@@ -323,6 +338,18 @@ TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
                                    "lora::apply: the options differ from those given to ShardedInit::apply_lora "
                                    "(rank 3, alpha 6); pass the same options to both"));
     zs::ShardingEngine engine(init, net.ptr());
+  }
+  {
+    // A torch::nn::Linear inside a sharded unit that the patterns match: named, as without a ShardedInit.
+    zs::ShardedInit init(zs::test::session(), zs::ShardingOptions{});
+    zs::lora::Options all;
+    all.rank = 2;
+    all.targets = {"*"};
+    init.apply_lora(all);
+    WithTorchLinearUnit m;
+    const std::string err = zs::test::error_text_of<zs::ConfigError>([&] { zs::lora::apply(*m, all); });
+    EXPECT_TRUE(zs::test::contains(err, "lora.targets match 'block.fc', a torch::nn::Linear")) << err;
+    zs::ShardingEngine engine(init, m.ptr());
   }
 }
 
