@@ -106,23 +106,14 @@ ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, 
   return g;
 }
 
-std::string describe_slots(const std::vector<ParamSlot>& slots, bool trainable) {
+std::string describe_flat(const FlatParam& f) {
+  const char* kind = f.trainable() ? "" : f.format() == ShardFormat::kNf4 ? " frozen nf4" : " frozen";
   std::ostringstream os;
-  for (const ParamSlot& s : slots) {
+  for (const ParamSlot& s : f.slots()) {
     os << "  parameter '" << s.name << "' shape " << at::IntArrayRef(s.shape) << " "
-       << c10::toString(s.param.scalar_type()) << " " << s.param.device().type() << (trainable ? "" : " frozen")
-       << "\n";
+       << c10::toString(s.param.scalar_type()) << " " << s.param.device().type() << kind << "\n";
   }
   return os.str();
-}
-
-std::string describe_flat(const FlatParam& f) {
-  std::string d = describe_slots(f.slots(), f.trainable());
-  if (f.format() != ShardFormat::kNf4) return d;
-  std::string out;
-  std::istringstream lines(d);
-  for (std::string line; std::getline(lines, line);) out += line + " nf4\n";
-  return out;
 }
 
 bool is_linear_weight(const torch::nn::Module& owner, const std::string& key) {

@@ -26,8 +26,8 @@ struct ShardGroups {
 // that does not divide the world.
 ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda);
 
-// One line per parameter: name, shape, dtype, device type, frozen flag (and "nf4" for an NF4 flat).
-std::string describe_slots(const std::vector<ParamSlot>& slots, bool trainable);
+// One line per parameter of `f`: name, shape, dtype, device type, frozen flag (and "nf4" for an
+// NF4 flat parameter).
 std::string describe_flat(const FlatParam& f);
 
 // A unit's parameters by the flat parameter they go to.
