@@ -134,10 +134,35 @@ for p in "${wanted[@]}"; do
 done
 ((${#absent[@]})) && log "not in trixie ($components), left out: ${absent[*]}"
 log "apt-get install in the root: ${packages[*]}"
+# nvidia-cudnn, which libtorch-cuda-2.6 depends on, downloads cuDNN from NVIDIA when it is
+# configured, if its license question is answered "I Agree" (the default). This machine reaches no
+# NVIDIA server, and nothing runs in this root: decline (the package then installs nothing), and
+# after the install give the linker a stub libcudnn.so.9 (below).
+((cuda)) && { echo "nvidia-cudnn nvidia-cudnn/question select I Decline" | in_root debconf-set-selections; }
 in_root dpkg --configure -a >>"$work/apt-$name.log" 2>&1  # finishes an install that was interrupted
 in_root apt-get install -y -q --no-install-recommends "${packages[@]}" >>"$work/apt-$name.log" 2>&1 ||
   { tail -20 "$work/apt-$name.log" >&2; die "apt-get install in the root failed; see $work/apt-$name.log"; }
 in_root apt-get clean
+# The stub: libtorch_cuda.so needs libcudnn.so.9, and linking a program against it wants every
+# symbol it uses from there defined. One empty function per such symbol, in a library with that
+# soname: enough to link, never loaded (nothing runs in this root), and named so in the summary.
+stub=/usr/lib/x86_64-linux-gnu/libcudnn.so.9
+if ((cuda)) && [[ ! -e $root$stub ]]; then
+  cat >"$root/tmp/cudnn-stub.sh" <<'STUB'
+set -euo pipefail
+mapfile -t libs < <(grep -l 'libcudnn\.so\.9' /usr/lib/x86_64-linux-gnu/libtorch*.so.2.* || true)
+((${#libs[@]})) || { echo "no LibTorch library needs libcudnn.so.9" >&2; exit 1; }
+# Names come as cudnnCreate@libcudnn.so.9: the stub defines them in that symbol version.
+nm -D --undefined-only "${libs[@]}" | awk '$2 ~ /^cudnn/ { split($2, n, "@"); print "void " n[1] "(void) {}" }' |
+  sort -u >/tmp/cudnn-stub.c
+echo 'libcudnn.so.9 { global: cudnn*; local: *; };' >/tmp/cudnn-stub.map
+gcc -shared -fPIC -Wl,-soname,libcudnn.so.9 -Wl,--version-script=/tmp/cudnn-stub.map -o "$1" /tmp/cudnn-stub.c
+echo "$(wc -l </tmp/cudnn-stub.c) cuDNN symbols"
+STUB
+  in_root bash /tmp/cudnn-stub.sh "$stub" >"$work/cudnn-stub.log" 2>&1 ||
+    die "making the link-only libcudnn.so.9 stub failed; see $work/cudnn-stub.log"
+  log "link-only stub $stub in the root: $(cat "$work/cudnn-stub.log") (cuDNN itself is not installed)"
+fi
 # shellcheck disable=SC2016  # dpkg-query's own ${...} fields
 versions=$(in_root dpkg-query -W -f='${Package} ${Version}\n' "${packages[@]}" g++ libopenmpi-dev googletest 2>/dev/null |
   grep -E '^(libtorch(-cuda)?-dev|python3-torch|g\+\+|libopenmpi-dev|googletest|libgtest-dev|cmake|protobuf-compiler|nvidia-cuda-toolkit) ' || true)
