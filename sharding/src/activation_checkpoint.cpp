@@ -24,6 +24,8 @@
 namespace zeroshard {
 namespace {
 
+thread_local uint64_t t_checkpoint_forwards = 0;
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -113,6 +115,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     state->rng = capture_rng(state->cuda_devices);
     state->autocast_cpu = autocast_dtype(c10::DeviceType::CPU);
     state->autocast_cuda = autocast_dtype(c10::DeviceType::CUDA);
+    ++t_checkpoint_forwards;
     std::vector<at::Tensor> outputs;
     {
       at::NoGradGuard no_grad;
@@ -235,5 +238,7 @@ bool should_checkpoint(const config::ActivationCheckpointingConfig& cfg, int blo
              " is negative; blocks are numbered from 0");
   return cfg.enabled() && block_index % cfg.every_n_blocks() == 0;
 }
+
+uint64_t detail::checkpoint_forwards_on_this_thread() { return t_checkpoint_forwards; }
 
 }  // namespace zeroshard

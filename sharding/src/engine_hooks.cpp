@@ -5,8 +5,10 @@
 // of backward that reduces what never fired (unused parameters) and waits for the reductions.
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,6 +17,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 #include "sharded_init_internal.h"
+#include "zeroshard/sharding/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/core/host_memory.h"
@@ -50,6 +53,17 @@ class GradReadyHook : public torch::autograd::FunctionPostHook {
  private:
   UnitState* unit_;
 };
+
+// Keeps a weak reference to a gradient function recorded by a forward (the graph may be dropped
+// without a backward: forget the expired ones once there are many).
+void remember_node(std::vector<std::weak_ptr<torch::autograd::Node>>* nodes,
+                   const std::shared_ptr<torch::autograd::Node>& node) {
+  if (nodes->size() >= 64) {
+    nodes->erase(std::remove_if(nodes->begin(), nodes->end(), [](const auto& n) { return n.expired(); }),
+                 nodes->end());
+  }
+  nodes->push_back(node);
+}
 
 }  // namespace
 
@@ -104,10 +118,7 @@ at::Tensor unit_mark_input(UnitState* unit, const at::Tensor& t) { return unit->
 // Only units with frozen parameters wait for their inputs (mark_input): the others keep ending
 // their backward on their last parameter gradient, whatever their arguments.
 void unit_input_opaque(UnitState* unit) {
-  if (!c10::GradMode::is_enabled()) return;
-  for (const auto& f : unit->flats) {
-    if (!f->trainable()) unit->inputs_opaque = true;
-  }
+  if (c10::GradMode::is_enabled() && unit->has_frozen()) unit->inputs_opaque = true;
 }
 
 bool unit_in_backward(UnitState* unit) { return unit->engine->in_backward(); }
@@ -115,6 +126,24 @@ bool unit_in_backward(UnitState* unit) { return unit->engine->in_backward(); }
 }  // namespace detail
 
 using detail::UnitState;
+
+bool UnitState::has_frozen() const {
+  for (const auto& f : flats) {
+    if (!f->trainable()) return true;
+  }
+  return false;
+}
+
+void UnitState::reset_pass() {
+  pre_backward_done = post_backward_done = false;
+  grads_seen = 0;
+  inputs_watched = inputs_seen = 0;
+  inputs_opaque = false;
+  output_nodes.clear();
+  input_nodes.clear();
+  outputs_untracked = forward_checkpoints = idle = false;
+  grads_due = inputs_due = -1;
+}
 
 void detail::ShardingEngineImpl::install_grad_hooks() {
   for (auto& u : units) {
@@ -185,6 +214,7 @@ void detail::ShardingEngineImpl::complete_gather(UnitState* u) {
 }
 
 void detail::ShardingEngineImpl::prefetch(int forward_index) {
+  if (in_backward()) forward_index = backward_next(forward_index);
   if (recording_order || forward_index < 0 || forward_index >= static_cast<int>(forward_order.size())) return;
   UnitState* next = forward_order[forward_index];
   bool gathered = true;
@@ -209,6 +239,7 @@ void detail::ShardingEngineImpl::pre_forward(UnitState* u) {
     u->forward_index = static_cast<int>(forward_order.size());
     forward_order.push_back(u);
   }
+  u->checkpoints_before_forward = checkpoint_forwards_on_this_thread();
   issue_gather(u);
   // During a recomputation the next unit in forward order has already finished its backward. A
   // unit missing from the recorded order (re-recorded from the last forward) prefetches nothing.
@@ -219,17 +250,20 @@ void detail::ShardingEngineImpl::pre_forward(UnitState* u) {
 void detail::ShardingEngineImpl::post_forward(UnitState* u, const std::vector<at::Tensor>& outputs) {
   // A recomputation is followed at once by the unit's own backward: stay gathered until then.
   const bool recomputing = in_backward() && c10::GradMode::is_enabled();
+  if (checkpoint_forwards_on_this_thread() != u->checkpoints_before_forward) u->forward_checkpoints = true;
   if (reshard_after_forward() && !u->is_root && !recomputing) reshard(u);
   if (!u->is_root) set_memory_phase(in_backward() ? root->phase_backward : root->phase_forward);
   if (!c10::GradMode::is_enabled()) return;
-  bool hooked = false;
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.requires_grad()) continue;
     at::Tensor out = t;  // register_hook is non-const
     out.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
-    hooked = true;
+    if (out.grad_fn() == nullptr) {
+      u->outputs_untracked = true;
+    } else {
+      remember_node(&u->output_nodes, out.grad_fn());
+    }
   }
-  (void)hooked;
 }
 
 // A unit with frozen parameters cannot take its last parameter gradient as the end of its
@@ -271,11 +305,71 @@ at::Tensor detail::ShardingEngineImpl::mark_input(UnitState* u, const at::Tensor
       !x.defined() || !x.requires_grad()) {
     return x;
   }
-  bool has_frozen = false;
-  for (const auto& f : u->flats) has_frozen = has_frozen || !f->trainable();
-  if (!has_frozen) return x;  // its last parameter gradient ends its backward
+  if (!u->has_frozen()) return x;  // its last parameter gradient ends its backward
   ++u->inputs_watched;
-  return InputDone::apply(x, this, u, static_cast<int64_t>(backward_passes));
+  at::Tensor watched = InputDone::apply(x, this, u, static_cast<int64_t>(backward_passes));
+  remember_node(&u->input_nodes, watched.grad_fn());
+  return watched;
+}
+
+// What a backward runs. LibTorch's backward first collects every node reachable from its root
+// and then runs each of them once (get_current_graph_task_nodes_in_graph; the root itself, the
+// loss's gradient function, is not in the set). So when the backward reaches a unit, its graph
+// tells which of the unit's parameter gradients (AccumulateGrad nodes) and watched inputs will
+// come: the unit's backward ends when those are in, and a unit whose trainable parameters get no
+// gradient this pass (unused, or only behind outputs the loss does not depend on) reshards then
+// instead of at the end of backward. And at the loss (the root unit's first hook), a unit none of
+// whose outputs is in the graph will not run backward at all: it is resharded (SHARD_GRAD_OP kept
+// it) and skipped by prefetch. The graph cannot tell, and the unit keeps waiting for everything
+// (the end of backward at worst), when: the backward runs a selection of its graph
+// (torch::autograd::grad, backward with inputs); a checkpoint ran inside the unit's forward (its
+// recomputation is a nested backward with a graph of its own); the unit is the root.
+namespace {
+
+const std::unordered_set<torch::autograd::Node*>* nodes_to_run() {
+  const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+  if (exec_info == nullptr || !exec_info->empty()) return nullptr;
+  return torch::autograd::get_current_graph_task_nodes_in_graph();
+}
+
+bool in_graph(const std::unordered_set<torch::autograd::Node*>& graph, const std::shared_ptr<torch::autograd::Node>& node) {
+  return node != nullptr && graph.count(node.get()) > 0;
+}
+
+}  // namespace
+
+void detail::ShardingEngineImpl::read_backward_graph(UnitState* u, bool first) {
+  const std::unordered_set<torch::autograd::Node*>* graph = nodes_to_run();
+  if (graph == nullptr) return;
+  if (first && u->is_root) {
+    for (auto& v : units) {
+      if (v->is_root || v->output_nodes.empty() || v->outputs_untracked) continue;
+      bool reached = false;
+      for (const auto& weak : v->output_nodes) {
+        const std::shared_ptr<torch::autograd::Node> n = weak.lock();
+        if (n == nullptr) continue;
+        bool is_loss = false;  // the graph's root: an output of the root unit too
+        for (const auto& r : u->output_nodes) is_loss = is_loss || r.lock() == n;
+        reached = reached || is_loss || in_graph(*graph, n);
+      }
+      if (reached) continue;
+      v->idle = true;
+      if (options.strategy != ShardingStrategy::kNoShard) reshard(v.get());
+    }
+  }
+  if (u->is_root || u->forward_checkpoints) return;
+  u->grads_due = 0;
+  for (const auto& acc : u->grad_accumulators) u->grads_due += in_graph(*graph, acc) ? 1 : 0;
+  u->inputs_due = 0;
+  for (const auto& weak : u->input_nodes) u->inputs_due += in_graph(*graph, weak.lock()) ? 1 : 0;
+}
+
+int detail::ShardingEngineImpl::backward_next(int forward_index) const {
+  while (forward_index >= 0 && forward_index < static_cast<int>(forward_order.size()) &&
+         forward_order[static_cast<size_t>(forward_index)]->idle) {
+    --forward_index;
+  }
+  return forward_index;
 }
 
 void detail::ShardingEngineImpl::input_grad_ready(UnitState* u, uint64_t pass) {
@@ -285,26 +379,30 @@ void detail::ShardingEngineImpl::input_grad_ready(UnitState* u, uint64_t pass) {
 }
 
 void detail::ShardingEngineImpl::maybe_post_backward(UnitState* u) {
-  if (u->grads_seen == u->grads_expected && !u->inputs_opaque && u->inputs_seen == u->inputs_watched) {
-    post_backward(u);
-  }
+  const int grads_due = u->grads_due < 0 ? u->grads_expected : u->grads_due;
+  const int inputs_due = u->inputs_due < 0 ? u->inputs_watched : u->inputs_due;
+  if (u->grads_seen >= grads_due && !u->inputs_opaque && u->inputs_seen >= inputs_due) post_backward(u);
 }
 
 void detail::ShardingEngineImpl::pre_backward(UnitState* u) {
   if (u->pre_backward_done) return;
   u->pre_backward_done = true;
-  if (!callback_queued) {
+  const bool first = !callback_queued;
+  if (first) {
     outer_backward_phase = current_memory_phase();
     callback_queued = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
     // Before the backward's first collective: every rank ran the same units (unit_order.cpp).
     check_unit_order_at_backward();
   }
+  read_backward_graph(u, first);
   set_memory_phase(u->phase_backward);
   issue_gather(u);
   if (options.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch(u->forward_index - 1);
   wait_gather(u);
   for (auto& f : u->flats) f->prepare_grads();
+  // No parameter gradient and no watched input is due: nothing of its backward will run.
+  if (u->grads_due == 0 && u->inputs_due == 0) maybe_post_backward(u);
 }
 
 void detail::ShardingEngineImpl::on_grad_ready(UnitState* u) {
@@ -392,11 +490,7 @@ void detail::ShardingEngineImpl::finalize_backward() {
   retired_grads.release_after_wait(compute);
   for (auto& u : units) {
     if (options.strategy != ShardingStrategy::kNoShard) reshard(u.get());
-    u->pre_backward_done = false;
-    u->post_backward_done = false;
-    u->grads_seen = 0;
-    u->inputs_watched = u->inputs_seen = 0;
-    u->inputs_opaque = false;
+    u->reset_pass();
   }
   ++backward_passes;
   reducing.clear();
@@ -493,11 +587,7 @@ void detail::ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
       } catch (...) {
       }
     }
-    u->pre_backward_done = false;
-    u->post_backward_done = false;
-    u->grads_seen = 0;
-    u->inputs_watched = u->inputs_seen = 0;
-    u->inputs_opaque = false;
+    u->reset_pass();
   }
   ++backward_passes;
   reducing.clear();

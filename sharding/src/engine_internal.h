@@ -47,6 +47,21 @@ struct UnitState {
   int inputs_watched = 0;
   int inputs_seen = 0;
   bool inputs_opaque = false;
+  // What this pass's backward will run, read from its autograd graph (engine_hooks.cpp, "What a
+  // backward runs"). Recorded by the forward: the gradient functions of the outputs hooked and of
+  // the inputs watched; `outputs_untracked`: an output needing a gradient had none (a leaf);
+  // `forward_checkpoints`: checkpointed runs started inside the unit's forward. Decided when the
+  // backward reaches the unit: the parameter gradients and watched inputs due (-1: all of them,
+  // when the graph cannot tell); `idle`: no output of the unit is in the backward's graph.
+  std::vector<std::weak_ptr<torch::autograd::Node>> output_nodes, input_nodes;
+  bool outputs_untracked = false;
+  uint64_t checkpoints_before_forward = 0;
+  bool forward_checkpoints = false;
+  int grads_due = -1;
+  int inputs_due = -1;
+  bool idle = false;
+  bool has_frozen() const;
+  void reset_pass();
 };
 
 // The engine's side of an offloaded optimizer step (ShardPager, optimizer.h): shard i of the step
@@ -105,6 +120,12 @@ struct ShardingEngineImpl {
   void maybe_post_backward(detail::UnitState* u);
   uint64_t backward_passes = 0;  // completed backward passes: tells a stale input hook apart
   void pre_backward(detail::UnitState* u);
+  // Reads the running backward's graph when it reaches `u` (`first`: the first unit it reaches
+  // in this pass): see "What a backward runs" in engine_hooks.cpp.
+  void read_backward_graph(detail::UnitState* u, bool first);
+  // The first unit at or before `forward_index` in forward order that runs backward this pass
+  // (skips idle units); -1 when none.
+  int backward_next(int forward_index) const;
   void on_grad_ready(detail::UnitState* u);
   void post_backward(detail::UnitState* u);
   void finalize_backward();

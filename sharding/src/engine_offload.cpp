@@ -59,7 +59,7 @@ void detail::ShardingEngineImpl::log_param_store() const {
 
 void detail::ShardingEngineImpl::read_ahead(detail::UnitState* u) {
   if (param_store == nullptr || recording_order || u->forward_index < 0) return;
-  const int next = u->forward_index + (in_backward() ? -1 : 1);
+  const int next = in_backward() ? backward_next(u->forward_index - 1) : u->forward_index + 1;
   if (next < 0 || next >= static_cast<int>(forward_order.size())) return;
   for (auto& f : forward_order[static_cast<size_t>(next)]->flats) {
     if (!f->gathered()) f->prefetch_shard();

@@ -11,7 +11,9 @@
 //  - zero_grad frees the gradient shards;
 //  - full_state_dict: tied names, buffers, identical on all ranks; rank 0 only and CPU copies,
 //    gathered unit by unit (host allocator window);
-//  - the parameters' .grad: torch::optim over model->parameters() fails loudly.
+//  - the parameters' .grad: torch::optim over model->parameters() fails loudly;
+//  - backward holds about two gathered units: with a tower of frozen units, and with units whose
+//    parameters get no gradient this pass (unused layers, an output the loss does not use).
 // Run at 1, 2 and 4 ranks; checks that need several ranks skip (visibly) or shrink at 1.
 
 
@@ -369,6 +371,136 @@ TEST(FrozenUnits, ReshardAsSoonAsTheirBackwardIsDone) {
         std::printf("  frozen tower, %s%s: backward peak %lld bytes = %.2f gathered units (of %d)\n",
                     zs::to_string(strategy), checkpoint ? " + checkpointing" : "", static_cast<long long>(peak),
                     static_cast<double>(peak) / unit_bytes, kFrozen);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6c. Units whose trainable parameters get no gradient this pass
+
+// Each unit of a tower has a layer its forward does not use this step (`spare`): the unit reshards
+// once the gradients the backward's graph will produce are in (fc's), not at the end of backward
+// waiting for spare's. And a large unit (`aux`) whose output the loss does not use: backward
+// neither prefetches it (FULL_SHARD) nor keeps it gathered (SHARD_GRAD_OP). Allocator-measured;
+// the used layers train as in plain LibTorch, the unused ones stay as they were.
+struct SpareBlockImpl : torch::nn::Module {
+  explicit SpareBlockImpl(int64_t d)
+      : fc(register_module("fc", torch::nn::Linear(d, d))), spare(register_module("spare", torch::nn::Linear(d, d))) {}
+  torch::Tensor forward(torch::Tensor x) { return torch::tanh(fc(x)); }
+  torch::nn::Linear fc, spare;
+};
+
+struct AuxHeadImpl : torch::nn::Module {
+  AuxHeadImpl(int64_t d, int64_t wide) : fc(register_module("fc", torch::nn::Linear(d, wide))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc(x); }
+  torch::nn::Linear fc;
+};
+
+struct SpareTowerImpl : torch::nn::Module {
+  SpareTowerImpl(int64_t d, int n) : aux(register_module("aux", zs::Unit<AuxHeadImpl>(d, 20 * d))) {
+    for (int i = 0; i < n; ++i) tower.push_back(register_module("b" + std::to_string(i), zs::Unit<SpareBlockImpl>(d)));
+  }
+  // `probe`: a tensor hook at the gradient of the last block's output (backward's start).
+  torch::Tensor forward(torch::Tensor x, const std::function<void()>& probe = nullptr) {
+    for (size_t i = 0; i < tower.size(); ++i) {
+      auto& b = tower[i];
+      x = checkpoint && i > 0 ? zs::checkpoint([&b](const at::Tensor& t) { return b(t); }, x) : b(x);
+      if (i == 0) aux_out = aux(x);  // computed and kept, but not part of the loss
+      if (i + 1 == tower.size() && probe) x.register_hook([probe](const torch::Tensor&) { probe(); });
+    }
+    return x;
+  }
+  zs::Unit<AuxHeadImpl> aux;
+  std::vector<zs::Unit<SpareBlockImpl>> tower;
+  torch::Tensor aux_out;
+  bool checkpoint = false;
+};
+TORCH_MODULE(SpareTower);
+
+TEST(UnusedParameters, UnitsReshardOnceTheGradientsTheyGetAreIn) {
+  ZS_REQUIRE_RANKS(2);
+  zs::install_host_memory_tracking();
+  constexpr int64_t kDim = 128;
+  constexpr int kBlocks = 8;
+  const int64_t unit_bytes = 4 * 2 * (kDim * kDim + kDim);  // one block gathered (fc + spare), fp32
+  const int64_t aux_bytes = 4 * 20 * kDim * (kDim + 1);
+  struct Peaks {
+    int64_t backward = 0;        // window over the backward
+    int64_t drop_at_probe = 0;   // bytes freed from before backward to its first unit's hook
+  };
+  auto run = [&](Strategy strategy, bool checkpoint, Peaks* peaks) {
+    torch::manual_seed(23);
+    SpareTower model = keep_alive(SpareTower(kDim, kBlocks));
+    model->checkpoint = checkpoint;
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
+    auto opt = zs::make_sgd([] {
+      zs::SgdOptions s;
+      s.lr = 0.1;
+      return s;
+    }());
+    for (int step = 0; step < 3; ++step) {
+      auto g = torch::make_generator<at::CPUGeneratorImpl>(60 + step);
+      torch::Tensor x = torch::randn({4 * zs::test::world_size(), kDim}, g);
+      torch::Tensor mine = x.narrow(0, 4 * zs::test::rank(), 4);
+      int64_t before = 0;
+      auto probe = [&] { peaks->drop_at_probe = std::max(peaks->drop_at_probe, before - zs::host_memory_stats().current); };
+      torch::Tensor loss = engine.forward([&] { return model->forward(mine, probe).square().mean(); });
+      before = zs::host_memory_stats().current;
+      zs::begin_host_memory_window();
+      loss.backward();
+      peaks->backward = std::max(peaks->backward, zs::host_memory_window_peak());
+      engine.step(*opt);
+      engine.zero_grad();
+    }
+    return engine.full_state_dict();
+  };
+  torch::manual_seed(23);
+  SpareTower ref(kDim, kBlocks);
+  const auto initial = ref->named_parameters().pairs();
+  std::map<std::string, torch::Tensor> start;
+  for (const auto& [name, p] : initial) start[name] = p.detach().clone();
+  std::vector<torch::Tensor> used;
+  for (auto& b : ref->tower) {
+    for (auto& p : b->fc->parameters()) used.push_back(p);
+  }
+  torch::optim::SGD ref_opt(used, torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < 3; ++step) {
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(60 + step);
+    torch::Tensor x = torch::randn({4 * zs::test::world_size(), kDim}, g);
+    ref_opt.zero_grad();
+    ref->forward(x).square().mean().backward();
+    ref_opt.step();
+  }
+  for (bool checkpoint : {false, true}) {
+    for (Strategy strategy : {Strategy::kFullShard, Strategy::kShardGradOp}) {
+      const std::string what = std::string(zs::to_string(strategy)) + (checkpoint ? " + checkpointing" : "");
+      Peaks peaks;
+      const auto sd = run(strategy, checkpoint, &peaks);
+      for (const auto& [name, p] : ref->named_parameters().pairs()) {
+        const torch::Tensor& expected = name.find("spare") != std::string::npos || name.rfind("aux.", 0) == 0 ? start.at(name) : p;
+        EXPECT_LE(zs::test::max_abs_diff(sd.at(name), expected), 1e-6) << what << ": " << name;
+      }
+      // Besides the gradient shards (unit_bytes / N per block, kept to the step): under FULL_SHARD
+      // the block running (parameters and gradient buffer), the next one prefetched and gradient
+      // buffers in reduction; SHARD_GRAD_OP gathers nothing new. Waiting for spare's gradient held
+      // every block's buffers to the end of backward (measured: 16.5 and 9 blocks at 2 ranks).
+      const int64_t shards = kBlocks * unit_bytes / zs::test::world_size();
+      const int64_t working = (strategy == Strategy::kFullShard ? 10 : 7) * unit_bytes / 2;
+      EXPECT_LE(peaks.backward, shards + working)
+          << what << ": backward held " << peaks.backward << " bytes at its peak; one gathered block is " << unit_bytes
+          << " bytes, the aux head " << aux_bytes << ", the tower " << kBlocks << " blocks, their gradient shards " << shards;
+      EXPECT_GE(peaks.backward, unit_bytes) << what << ": backward gathers at least one block";
+      if (strategy == Strategy::kShardGradOp && !checkpoint) {
+        // SHARD_GRAD_OP kept aux gathered after forward; backward drops it at its start (the last
+        // block's gradient buffer is allocated by then).
+        EXPECT_GE(peaks.drop_at_probe, aux_bytes / 2) << what << ": the aux head stayed gathered during backward";
+      }
+      if (zs::test::rank() == 0) {
+        std::printf("  spare layers + unused aux head, %s: backward peak %.2f blocks (of %d; aux %.1f), "
+                    "freed at its start %.2f blocks\n",
+                    what.c_str(), static_cast<double>(peaks.backward) / unit_bytes, kBlocks,
+                    static_cast<double>(aux_bytes) / unit_bytes, static_cast<double>(peaks.drop_at_probe) / unit_bytes);
       }
     }
   }

@@ -31,6 +31,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -70,5 +71,12 @@ at::Tensor checkpoint_sequential(torch::nn::Sequential& seq, int segments, const
 // block_index % every_n_blocks == 0. ConfigError for every_n_blocks < 1, UsageError for a
 // negative block_index.
 bool should_checkpoint(const config::ActivationCheckpointingConfig& cfg, int block_index);
+
+namespace detail {
+// How many checkpointed forward runs this thread has started. The engine compares it across a
+// unit's forward: a checkpoint inside a unit hides part of the unit's backward in a nested
+// autograd pass, which the graph the unit's backward starts in does not show.
+uint64_t checkpoint_forwards_on_this_thread();
+}  // namespace detail
 
 }  // namespace zeroshard
