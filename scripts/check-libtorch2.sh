@@ -193,7 +193,7 @@ phase_done build
 classify_errors() {
   grep -E '(error|Error)[: ]' "$build/build.log" | grep -vE '^(ninja|FAILED):' | sort -u | awk '
     /\[-W[a-z0-9=-]+\]/ || /-Werror/                                { print "toolchain (GCC 14 warning as error): " $0; next }
-    /mpi\.h|MPI_[A-Za-z]|ompi|OMPI|opal/                            { print "toolchain (Open MPI 5): " $0; next }
+    /mpi\.h|MPI_[A-Za-z]|ompi_|OMPI_|opal_/                         { print "toolchain (Open MPI 5): " $0; next }
     /gtest|gmock|testing::|GTEST_|TYPED_TEST|INSTANTIATE_TEST/      { print "toolchain (GoogleTest): " $0; next }
     /at::|c10::|torch::|ATen\/|c10\/|torch\/csrc|caffe2|TORCH_|C10_/ { print "LibTorch API: " $0; next }
     /undefined reference/                                           { print "link: " $0; next }

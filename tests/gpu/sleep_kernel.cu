@@ -15,7 +15,11 @@ __device__ uint64_t global_timer_ns() {
 __global__ void sleep_then_fill_kernel(float* out, int64_t n, float value, uint64_t nanoseconds) {
   if (threadIdx.x == 0) {
     const uint64_t end = global_timer_ns() + nanoseconds;
-    while (global_timer_ns() < end) __nanosleep(20000);
+    while (global_timer_ns() < end) {
+#if __CUDA_ARCH__ >= 700  // __nanosleep is sm_70+; a LibTorch built for older GPUs adds sm_50 code
+      __nanosleep(20000);
+#endif
+    }
   }
   __syncthreads();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
