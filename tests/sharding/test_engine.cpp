@@ -291,6 +291,32 @@ TEST(FullStateDict, RankZeroOnlyGathersUnitByUnit) {
 // gradient buffer (the size of one unit here), not the whole tower until the end of backward.
 // Allocator-measured (host allocator window over the backward). And the adapter trains as in
 // plain LibTorch.
+// Three SGD steps (lr 0.1) of `model` sharded with `strategy`, each on this rank's 4 rows of a
+// global batch drawn from seed + step; `loss_of(rows)` is the forward, `run_backward(loss)` the
+// backward (around which a test measures). Returns the trained full state dict.
+template <typename LossOf, typename Backward>
+std::map<std::string, at::Tensor> sgd_steps_sharded(const std::shared_ptr<torch::nn::Module>& model,
+                                                    Strategy strategy, uint64_t seed, int64_t dim, LossOf loss_of,
+                                                    Backward run_backward) {
+  zs::ShardingEngine engine(zs::test::session(), model, options_for(strategy));
+  auto opt = zs::make_sgd([] {
+    zs::SgdOptions s;
+    s.lr = 0.1;
+    return s;
+  }());
+  for (int step = 0; step < 3; ++step) {
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(seed + step);
+    torch::Tensor x = torch::randn({4 * zs::test::world_size(), dim}, g);  // the global batch
+    torch::Tensor mine = x.narrow(0, 4 * zs::test::rank(), 4);              // this rank's part
+    // Each rank's loss is the mean over its part: the engine averages the gradients over ranks.
+    torch::Tensor loss = engine.forward([&] { return loss_of(mine); });
+    run_backward(loss);
+    engine.step(*opt);
+    engine.zero_grad();
+  }
+  return engine.full_state_dict();
+}
+
 struct FrozenBlockImpl : torch::nn::Module {
   explicit FrozenBlockImpl(int64_t d) : fc(register_module("fc", torch::nn::Linear(d, d))) {
     for (auto& p : parameters()) p.set_requires_grad(false);
@@ -324,26 +350,14 @@ TEST(FrozenUnits, ReshardAsSoonAsTheirBackwardIsDone) {
     torch::manual_seed(21);
     FrozenTower model = keep_alive(FrozenTower(kDim, kFrozen));
     model->checkpoint = checkpoint;
-    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
-    auto opt = zs::make_sgd([] {
-      zs::SgdOptions s;
-      s.lr = 0.1;
-      return s;
-    }());
     *backward_peak = 0;
-    for (int step = 0; step < 3; ++step) {
-      auto g = torch::make_generator<at::CPUGeneratorImpl>(40 + step);
-      torch::Tensor x = torch::randn({4 * zs::test::world_size(), kDim}, g);  // the global batch
-      torch::Tensor mine = x.narrow(0, 4 * zs::test::rank(), 4);              // this rank's part
-      // Each rank's loss is the mean over its part: the engine averages the gradients over ranks.
-      torch::Tensor loss = engine.forward([&] { return model->forward(mine).square().mean(); });
-      zs::begin_host_memory_window();
-      loss.backward();
-      *backward_peak = std::max(*backward_peak, zs::host_memory_window_peak());
-      engine.step(*opt);
-      engine.zero_grad();
-    }
-    return engine.full_state_dict();
+    return sgd_steps_sharded(
+        model.ptr(), strategy, 40, kDim, [&](const torch::Tensor& x) { return model->forward(x).square().mean(); },
+        [&](torch::Tensor& loss) {
+          zs::begin_host_memory_window();
+          loss.backward();
+          *backward_peak = std::max(*backward_peak, zs::host_memory_window_peak());
+        });
   };
   // Plain LibTorch on the whole batch.
   torch::manual_seed(21);
@@ -433,27 +447,16 @@ TEST(UnusedParameters, UnitsReshardOnceTheGradientsTheyGetAreIn) {
     torch::manual_seed(23);
     SpareTower model = keep_alive(SpareTower(kDim, kBlocks));
     model->checkpoint = checkpoint;
-    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(strategy));
-    auto opt = zs::make_sgd([] {
-      zs::SgdOptions s;
-      s.lr = 0.1;
-      return s;
-    }());
-    for (int step = 0; step < 3; ++step) {
-      auto g = torch::make_generator<at::CPUGeneratorImpl>(60 + step);
-      torch::Tensor x = torch::randn({4 * zs::test::world_size(), kDim}, g);
-      torch::Tensor mine = x.narrow(0, 4 * zs::test::rank(), 4);
-      int64_t before = 0;
-      auto probe = [&] { peaks->drop_at_probe = std::max(peaks->drop_at_probe, before - zs::host_memory_stats().current); };
-      torch::Tensor loss = engine.forward([&] { return model->forward(mine, probe).square().mean(); });
-      before = zs::host_memory_stats().current;
-      zs::begin_host_memory_window();
-      loss.backward();
-      peaks->backward = std::max(peaks->backward, zs::host_memory_window_peak());
-      engine.step(*opt);
-      engine.zero_grad();
-    }
-    return engine.full_state_dict();
+    int64_t before = 0;  // tracked bytes when backward starts
+    auto probe = [&] { peaks->drop_at_probe = std::max(peaks->drop_at_probe, before - zs::host_memory_stats().current); };
+    return sgd_steps_sharded(
+        model.ptr(), strategy, 60, kDim, [&](const torch::Tensor& x) { return model->forward(x, probe).square().mean(); },
+        [&](torch::Tensor& loss) {
+          before = zs::host_memory_stats().current;
+          zs::begin_host_memory_window();
+          loss.backward();
+          peaks->backward = std::max(peaks->backward, zs::host_memory_window_peak());
+        });
   };
   torch::manual_seed(23);
   SpareTower ref(kDim, kBlocks);
