@@ -58,4 +58,12 @@ std::string first_error(Communicator& comm, const StepOutcome& outcome, const st
   return failures.size() > 1 && comm.rank() != root ? "rank " + std::to_string(root) + ": " + out : out;
 }
 
+void io_on_every_rank(Communicator& comm, const std::string& what, const std::string& tag,
+                      const std::function<void()>& fn) {
+  const StepOutcome step = run_step(comm, true, tag, fn);
+  if (!step.any_failed()) return;
+  const std::string first = first_error(comm, step, tag + ".error");
+  ZS_THROW(IoError, what, " failed on rank(s) ", step.failed_ranks(), ": ", step.error.empty() ? first : step.error);
+}
+
 }  // namespace zeroshard::detail

@@ -28,4 +28,11 @@ StepOutcome run_step(Communicator& comm, bool participate, const std::string& ta
 // The error text of the lowest failed rank, on every rank (collective; call only when one failed).
 std::string first_error(Communicator& comm, const StepOutcome& outcome, const std::string& tag);
 
+// Runs `fn` on every rank and, when it failed on any, throws IoError on every rank: "<what>
+// failed on rank(s) R: " and this rank's own error where it failed, else the lowest failed rank's.
+// For local storage work that can fail on some ranks only (a drive too small on one node) right
+// before a collective the others would wait in for the rank that left. Collective over `comm`.
+void io_on_every_rank(Communicator& comm, const std::string& what, const std::string& tag,
+                      const std::function<void()>& fn);
+
 }  // namespace zeroshard::detail

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "collective_step.h"
 #include "sharded_init_internal.h"
 #include "zeroshard/base/error.h"
 
@@ -87,12 +88,19 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   detail::check_same_description(*session.world(), desc.str(), detail::concat("units at construction (", name, ")"));
   for (const auto& f : flats) f->check_params();
   Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
-  if (options.offload_params.target != OffloadTarget::kDevice && store == nullptr) {
-    store = std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);
-  }
-  for (const auto& f : flats) {
-    f->init_from_params(sync);  // leaves the unit resharded
-    if (store != nullptr && f->offload_capable()) f->attach_store(store.get());
+  for (const auto& f : flats) f->init_from_params(sync);  // leaves the unit resharded
+  if (options.offload_params.target != OffloadTarget::kDevice) {
+    // All ranks fail together when one cannot store (see ShardingEngineImpl::init_flat_params).
+    detail::io_on_every_rank(*session.world(), detail::concat("storing the parameter shards of unit '", name, "'"),
+                             "zs.offload.params", [&] {
+                               if (store == nullptr) {
+                                 store = std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(),
+                                                                      options.offload_params.io);
+                               }
+                               for (const auto& f : flats) {
+                                 if (f->offload_capable()) f->attach_store(store.get());
+                               }
+                             });
   }
   units[module] = std::move(flats);
   ++count;

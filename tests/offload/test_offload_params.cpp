@@ -509,6 +509,63 @@ TEST(OffloadParams, DriveTooSmallFailsWhenTheEngineIsBuilt) {
   EXPECT_TRUE(contains(grad_err, "too small for the gradient shards")) << grad_err;
 }
 
+// A drive too small on one rank only (rank 1's offload folder is a 128 KiB tmpfs, rank 0's is on
+// the disk): every rank fails the wrap with rank 1's error, instead of rank 0 going on to the next
+// unit's broadcast and waiting there for a rank that left (until the watchdog). Parameter and
+// gradient stores, and a ShardedInit's.
+TEST(OffloadParams, DriveTooSmallOnOneRankFailsTheWrapOnEveryRank) {
+  ZS_REQUIRE_RANKS(2);
+  TempDir dir("too_small_on_one");
+  const std::string drive = dir.path + "/drive";
+  std::vector<std::string> mounts;
+  bool mounted = true;
+  if (zs::test::rank() == 1) {
+    for (const char* name : {"zeroshard-params-rank1", "zeroshard-grads-rank1"}) {
+      const std::string at = drive + "/" + name;
+      fs::create_directories(at);
+      if (::mount("zeroshard-test", at.c_str(), "tmpfs", 0, "size=128k") != 0) {
+        mounted = false;
+        break;
+      }
+      mounts.push_back(at);
+    }
+  } else {
+    fs::create_directories(drive);
+  }
+  at::Tensor ok = at::full({1}, mounted ? 1 : 0, at::kLong);
+  zs::test::world()->all_reduce(ok, zs::ReduceOp::kMin, "zs.test.mounted")->wait();
+  if (ok.item<int64_t>() == 0) {
+    for (const auto& at : mounts) ::umount2(at.c_str(), MNT_DETACH);
+    GTEST_SKIP() << "rank 1 cannot mount a 128 KiB tmpfs: needs root with CAP_SYS_ADMIN";
+  }
+  zs_test::GptConfig big = zs_test::trainer_gpt_config();
+  big.dim = 64, big.layers = 4;  // about 200 KB of fp32 shards per block on each rank
+  const std::string err =
+      error_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, drive), 11, big); });
+  zs::ShardingOptions grads;
+  grads.offload_grads = offloaded(zs::OffloadTarget::kNvme, drive).offload_params;
+  const std::string grad_err = error_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
+  const std::string init_err = error_of<zs::IoError>([&] {
+    zs::ShardedInit init(zs::test::session(), offloaded(zs::OffloadTarget::kNvme, drive));
+    zs_test::Gpt model(big);
+  });
+  for (const auto& at : mounts) ::umount2(at.c_str(), MNT_DETACH);
+  // Rank 1's folder, as every rank names it (TempDir's folders are per rank).
+  const std::string rank1_drive = (fs::current_path() / "offload_params_too_small_on_one_1").string() + "/drive";
+  const std::string rank1_params = rank1_drive + "/zeroshard-params-rank1/";
+  EXPECT_TRUE(contains(err, "storing the parameter shards of unit '")) << err;
+  EXPECT_TRUE(contains(err, "failed on rank(s) 1: ")) << err;
+  EXPECT_TRUE(contains(err, (zs::test::rank() == 1 ? "" : "rank 1: ") + std::string("cannot reserve "))) << err;
+  EXPECT_TRUE(contains(err, rank1_params)) << err;
+  EXPECT_TRUE(contains(err, "too small for the parameter shards")) << err;
+  EXPECT_TRUE(contains(grad_err, "reserving the gradient shards' store failed on rank(s) 1: ")) << grad_err;
+  EXPECT_TRUE(contains(grad_err, rank1_drive + "/zeroshard-grads-rank1/")) << grad_err;
+  EXPECT_TRUE(contains(grad_err, "too small for the gradient shards")) << grad_err;
+  EXPECT_TRUE(contains(init_err, "storing the parameter shards of unit '")) << init_err;
+  EXPECT_TRUE(contains(init_err, "failed on rank(s) 1: ")) << init_err;
+  EXPECT_TRUE(contains(init_err, rank1_params)) << init_err;
+}
+
 TEST(OffloadParams, ConfigAndUsageErrors) {
   // From the config: parameter offload without an offloaded optimizer is refused up front.
   zs::config::Config c;
