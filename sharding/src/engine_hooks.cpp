@@ -40,18 +40,20 @@ std::unordered_map<const torch::nn::Module*, UnitState*>& managed() {
   return m;
 }
 
-// Runs after a parameter's AccumulateGrad node has added the gradient into .grad.
+// Runs after a parameter's AccumulateGrad node has put the gradient into .grad.
 class GradReadyHook : public torch::autograd::FunctionPostHook {
  public:
-  explicit GradReadyHook(UnitState* unit) : unit_(unit) {}
+  GradReadyHook(UnitState* unit, FlatParam* flat, size_t slot) : unit_(unit), flat_(flat), slot_(slot) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list& /*inputs*/) override {
-    unit_->engine->on_grad_ready(unit_);
+    unit_->engine->on_grad_ready(unit_, flat_, slot_);
     return outputs;
   }
 
  private:
   UnitState* unit_;
+  FlatParam* flat_;
+  size_t slot_;
 };
 
 // Keeps a weak reference to a gradient function recorded by a forward (the graph may be dropped
@@ -149,10 +151,11 @@ void detail::ShardingEngineImpl::install_grad_hooks() {
   for (auto& u : units) {
     for (auto& f : u->flats) {
       if (!f->trainable()) continue;
-      for (const ParamSlot& s : f->slots()) {
+      for (size_t i = 0; i < f->slots().size(); ++i) {
+        const ParamSlot& s = f->slots()[i];
         std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(s.param);
         ZS_CHECK(acc != nullptr, "parameter '", s.name, "' has no gradient accumulator (not a leaf?)");
-        acc->add_post_hook(std::make_unique<detail::GradReadyHook>(u.get()));
+        acc->add_post_hook(std::make_unique<detail::GradReadyHook>(u.get(), f.get(), i));
         u->grad_accumulators.push_back(std::move(acc));
         ++u->grads_expected;
       }
@@ -405,11 +408,12 @@ void detail::ShardingEngineImpl::pre_backward(UnitState* u) {
   if (u->grads_due == 0 && u->inputs_due == 0) maybe_post_backward(u);
 }
 
-void detail::ShardingEngineImpl::on_grad_ready(UnitState* u) {
+void detail::ShardingEngineImpl::on_grad_ready(UnitState* u, FlatParam* f, size_t slot) {
   ZS_REQUIRE(u->pre_backward_done, UsageError, "unit '", u->name,
              "' produced parameter gradients but none of its outputs was seen by the engine: a unit's "
              "forward must return its tensors (a tensor, a vector or a tuple of tensors) and be called "
              "through its Unit holder");
+  f->take_grad(slot);
   ++u->grads_seen;
   maybe_post_backward(u);
 }

@@ -126,7 +126,8 @@ struct ShardingEngineImpl {
   // The first unit at or before `forward_index` in forward order that runs backward this pass
   // (skips idle units); -1 when none.
   int backward_next(int forward_index) const;
-  void on_grad_ready(detail::UnitState* u);
+  // Parameter `slot` of `f` (a flat parameter of `u`) has its gradient in .grad.
+  void on_grad_ready(detail::UnitState* u, FlatParam* f, size_t slot);
   void post_backward(detail::UnitState* u);
   void finalize_backward();
   void issue_gather(detail::UnitState* u);

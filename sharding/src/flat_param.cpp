@@ -6,6 +6,7 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <utility>
@@ -315,15 +316,51 @@ void FlatParam::free_full() {
 void FlatParam::prepare_grads() {
   if (!trainable_) return;
   if (!grad_buffer_.defined()) {
-    grad_buffer_ = at::zeros({padded_}, at::TensorOptions().dtype(param_dtype_).device(device_));
+    grad_buffer_ = at::empty({padded_}, at::TensorOptions().dtype(param_dtype_).device(device_));
     mem_->add(MemCategory::kGradBuffers, lp_bytes(padded_));
+    grad_taken_.assign(slots_.size(), 0);
+    // Everything outside the parameters' ranges (alignment gaps, padding) is reduced as zeros.
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const ParamSlot& s : slots_) ranges.emplace_back(s.offset, s.offset + s.numel);
+    std::sort(ranges.begin(), ranges.end());
+    int64_t end = 0;
+    for (const auto& [lo, hi] : ranges) {
+      if (lo > end) grad_buffer_.narrow(0, end, lo - end).zero_();
+      end = std::max(end, hi);
+    }
+    if (padded_ > end) grad_buffer_.narrow(0, end, padded_ - end).zero_();
   }
-  for (ParamSlot& s : slots_) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    ParamSlot& s = slots_[i];
     at::Tensor& g = s.param.mutable_grad();
+    if (!grad_taken_[i]) {
+      g = at::Tensor();  // autograd sets its own gradient tensor; take_grad copies it in
+      continue;
+    }
     const char* want = static_cast<const char*>(grad_buffer_.data_ptr()) + s.offset * grad_buffer_.element_size();
     if (!g.defined() || g.is_meta() || g.data_ptr() != want) {
       g = grad_buffer_.narrow(0, s.offset, s.numel).view(s.shape);
     }
+  }
+}
+
+void FlatParam::take_grad(size_t slot) {
+  if (!trainable_ || !grad_buffer_.defined() || slot >= slots_.size() || grad_taken_[slot]) return;
+  ParamSlot& s = slots_[slot];
+  at::Tensor& g = s.param.mutable_grad();
+  if (!g.defined() || g.is_meta()) return;  // no gradient came (an undefined one): zeros at the reduction
+  c10::AutoGradMode no_grad(false);
+  at::Tensor view = grad_buffer_.narrow(0, s.offset, s.numel).view(s.shape);
+  if (g.data_ptr() != view.data_ptr()) {  // else autograd added into the view itself
+    view.copy_(g.is_sparse() ? g.to_dense() : g);
+    g = view;
+  }
+  grad_taken_[slot] = 1;
+}
+
+void FlatParam::zero_missing_grads() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!grad_taken_[i]) grad_buffer_.narrow(0, slots_[i].offset, slots_[i].numel).zero_();
   }
 }
 
@@ -345,6 +382,7 @@ void FlatParam::drop_param_grads() {
 void FlatParam::release_grad_buffer(std::vector<at::Tensor>* retired) {
   if (!grad_buffer_.defined()) return;
   drop_param_grads();
+  grad_taken_.assign(slots_.size(), 0);
   if (retired != nullptr) retired->push_back(std::move(grad_buffer_));
   grad_buffer_ = at::Tensor();
   mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
@@ -352,6 +390,7 @@ void FlatParam::release_grad_buffer(std::vector<at::Tensor>* retired) {
 
 void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
   if (!grad_buffer_.defined() || pending_out_.defined()) return;
+  zero_missing_grads();
   const bool replicated = replicate_ && replicate_->size() > 1;
   // Gradients are reduced in reduce_dtype (a cast copy when it differs from param_dtype).
   at::Tensor input = reduce_dtype_ == param_dtype_ ? grad_buffer_ : grad_buffer_.to(reduce_dtype_);

@@ -34,6 +34,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -166,9 +167,16 @@ class FlatParam {
   void free_full();
 
   // --- gradients ---
-  // Allocates the zeroed flat gradient buffer (if absent) and points each parameter's .grad at its
-  // view, so autograd accumulates straight into it.
+  // Allocates the flat gradient buffer (if absent; not zero-filled: only the gaps between
+  // parameters and the padding are zeroed). A parameter whose gradient is in the buffer already
+  // (accumulated over no_sync passes) gets .grad = its view, so autograd adds into it; the others
+  // get an undefined .grad, so autograd hands over its own gradient tensor, which take_grad then
+  // copies in: one copy per gradient instead of zero-filling the buffer and adding into it.
   void prepare_grads();
+  // After autograd accumulated parameter `slot`'s gradient (its AccumulateGrad node ran): a first
+  // value, autograd's tensor in .grad, is copied into the buffer and .grad becomes the buffer's
+  // view; a value added into the view in place is there already.
+  void take_grad(size_t slot);
   bool has_grad_buffer() const { return grad_buffer_.defined(); }
   // Reducing a gradient buffer runs in up to three stages so that nothing blocks the training
   // thread longer than it must:
@@ -204,12 +212,15 @@ class FlatParam {
   // drop_param_grads in flat_param.cpp): the engine keeps gradients in the flat shards.
   void drop_param_grads();
   void release_grad_buffer(std::vector<at::Tensor>* retired);
+  // Zeroes the ranges of the parameters that got no gradient in this buffer (before reducing it).
+  void zero_missing_grads();
   int64_t bytes(int64_t elements) const;     // fp32
   int64_t lp_bytes(int64_t elements) const;  // param_dtype
   int64_t rd_bytes(int64_t elements) const;  // reduce_dtype
 
   std::string name_;
   std::vector<ParamSlot> slots_;
+  std::vector<uint8_t> grad_taken_;  // per slot: its gradient is in grad_buffer_
   bool trainable_;
   std::shared_ptr<Communicator> shard_group_;
   std::shared_ptr<Communicator> replicate_;
