@@ -1,7 +1,7 @@
 // ShardingEngine: construction (groups, units, structure check, flat parameters) and the
 // optimizer side (clipping, step, zero_grad, state). The forward/backward lifecycle is in
-// engine_hooks.cpp, the offload stores and the optimizer's pager in engine_offload.cpp.
-#include "collective_step.h"
+// engine_hooks.cpp (what a backward will run: engine_graph.cpp), the offload stores and the
+// optimizer's pager in engine_offload.cpp.
 #include "buffers.h"
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
@@ -272,34 +272,16 @@ void detail::ShardingEngineImpl::check_parameters() const {
 
 void detail::ShardingEngineImpl::init_flat_params() {
   Communicator* sync = options.sync_module_states ? comm.get() : nullptr;
-  // Storing shards can fail on some ranks only (a drive too small on one node): with offload,
-  // every rank agrees after each storage step, and all fail together with the failing rank's
-  // error instead of the others waiting for it in the next unit's broadcast.
-  const bool offloading = options.offload_params.target != OffloadTarget::kDevice;
-  auto storing = [&](const std::string& what, const std::function<void()>& fn) {
-    if (offloading) {
-      detail::io_on_every_rank(*session.world(), what, "zs.offload.params", fn);
-    } else {
-      fn();
-    }
-  };
-  storing("creating the parameter shards' store", [&] { start_param_store(); });
+  start_param_store();
   // Offloaded shards go to the store as each unit is built, so building never holds them all.
   for (auto& u : units) {
     for (auto& f : u->flats) {
       if (!u->adopted) f->init_from_params(sync);  // resharded: forward gathers it (adopted: done)
     }
-    storing(detail::concat("storing the parameter shards of unit '", u->name, "'"), [&] {
-      for (auto& f : u->flats) {
-        if (param_store != nullptr && f->offload_capable() && !f->shard_offloaded()) f->attach_store(param_store.get());
-      }
-    });
+    store_unit_shards(u.get());
   }
   log_param_store();
-  if (options.offload_grads.target != OffloadTarget::kDevice) {
-    detail::io_on_every_rank(*session.world(), "reserving the gradient shards' store", "zs.offload.grads",
-                             [&] { start_grad_store(); });
-  }
+  start_grad_store();
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> buffers = model->buffers();
   for (auto& b : buffers) {

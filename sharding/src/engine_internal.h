@@ -64,6 +64,10 @@ struct UnitState {
   void reset_pass();
 };
 
+// Keeps a weak reference to a gradient function recorded by a forward (engine_graph.cpp).
+void remember_node(std::vector<std::weak_ptr<torch::autograd::Node>>* nodes,
+                   const std::shared_ptr<torch::autograd::Node>& node);
+
 // The engine's side of an offloaded optimizer step (ShardPager, optimizer.h): shard i of the step
 // is trainable flat parameter i.
 class FlatParamPager final : public ShardPager {
@@ -94,6 +98,8 @@ struct ShardingEngineImpl {
   // offload.params: creates the store (shard_store.h), after checking every flat parameter can
   // move there (init_flat_params moves each as it is built).
   void start_param_store();
+  // Moves the unit's shards into the parameter store (if any), agreed on by every rank.
+  void store_unit_shards(detail::UnitState* u);
   void log_param_store() const;
   // Starts reading the shards of the unit the engine will gather after `u` (forward order, or
   // reverse during backward), so its load overlaps this unit's compute.

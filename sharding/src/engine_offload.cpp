@@ -1,6 +1,7 @@
 // ShardingEngine's offload side: the parameter and gradient stores (offload.params,
 // offload.grads; shard_store.h), the read-ahead of the next unit's shards, releasing what is
 // resident, and the pager through which an offloaded optimizer step brings shards in.
+#include "collective_step.h"
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
 
@@ -12,6 +13,9 @@
 
 namespace zeroshard {
 
+// Storing shards can fail on some ranks only (a drive too small on one node): with offload, every
+// rank agrees after each storing step (io_on_every_rank), and all fail together with the failing
+// rank's error instead of the others waiting for it in the next unit's broadcast.
 void detail::ShardingEngineImpl::start_param_store() {
   const bool wanted = options.offload_params.target != OffloadTarget::kDevice;
   for (auto& u : units) {
@@ -27,20 +31,35 @@ void detail::ShardingEngineImpl::start_param_store() {
   if (init != nullptr && init->store != nullptr) {
     param_store = std::move(init->store);
   } else {
-    param_store =
-        std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);
+    detail::io_on_every_rank(*session.world(), "creating the parameter shards' store", "zs.offload.params", [&] {
+      param_store =
+          std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);
+    });
   }
 }
 
+void detail::ShardingEngineImpl::store_unit_shards(detail::UnitState* u) {
+  if (param_store == nullptr) return;
+  detail::io_on_every_rank(*session.world(), detail::concat("storing the parameter shards of unit '", u->name, "'"),
+                           "zs.offload.params", [&] {
+                             for (auto& f : u->flats) {
+                               if (f->offload_capable() && !f->shard_offloaded()) f->attach_store(param_store.get());
+                             }
+                           });
+}
+
+
 void detail::ShardingEngineImpl::start_grad_store() {
   if (options.offload_grads.target == OffloadTarget::kDevice) return;
-  grad_store = std::make_unique<ShardStore>(options.offload_grads, session.rank(), mem.get(), options.offload_grads.io,
-                                            ShardStore::Kind::kGrads);
-  for (auto& u : units) {
-    for (auto& f : u->flats) {
-      if (f->trainable()) f->attach_grad_store(grad_store.get());
+  detail::io_on_every_rank(*session.world(), "reserving the gradient shards' store", "zs.offload.grads", [&] {
+    grad_store = std::make_unique<ShardStore>(options.offload_grads, session.rank(), mem.get(),
+                                              options.offload_grads.io, ShardStore::Kind::kGrads);
+    for (auto& u : units) {
+      for (auto& f : u->flats) {
+        if (f->trainable()) f->attach_grad_store(grad_store.get());
+      }
     }
-  }
+  });
   ZS_LOG(kInfo) << "offload.grads = " << to_string(options.offload_grads.target) << ": gradient shards ("
                 << format_bytes(grad_store->bytes_on_disk()) << " reserved on disk) kept "
                 << (options.offload_grads.target == OffloadTarget::kNvme ? "under " + options.offload_grads.nvme_path
