@@ -47,7 +47,7 @@ struct UnitState {
   int inputs_watched = 0;
   int inputs_seen = 0;
   bool inputs_opaque = false;
-  // What this pass's backward will run, read from its autograd graph (engine_hooks.cpp, "What a
+  // What this pass's backward will run, read from its autograd graph (engine_graph.cpp, "What a
   // backward runs"). Recorded by the forward: the gradient functions of the outputs hooked and of
   // the inputs watched; `outputs_untracked`: an output needing a gradient had none (a leaf);
   // `forward_checkpoints`: checkpointed runs started inside the unit's forward. Decided when the
@@ -127,7 +127,7 @@ struct ShardingEngineImpl {
   uint64_t backward_passes = 0;  // completed backward passes: tells a stale input hook apart
   void pre_backward(detail::UnitState* u);
   // Reads the running backward's graph when it reaches `u` (`first`: the first unit it reaches
-  // in this pass): see "What a backward runs" in engine_hooks.cpp.
+  // in this pass): see "What a backward runs" in engine_graph.cpp.
   void read_backward_graph(detail::UnitState* u, bool first);
   // The first unit at or before `forward_index` in forward order that runs backward this pass
   // (skips idle units); -1 when none.
