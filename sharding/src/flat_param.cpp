@@ -320,15 +320,10 @@ void FlatParam::prepare_grads() {
     mem_->add(MemCategory::kGradBuffers, lp_bytes(padded_));
     grad_taken_.assign(slots_.size(), 0);
     // Everything outside the parameters' ranges (alignment gaps, padding) is reduced as zeros.
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (const ParamSlot& s : slots_) ranges.emplace_back(s.offset, s.offset + s.numel);
-    std::sort(ranges.begin(), ranges.end());
-    int64_t end = 0;
-    for (const auto& [lo, hi] : ranges) {
-      if (lo > end) grad_buffer_.narrow(0, end, lo - end).zero_();
-      end = std::max(end, hi);
+    if (grad_gaps_.empty()) grad_gaps_ = gaps_between_slots();
+    for (const auto& [at, n] : grad_gaps_) {
+      if (n > 0) grad_buffer_.narrow(0, at, n).zero_();
     }
-    if (padded_ > end) grad_buffer_.narrow(0, end, padded_ - end).zero_();
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     ParamSlot& s = slots_[i];
@@ -342,6 +337,19 @@ void FlatParam::prepare_grads() {
       g = grad_buffer_.narrow(0, s.offset, s.numel).view(s.shape);
     }
   }
+}
+
+std::vector<std::pair<int64_t, int64_t>> FlatParam::gaps_between_slots() const {
+  std::vector<std::pair<int64_t, int64_t>> ranges, gaps;
+  for (const ParamSlot& s : slots_) ranges.emplace_back(s.offset, s.offset + s.numel);
+  std::sort(ranges.begin(), ranges.end());
+  int64_t end = 0;
+  for (const auto& [lo, hi] : ranges) {
+    if (lo > end) gaps.emplace_back(end, lo - end);
+    end = std::max(end, hi);
+  }
+  gaps.emplace_back(end, padded_ - end);  // the padding (possibly empty: marks the list computed)
+  return gaps;
 }
 
 void FlatParam::take_grad(size_t slot) {

@@ -483,6 +483,23 @@ TEST(OffloadParams, CpuStateStepWithFailedWriteBackIsAppliedOnce) {
 // A drive too small for the parameter shards fails when the engine is built (the space is reserved
 // there), naming the file, the unit and what to do; not mid-run. The small drive: a 128 KiB tmpfs
 // mounted for the test (root with CAP_SYS_ADMIN; skipped, saying so, where mounting is refused).
+// The errors of wrapping a GPT big enough for a 128 KiB drive (about 200 KB of fp32 shards per
+// block on each rank) with its parameter shards, then its gradient shards, on NVMe under `drive`.
+struct WrapErrors {
+  std::string params, grads;
+};
+WrapErrors wrap_errors_on(const std::string& drive) {
+  zs_test::GptConfig big = zs_test::trainer_gpt_config();
+  big.dim = 64, big.layers = 4;
+  WrapErrors e;
+  e.params = error_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, drive), 11, big); });
+  // The gradient shards' store (parameters resident) reserves its space at the same point.
+  zs::ShardingOptions grads;
+  grads.offload_grads = offloaded(zs::OffloadTarget::kNvme, drive).offload_params;
+  e.grads = error_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
+  return e;
+}
+
 TEST(OffloadParams, DriveTooSmallFailsWhenTheEngineIsBuilt) {
   TempDir dir("too_small");
   const std::string mnt = dir.path + "/drive";
@@ -491,14 +508,7 @@ TEST(OffloadParams, DriveTooSmallFailsWhenTheEngineIsBuilt) {
     GTEST_SKIP() << "cannot mount a 128 KiB tmpfs at " << mnt << " (" << std::strerror(errno)
                  << "): needs root with CAP_SYS_ADMIN";
   }
-  zs_test::GptConfig big = zs_test::trainer_gpt_config();
-  big.dim = 64, big.layers = 4;  // about 200 KB of fp32 shards per block on each rank
-  const std::string err =
-      error_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, mnt), 11, big); });
-  // The gradient shards' store (parameters resident) reserves its space at the same point.
-  zs::ShardingOptions grads;
-  grads.offload_grads = offloaded(zs::OffloadTarget::kNvme, mnt).offload_params;
-  const std::string grad_err = error_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
+  const auto [err, grad_err] = wrap_errors_on(mnt);
   ::umount2(mnt.c_str(), MNT_DETACH);
   EXPECT_TRUE(contains(err, "cannot reserve ")) << err;
   EXPECT_TRUE(contains(err, mnt + "/zeroshard-params-rank" + std::to_string(zs::test::rank()) + "/")) << err;
@@ -538,14 +548,10 @@ TEST(OffloadParams, DriveTooSmallOnOneRankFailsTheWrapOnEveryRank) {
     for (const auto& at : mounts) ::umount2(at.c_str(), MNT_DETACH);
     GTEST_SKIP() << "rank 1 cannot mount a 128 KiB tmpfs: needs root with CAP_SYS_ADMIN";
   }
-  zs_test::GptConfig big = zs_test::trainer_gpt_config();
-  big.dim = 64, big.layers = 4;  // about 200 KB of fp32 shards per block on each rank
-  const std::string err =
-      error_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, drive), 11, big); });
-  zs::ShardingOptions grads;
-  grads.offload_grads = offloaded(zs::OffloadTarget::kNvme, drive).offload_params;
-  const std::string grad_err = error_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
+  const auto [err, grad_err] = wrap_errors_on(drive);
   const std::string init_err = error_of<zs::IoError>([&] {
+    zs_test::GptConfig big = zs_test::trainer_gpt_config();
+    big.dim = 64, big.layers = 4;
     zs::ShardedInit init(zs::test::session(), offloaded(zs::OffloadTarget::kNvme, drive));
     zs_test::Gpt model(big);
   });

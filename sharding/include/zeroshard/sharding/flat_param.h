@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zeroshard/comm/communicator.h"
@@ -214,6 +215,8 @@ class FlatParam {
   void release_grad_buffer(std::vector<at::Tensor>* retired);
   // Zeroes the ranges of the parameters that got no gradient in this buffer (before reducing it).
   void zero_missing_grads();
+  // (start, length) of every range of the flat layout outside the parameters, padding last.
+  std::vector<std::pair<int64_t, int64_t>> gaps_between_slots() const;
   int64_t bytes(int64_t elements) const;     // fp32
   int64_t lp_bytes(int64_t elements) const;  // param_dtype
   int64_t rd_bytes(int64_t elements) const;  // reduce_dtype
@@ -221,6 +224,7 @@ class FlatParam {
   std::string name_;
   std::vector<ParamSlot> slots_;
   std::vector<uint8_t> grad_taken_;  // per slot: its gradient is in grad_buffer_
+  std::vector<std::pair<int64_t, int64_t>> grad_gaps_;  // gaps_between_slots(), once
   bool trainable_;
   std::shared_ptr<Communicator> shard_group_;
   std::shared_ptr<Communicator> replicate_;
