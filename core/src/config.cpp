@@ -241,6 +241,21 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
             " needs offload.optimizer = CPU or NVME (the offloaded optimizer's step brings each gradient shard in "
             "with its parameters), but offload.optimizer = DEVICE");
   }
+  if (c.offload().keep_param_dtype_shard()) {
+    if (c.offload().params() == opt::OffloadConfig::DEVICE) {
+      add({"offload.keep_param_dtype_shard", "offload.params"},
+          "offload.keep_param_dtype_shard = true needs offload.params = CPU or NVME (it keeps a param_dtype copy "
+          "beside an offloaded fp32 shard), but offload.params = DEVICE");
+    }
+    if (c.precision().param_dtype() == opt::PrecisionConfig::FP32 || c.precision().autocast()) {
+      add({"offload.keep_param_dtype_shard", "precision.param_dtype"},
+          std::string("offload.keep_param_dtype_shard = true needs precision.param_dtype = BF16 or FP16 without "
+                      "precision.autocast (the copy is the shard in the dtype units compute in), but "
+                      "precision.param_dtype = ") +
+              opt::PrecisionConfig::DType_Name(c.precision().param_dtype()) +
+              (c.precision().autocast() ? " with precision.autocast = true" : ""));
+    }
+  }
   const auto& s = c.scheduler();
   if (s.type() == opt::SchedulerConfig::COSINE && s.total_steps() == 0) {
     add({"scheduler.type", "scheduler.total_steps"},

@@ -43,7 +43,9 @@ void detail::ShardingEngineImpl::store_unit_shards(detail::UnitState* u) {
   detail::io_on_every_rank(*session.world(), detail::concat("storing the parameter shards of unit '", u->name, "'"),
                            "zs.offload.params", [&] {
                              for (auto& f : u->flats) {
-                               if (f->offload_capable() && !f->shard_offloaded()) f->attach_store(param_store.get());
+                               if (f->offload_capable() && !f->shard_offloaded()) {
+                                 f->attach_store(param_store.get(), options.keep_param_dtype_shard);
+                               }
                              }
                            });
 }
@@ -73,7 +75,11 @@ void detail::ShardingEngineImpl::log_param_store() const {
                 << format_bytes(param_store->bytes_on_disk() + param_store->bytes_in_host())
                 << " of parameter shards moved off the device"
                 << (options.offload_params.target == OffloadTarget::kNvme ? " to " + options.offload_params.nvme_path
-                                                                            : std::string(" to host memory"));
+                                                                            : std::string(" to host memory"))
+                << (options.keep_param_dtype_shard
+                        ? std::string("; a ") + c10::toString(options.param_dtype) +
+                              " copy of each stays resident for the gathers (offload.keep_param_dtype_shard)"
+                        : std::string());
 }
 
 void detail::ShardingEngineImpl::read_ahead(detail::UnitState* u) {
@@ -81,7 +87,7 @@ void detail::ShardingEngineImpl::read_ahead(detail::UnitState* u) {
   const int next = in_backward() ? backward_next(u->forward_index - 1) : u->forward_index + 1;
   if (next < 0 || next >= static_cast<int>(forward_order.size())) return;
   for (auto& f : forward_order[static_cast<size_t>(next)]->flats) {
-    if (!f->gathered()) f->prefetch_shard();
+    if (!f->gathered() && !f->has_param_dtype_copy()) f->prefetch_shard();  // a copy is gathered as it is
   }
 }
 

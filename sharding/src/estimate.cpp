@@ -196,6 +196,7 @@ EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, 
   o.offload_optimizer = static_cast<OffloadTarget>(cfg.offload().optimizer());
   o.offload_params = static_cast<OffloadTarget>(cfg.offload().params());
   o.offload_grads = static_cast<OffloadTarget>(cfg.offload().grads());
+  o.keep_param_dtype_shard = cfg.offload().keep_param_dtype_shard();
   o.offload_staging_bytes = static_cast<int64_t>(cfg.offload().buffer_count()) * cfg.offload().block_size();
   o.nvme_generations = cfg.offload().nvme_generations();
   return o;
@@ -256,6 +257,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const auto opt_target = o.offload_optimizer, param_target = o.offload_params;
   const int64_t staging = o.offload_staging_bytes;
   bool staged = false;
+  int64_t step_masters = 0;  // offloaded parameters: fp32 shards the step holds at once
   if (opt_target != Target::kDevice) {
     e.offloaded = true;
     const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
@@ -281,15 +283,18 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     // optimizer updates it in place as its master (no second copy). Between uses nothing of the
     // shard stays on the device (a gathered unit's shard is read in for its gather only).
     const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu;
-    e.sharded_params = 0;
+    // offload.keep_param_dtype_shard: the shard cast to param_dtype stays on the device.
+    e.sharded_params = o.keep_param_dtype_shard ? static_cast<int64_t>(p) * shard : 0;
     if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
     // A unit's shard is dropped once its gather is done, but while it computes the next unit's
     // gather (prefetched) still holds that unit's shard and the one after is read ahead: two shards
-    // (at most the two largest) are in memory at the peak.
+    // (at most the two largest) are in memory at the peak. With the param_dtype copy the gathers
+    // read none: only the step brings masters in (the one it updates and the next), after backward.
     std::vector<int64_t> shards;
     for (int64_t x : f) shards.push_back(pad(x, n) / n);
     std::sort(shards.rbegin(), shards.rend());
-    for (size_t i = 0; i < 2 && i < shards.size(); ++i) e.device_peak += 4 * shards[i];
+    for (size_t i = 0; i < 2 && i < shards.size(); ++i) step_masters += 4 * shards[i];
+    if (!o.keep_param_dtype_shard) e.device_peak += step_masters;
     if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
   }
   if (o.offload_grads != Target::kDevice) {
@@ -303,6 +308,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   }
   // What offload took off the device comes off the peak too (the transients stay).
   e.device_peak -= device_base - (e.sharded_params + e.optimizer_state);
+  if (o.keep_param_dtype_shard && param_target != Target::kDevice) {
+    e.device_peak = std::max(e.device_peak, e.sharded_params + e.grad_shards + step_masters);
+  }
   return e;
 }
 
@@ -379,7 +387,9 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
   const MemoryEstimate e = estimate_memory(model, options);
   os << "\nconfigured (" << to_string(options.sharding.strategy) << ", optimizer "
      << target_name(options.offload_optimizer) << ", params " << target_name(options.offload_params) << ", grads "
-     << target_name(options.offload_grads) << "), shard group of " << e.shard_group << ":\n";
+     << target_name(options.offload_grads)
+     << (options.keep_param_dtype_shard && options.offload_params != Target::kDevice ? ", param_dtype copy resident" : "")
+     << "), shard group of " << e.shard_group << ":\n";
   auto row = [&](const char* name, int64_t bytes) {
     std::snprintf(line, sizeof(line), "  %-28s %14s %16lld bytes\n", name, human(bytes).c_str(),
                   static_cast<long long>(bytes));

@@ -54,6 +54,7 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
 FlatParam::~FlatParam() {
   if (shard_.defined()) mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
   if (packed_.defined()) mem_->sub(MemCategory::kShardedParams, shard_storage_bytes());
+  if (lp_shard_.defined()) mem_->sub(MemCategory::kShardedParams, lp_bytes(shard_numel_));
   if (gathered_packed_.defined()) mem_->sub(MemCategory::kCommBuffers, gathered_packed_.numel());
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
   if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
@@ -182,11 +183,18 @@ at::Tensor& FlatParam::shard_for_overwrite() {
   return shard_;
 }
 
-void FlatParam::attach_store(ShardStore* store) {
+void FlatParam::attach_store(ShardStore* store, bool keep_param_dtype_copy) {
   ZS_CHECK(offloaded_shard_ && store_ == nullptr && shard_.defined() && !aliased_, "attach_store on unit '", name_,
            "' that was not built for an offloaded shard, or twice");
-  store_ = store;
+  ZS_CHECK(!keep_param_dtype_copy || param_dtype_ != c10::kFloat, "unit '", name_,
+           "': a param_dtype copy of the shard needs a param_dtype other than fp32");
   store_slot_ = store->add(name_, shard_numel_);
+  store_ = store;
+  if (keep_param_dtype_copy) {
+    c10::AutoGradMode no_grad(false);
+    lp_shard_ = shard_.to(param_dtype_);
+    mem_->add(MemCategory::kShardedParams, lp_bytes(shard_numel_));
+  }
   shard_dirty_ = true;
   release_shard();
 }
@@ -209,6 +217,12 @@ void FlatParam::release_shard(std::vector<at::Tensor>* retired) {
   }
   if (store_ == nullptr || !shard_.defined()) return;
   if (shard_dirty_) {
+    if (lp_shard_.defined()) {
+      // The resident copy follows the master first: should the write fail, the shard stays resident
+      // and modified (what gathers read meanwhile), and the copy already holds its values.
+      c10::AutoGradMode no_grad(false);
+      lp_shard_.copy_(shard_);
+    }
     store_->save(store_slot_, shard_);  // throws with the shard still resident and modified
     shard_dirty_ = false;
   }
@@ -273,14 +287,19 @@ std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* e
     return std::make_shared<ThenWork>(shard_group_->all_gather_into(gathered_packed_, packed_, tag),
                                       [this] { dequantize_gathered(); });
   }
+  // An offloaded shard with its param_dtype copy resident: the copy is what is gathered (the cast
+  // shard, bitwise), and the store is not read. A shard resident itself (handed out by shard(),
+  // perhaps changed) is gathered as below.
+  const bool from_copy = lp_shard_.defined() && !shard_.defined();
   if (shard_group_->size() == 1) {
     // One rank, low precision: the "gather" is the cast itself, written straight into the full
     // buffer (bitwise what gathering the cast shard gives, without the copy or the collective).
     c10::AutoGradMode no_grad(false);
-    full_.copy_(resident_shard());
+    full_.copy_(from_copy ? lp_shard_ : resident_shard());
     return nullptr;
   }
   *elements += padded_;
+  if (from_copy) return shard_group_->all_gather_into(full_, lp_shard_, tag);
   resident_shard();
   if (param_dtype_ == c10::kFloat) return shard_group_->all_gather_into(full_, shard_, tag);
   // Low-precision compute: the shard is cast straight into this rank's slice of the full buffer

@@ -140,6 +140,10 @@ std::vector<std::unique_ptr<FlatParam>> make_unit_flats(const std::string& unit,
                                                         const ShardGroups& groups, MemoryStats* mem,
                                                         const ShardingOptions& options) {
   const bool offloaded = options.offload_params.target != OffloadTarget::kDevice;
+  ZS_REQUIRE(!options.keep_param_dtype_shard || (offloaded && options.param_dtype != c10::kFloat), UsageError,
+             "ShardingOptions: keep_param_dtype_shard keeps a param_dtype copy of offloaded shards; it needs "
+             "offload_params.target CPU or NVME (got ", to_string(options.offload_params.target),
+             ") and a param_dtype other than Float (got ", c10::toString(options.param_dtype), ")");
   ZS_REQUIRE(slots.nf4.empty() || !offloaded, ConfigError, "precision.frozen_linear = NF4 with offload.params = ",
              to_string(options.offload_params.target),
              " is not supported: NF4 shards stay in memory (they are 0.14 of fp32); set offload.params = DEVICE");

@@ -121,6 +121,12 @@ ShardingOptions ShardingOptions::from_config(const config::Config& cfg) {
              "optimizer, whose step streams the parameter shards one at a time");
   ZS_REQUIRE(p.target != OffloadTarget::kNvme || !p.nvme_path.empty(), ConfigError,
              "offload.params = NVME needs offload.nvme_path (a directory on the NVMe drive)");
+  o.keep_param_dtype_shard = off.keep_param_dtype_shard();
+  ZS_REQUIRE(!o.keep_param_dtype_shard || (p.target != OffloadTarget::kDevice && o.param_dtype != c10::kFloat),
+             ConfigError,
+             "offload.keep_param_dtype_shard = true needs offload.params = CPU or NVME and precision.param_dtype = "
+             "BF16 or FP16 without precision.autocast (got offload.params = ",
+             to_string(p.target), ", compute dtype ", c10::toString(o.param_dtype), ")");
   ParamOffloadOptions& g = o.offload_grads;
   g = p;
   g.target = static_cast<OffloadTarget>(off.grads());

@@ -98,7 +98,7 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
                                                                       options.offload_params.io);
                                }
                                for (const auto& f : flats) {
-                                 if (f->offload_capable()) f->attach_store(store.get());
+                                 if (f->offload_capable()) f->attach_store(store.get(), options.keep_param_dtype_shard);
                                }
                              });
   }

@@ -50,4 +50,19 @@ RankDir::~RankDir() {
   std::filesystem::remove_all(path, ec);
 }
 
+SharedDir::SharedDir(const std::string& name) {
+  path = (std::filesystem::current_path() / name).string();
+  if (rank() == 0) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  barrier();
+}
+
+SharedDir::~SharedDir() {
+  barrier();
+  std::error_code ec;
+  if (rank() == 0) std::filesystem::remove_all(path, ec);
+}
+
 }  // namespace zeroshard::test

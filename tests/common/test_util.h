@@ -36,6 +36,16 @@ struct RankDir {
   std::string path;
 };
 
+// A fresh folder `<name>` under the working directory for all ranks together (a checkpoint
+// directory): rank 0 makes it (and removes it at the end) while the others wait at a barrier.
+struct SharedDir {
+  explicit SharedDir(const std::string& name);
+  ~SharedDir();
+  SharedDir(const SharedDir&) = delete;
+  SharedDir& operator=(const SharedDir&) = delete;
+  std::string path;
+};
+
 // Comparisons that cannot pass by accident: a NaN is never "within tolerance" (`d > worst`,
 // `std::max(worst, d)` and `(NaN).max()` all let one through silently).
 // +infinity for a NaN, `d` otherwise.

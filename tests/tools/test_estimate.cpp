@@ -255,10 +255,12 @@ TEST(EstimateModelStates, NvmeOffloadWithinTenPercentOfTheEngine) {
   struct Setup {
     int generations;
     bool grads;  // offload.grads = NVME too
+    bool copy;   // bf16 compute with offload.keep_param_dtype_shard
   };
-  for (const Setup& setup : {Setup{1, false}, Setup{2, false}, Setup{1, true}}) {
+  for (const Setup& setup : {Setup{1, false, false}, Setup{2, false, false}, Setup{1, true, false}, Setup{1, false, true}}) {
     const int generations = setup.generations;
-    SCOPED_TRACE(std::to_string(generations) + " generation(s)" + (setup.grads ? ", gradients on NVMe" : ""));
+    SCOPED_TRACE(std::to_string(generations) + " generation(s)" + (setup.grads ? ", gradients on NVMe" : "") +
+                 (setup.copy ? ", bf16 copy resident" : ""));
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     zs::Config cfg = zs::default_config();
@@ -269,6 +271,10 @@ TEST(EstimateModelStates, NvmeOffloadWithinTenPercentOfTheEngine) {
     off.set_block_size(4096);
     off.set_nvme_generations(generations);
     if (setup.grads) off.set_grads(zs::config::OffloadConfig::NVME);
+    if (setup.copy) {
+      off.set_keep_param_dtype_shard(true);
+      cfg.mutable_precision()->set_param_dtype(DType::BF16);
+    }
     const zs::MemoryEstimate e =
         zs::estimate_memory(shape, zs::EstimateOptions::from_config(cfg, world, zs::test::session().local_world_size()));
     {
@@ -282,8 +288,12 @@ TEST(EstimateModelStates, NvmeOffloadWithinTenPercentOfTheEngine) {
       train_step(engine, model, *opt, 1);
       const zs::MemoryStats& m = engine.memory();
       expect_within("on NVMe", m.current(MemCategory::kNvme), e.nvme);
-      EXPECT_EQ(m.current(MemCategory::kShardedParams), 0);
-      EXPECT_EQ(e.sharded_params, 0);
+      if (setup.copy) {
+        expect_within("resident bf16 shards", m.current(MemCategory::kShardedParams), e.sharded_params);
+      } else {
+        EXPECT_EQ(m.current(MemCategory::kShardedParams), 0);
+        EXPECT_EQ(e.sharded_params, 0);
+      }
       if (setup.grads) {
         EXPECT_EQ(m.current(MemCategory::kGradShards), 0);
         EXPECT_EQ(e.grad_shards, 0);
@@ -302,8 +312,8 @@ TEST(EstimateModelStates, NvmeOffloadWithinTenPercentOfTheEngine) {
       EXPECT_GE(peak, 0.90 * static_cast<double>(e.device_peak - two_shards))
           << "measured " << peak << ", predicted " << e.device_peak << " less two shards " << two_shards;
       if (zs::test::rank() == 0) {
-        std::printf("[NVMe, %d generation(s)%s, N=%d] measured/predicted: on disk %lld/%lld, device peak %lld/%lld\n",
-                    generations, setup.grads ? ", grads" : "", world, static_cast<long long>(m.current(MemCategory::kNvme)),
+        std::printf("[NVMe, %d generation(s)%s%s, N=%d] measured/predicted: on disk %lld/%lld, device peak %lld/%lld\n",
+                    generations, setup.grads ? ", grads" : "", setup.copy ? ", bf16 copy" : "", world, static_cast<long long>(m.current(MemCategory::kNvme)),
                     static_cast<long long>(e.nvme),
                     static_cast<long long>(m.total_peak() - m.current(MemCategory::kPinnedHost)),
                     static_cast<long long>(e.device_peak));

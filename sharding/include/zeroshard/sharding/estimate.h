@@ -77,6 +77,8 @@ struct EstimateOptions {
   OffloadTarget offload_optimizer = OffloadTarget::kDevice;
   OffloadTarget offload_params = OffloadTarget::kDevice;
   OffloadTarget offload_grads = OffloadTarget::kDevice;  // offload.grads: gradient shards between backward and step
+  // offload.keep_param_dtype_shard: offloaded shards also resident in param_dtype (on the device).
+  bool keep_param_dtype_shard = false;
   int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
   int nvme_generations = 2;                  // offload.nvme_generations: copies of the state on NVMe
   // Takes the sharding, precision, optimizer and offload sections of a config (core/config.h).

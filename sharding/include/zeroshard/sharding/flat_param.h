@@ -16,6 +16,8 @@
 // between uses. shard() brings it back (and marks it modified), the gather brings it back
 // read-only, release_shard() writes a modified shard back and drops it; prefetch_shard() starts
 // reading it ahead. Such a flat parameter is never aliased (the gathered buffer is its own).
+// With a resident param_dtype copy (offload.keep_param_dtype_shard) the gathers read the copy and
+// the store holds the fp32 master, brought in only to change it (the optimizer step, loads).
 // Offloaded gradient shard (attach_grad_store, offload.grads = CPU or NVME): each reduction's
 // result goes to the store as soon as it is added in (a gradient accumulated over micro-batches is
 // brought back, added to, and stored again), and grad_shard() holds a placeholder on the meta
@@ -105,11 +107,15 @@ class FlatParam {
   // --- offloaded shard (offload.params) ---
   // Moves the shard into `store` (a new slot) and drops it from memory. Only for a flat parameter
   // built with offloaded_shard = true, after init_from_params (or its adoption). `store` must
-  // outlive this.
-  void attach_store(ShardStore* store);
+  // outlive this. With `keep_param_dtype_copy` (offload.keep_param_dtype_shard; param_dtype not
+  // fp32) the shard cast to param_dtype stays resident: gathers read it instead of the store, and
+  // every release of a modified shard casts the new values into it before writing them back.
+  void attach_store(ShardStore* store, bool keep_param_dtype_copy = false);
   bool shard_offloaded() const { return store_ != nullptr; }
   bool offload_capable() const { return offloaded_shard_; }  // built with offloaded_shard = true
   bool shard_resident() const { return shard_.defined(); }
+  // The param_dtype copy of an offloaded shard is resident (attach_store's keep_param_dtype_copy).
+  bool has_param_dtype_copy() const { return lp_shard_.defined(); }
   const at::Tensor& packed_shard() const { return packed_; }  // NF4: codes and block maxima
   // The shard for reading: loaded when offloaded, not marked modified.
   const at::Tensor& shard_for_read() { return resident_shard(); }
@@ -241,6 +247,7 @@ class FlatParam {
   ShardStore* store_ = nullptr;
   int store_slot_ = -1;
   bool shard_dirty_ = false;  // handed out by shard() since it was loaded
+  at::Tensor lp_shard_;       // [S] in param_dtype: the resident copy of an offloaded shard, or undefined
   at::Tensor grad_shard_;   // fp32 [S], a meta placeholder (offloaded, not resident) or undefined
   struct GradScale {
     at::Tensor tensor;  // multiplied as g.mul(tensor.to(g.options())) when defined

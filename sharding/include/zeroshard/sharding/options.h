@@ -92,6 +92,14 @@ struct ShardingOptions {
   FrozenLinearFormat frozen_linear = FrozenLinearFormat::kFull;
   // offload.params: where the parameter shards live between uses.
   ParamOffloadOptions offload_params;
+  // offload.keep_param_dtype_shard: with offload_params CPU / NVME and a param_dtype other than fp32,
+  // each offloaded shard also stays resident in param_dtype (2 bytes per element for bf16/fp16, on
+  // the compute device): the gathers read that copy, never the store, and the fp32 master stays in
+  // the store, where the optimizer step updates it (ZeRO-Offload's layout: the device holds the
+  // low-precision shard only). Gathered values are the same (the copy is the fp32 shard cast, made
+  // again whenever the shard changes). Frozen and trainable shards alike; NF4 shards are never
+  // offloaded. The engine refuses it (UsageError) without offloaded shards or with fp32 compute.
+  bool keep_param_dtype_shard = false;
   // offload.grads: where the fp32 gradient shards live from their reduction to the optimizer step
   // (the same fields; files under <nvme_path>/zeroshard-grads-rank<R>/). kCpu / kNvme need the
   // optimizer offloaded (its step brings each gradient in with its shard).
