@@ -4,8 +4,9 @@
 // layout: the device holds 2 bytes per parameter). The training must be bit for bit that of
 // resident fp32 shards with the same param_dtype (the gathered values are the cast master either
 // way), for AdamW and SGD, optimizer state on the host or on NVMe, FULL_SHARD and SHARD_GRAD_OP; a
-// checkpoint resumes exactly into it (the copy follows loaded values); a ShardedInit builds it; bad
-// settings are refused by name. Run at 1 and 2 ranks.
+// disk that fills up during the step loses nothing; a checkpoint resumes exactly into it (the copy
+// follows loaded values); a ShardedInit builds it; bad settings are refused by name. Run at 1 and 2
+// ranks.
 
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/memory_stats.h"
+#include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/sharding/checkpoint.h"
 #include "zeroshard/sharding/engine.h"
@@ -123,6 +125,52 @@ TEST(ParamDtypeShard, WithoutTheCopyGathersReadTheStoreAndCpuShardsKeepItToo) {
   c.train(c_opt, 0, 4);
   EXPECT_EQ(max_diff(c.params(), ref.params()), 0.0);
   for (zs::FlatParam* f : c.engine->flat_params()) EXPECT_TRUE(f->has_param_dtype_copy()) << f->name();
+}
+
+// The disk fills up while the step writes masters back. State on NVMe: the step rolls back (the
+// copies follow the restored masters), and the retry once the disk has room goes on exactly. State
+// in host memory: the step is applied (the unwritten masters stay resident, their copies hold the
+// new values), and the run goes on without repeating it. Both end equal to resident shards.
+TEST(ParamDtypeShard, DiskFullDuringTheStepLosesNothing) {
+  const auto cfg = zs_test::trainer_adamw_config();
+  for (auto opt_where : {zs::OffloadTarget::kNvme, zs::OffloadTarget::kCpu}) {
+    const std::string what = std::string("optimizer state on ") + zs::to_string(opt_where);
+    zs::test::RankDir ref_dir("pds_enospc_ref");
+    Trainer ref(bf16_resident());
+    zs::OffloadedOptimizer ref_opt(
+        cfg, zs_test::offload_optimizer_options(opt_where, zs::OffloadTarget::kDevice, ref_dir.path), zs::test::rank());
+    ref.train(ref_opt, 0, 4);
+
+    zs::test::RankDir dir("pds_enospc");
+    zs::ShardingOptions so = bf16_offloaded(zs::OffloadTarget::kNvme, dir.path, true);
+    zs::IoOptions io_opts;
+    io_opts.block_size = 4096;
+    io_opts.queue_depth = 4;
+    auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+    so.offload_params.io = faulty;
+    Trainer t(so);
+    zs::OffloadedOptimizer opt(
+        cfg, zs_test::offload_optimizer_options(opt_where, zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+    t.train(opt, 0, 2);
+    t.forward_backward(2);
+    faulty->fail_writes_after_bytes(4096);  // the second master written back finds the disk full
+    const std::string err = zs::test::error_text_of<zs::IoError>([&] { t.engine->step(opt); });
+    EXPECT_TRUE(contains(err, "disk full")) << what << ": " << err;
+    EXPECT_GT(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << what;
+    faulty->clear();
+    if (opt_where == zs::OffloadTarget::kNvme) {
+      EXPECT_TRUE(contains(err, "step 3 failed")) << err;
+      EXPECT_EQ(opt.steps(), 2);
+      t.engine->step(opt);  // the gradients are still there: retry
+    } else {
+      EXPECT_TRUE(contains(err, "offloaded optimizer step 3 was applied")) << err;
+      EXPECT_EQ(opt.steps(), 3);
+    }
+    t.engine->zero_grad();
+    t.train(opt, 3, 4);
+    EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0) << what;
+    expect_only_copies_resident(*t.engine, what);
+  }
 }
 
 // Save with the copy, resume into a fresh engine built from other initial values: the loaded values
