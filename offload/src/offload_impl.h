@@ -13,6 +13,7 @@
 #include "nvme_state.h"
 #include "sgd_update.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/streams.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/io/offload_dir.h"
 #include "zeroshard/io/pinned_pool.h"
@@ -87,6 +88,10 @@ struct OffloadedOptimizer::Impl {
   std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
   std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
   at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
+  // CPU target, shards on a GPU: the copy stream, and two pinned gradient chunks (one coming down
+  // while the other is updated from).
+  std::unique_ptr<DeviceStreams> streams;
+  at::Tensor grad_pair[2];
 
   Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
        std::shared_ptr<IoEngine> engine)
@@ -137,6 +142,11 @@ struct OffloadedOptimizer::Impl {
   // and touches shards[i].param only between pager.acquire(i) and pager.release(i).
   void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
   void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
+  // The update of one shard whose gradient or values are on a GPU, chunk by chunk: see step_cpu.
+  // Returns false (nothing done) where the copies cannot run asynchronously (staging or master in
+  // pageable memory: offload.pin_memory = false), for the synchronous loop to do it.
+  bool update_device_shard(const ParamShard& s, HostSlot& slot, const std::vector<ShardGroupRange>& runs,
+                           int64_t update, bool first, bool in_place);
   void step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager);
   void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
                   const ShardOptimizerState* imported = nullptr);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "offload_impl.h"
@@ -152,9 +153,10 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
     const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
     if (in_place && host_fp32(s.grad)) {
       update_elements(runs, update, first, 0, p, s.grad.data_ptr<float>(), data_at(slot.m, 0), data_at(slot.v, 0), n);
-    } else {
-      // Device-resident shard (or a gradient elsewhere): chunks of the gradient come to the host
-      // through pinned staging, chunks of the new values go back.
+    } else if (!update_device_shard(s, slot, runs, update, first, in_place)) {
+      // Synchronous copies (staging or master in pageable memory, offload.pin_memory = false; or a
+      // host tensor that is not contiguous fp32): chunks of the gradient come to the host through
+      // the staging buffer, chunks of the new values go back.
       if (!grad_staging.defined()) grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
       for (int64_t off = 0; off < n; off += chunk_elems) {
         const int64_t c = std::min(chunk_elems, n - off);
@@ -176,6 +178,52 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
       if (unwritten.empty()) unwritten = "shard " + std::to_string(i) + " ('" + s.name + "'): " + e.message();
     }
   }
+}
+
+// A shard on a GPU: the gradient comes down chunk by chunk into two pinned buffers on the copy
+// stream (chunk k+1 is on its way while chunk k is updated), and every updated chunk of the host
+// master goes up on the same stream without the host waiting; the host waits only for a gradient
+// chunk it is about to read, and for the last upload before the shard is handed back (the master's
+// chunks are not touched again before the next step, the shard's next reader follows the upload).
+// Not run yet: this machine has no GPU (docs/offload.md). On a CPU-only run the streams are
+// disabled and the shards are host tensors: the caller's in-place path runs instead.
+bool OffloadedOptimizer::Impl::update_device_shard(const ParamShard& s, HostSlot& slot,
+                                                    const std::vector<ShardGroupRange>& runs, int64_t update,
+                                                    bool first, bool in_place) {
+  const bool grad_on_host = host_fp32(s.grad);
+  const c10::Device device = grad_on_host ? s.param.device() : s.grad.device();
+  if (device.is_cpu()) return false;  // a host tensor that is not contiguous fp32: the plain copies
+  if (!streams || streams->device() != device) streams = std::make_unique<DeviceStreams>(device);
+  if (!grad_pair[0].defined()) {
+    for (at::Tensor& t : grad_pair) t = staging_pool.empty(chunk_elems, at::kFloat);
+  }
+  if (!streams->enabled() || !grad_pair[0].is_pinned() || (!in_place && !slot.master.is_pinned())) return false;
+  const int64_t n = slot.numel;
+  float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
+  std::unique_ptr<StreamMark> down[2];
+  std::unique_ptr<StreamMark> up;
+  auto fetch = [&](int64_t off) {
+    if (grad_on_host || off >= n) return;
+    const int b = static_cast<int>((off / chunk_elems) % 2);
+    const int64_t c = std::min(chunk_elems, n - off);
+    down[b] = streams->copy_async(grad_pair[b].narrow(0, 0, c), s.grad.narrow(0, off, c));
+  };
+  auto wait_host = [](const std::unique_ptr<StreamMark>& mark) {
+    while (mark && !mark->done()) std::this_thread::yield();
+  };
+  fetch(0);
+  for (int64_t off = 0; off < n; off += chunk_elems) {
+    const int b = static_cast<int>((off / chunk_elems) % 2);
+    const int64_t c = std::min(chunk_elems, n - off);
+    wait_host(down[b]);
+    fetch(off + chunk_elems);  // into the other buffer, whose chunk the host has finished with
+    const float* g = grad_on_host ? s.grad.data_ptr<float>() + off : grad_pair[b].data_ptr<float>();
+    update_elements(runs, update, first, off, p + off, g, data_at(slot.m, off), data_at(slot.v, off), c);
+    if (!in_place) up = streams->copy_async(s.param.narrow(0, off, c), slot.master.narrow(0, off, c));
+  }
+  if (up) up->block(streams->current());  // the shard's readers on the device follow the upload
+  wait_host(up);
+  return true;
 }
 
 // Imported state (a checkpoint) replaces the current one: host moments (CPU), or fresh files

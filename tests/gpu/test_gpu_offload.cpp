@@ -7,6 +7,8 @@
 //   the host or on NVMe) train bit for bit as resident ones under the same offloaded optimizer;
 // - that offloaded optimizer itself, on a GPU run, tracks the optimizer on the device (fused AdamW)
 //   within 1e-4 (the CPU kernel and the CUDA one round differently);
+// - the bf16 copy of offloaded shards (offload.keep_param_dtype_shard) on the device: bit for bit as
+//   resident shards with bf16 compute;
 // - what the device's allocator holds after a backward: with parameters and gradients off the
 //   device, at least 8 bytes per trainable parameter of the shard less than with them resident.
 // Runs with --set runtime.device=AUTO (tests/CMakeLists.txt) and skips visibly where the session's
@@ -85,6 +87,37 @@ TEST(GpuOffload, ParamsAndGradsOffTheGpuTrainBitwiseAsResident) {
         EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kGradShards), 0) << what;
       }
     }
+  }
+}
+
+// offload.keep_param_dtype_shard on a GPU (ZeRO-Offload's layout): the bf16 copies live on the
+// device, the fp32 masters in host memory or on NVMe; training equals resident shards with bf16
+// compute bit for bit.
+TEST(GpuOffload, Bf16CopyOnTheDeviceTrainsBitwiseAsResident) {
+  ZS_REQUIRE_GPU_SESSION();
+  const auto cfg = zs_test::trainer_adamw_config();
+  TempDir ref_dir("bf16_ref");
+  zs::ShardingOptions ro = offload_placement(Target::kDevice, Target::kDevice, ref_dir.path);
+  ro.param_dtype = c10::kBFloat16;
+  Trainer ref(ro);
+  zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(Target::kCpu, Target::kDevice, ref_dir.path),
+                                 zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  for (Target params : {Target::kCpu, Target::kNvme}) {
+    TempDir dir("bf16_copy");
+    zs::ShardingOptions o = offload_placement(params, Target::kDevice, dir.path);
+    o.param_dtype = c10::kBFloat16;
+    o.keep_param_dtype_shard = true;
+    Trainer t(o);
+    zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(Target::kCpu, params, dir.path), zs::test::rank());
+    t.train(opt, 0, 4);
+    EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0) << "parameters on " << zs::to_string(params);
+    int64_t copies = 0;
+    for (zs::FlatParam* f : t.engine->flat_params()) {
+      EXPECT_TRUE(f->has_param_dtype_copy()) << f->name();
+      copies += 2 * f->shard_numel();
+    }
+    EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), copies);
   }
 }
 
