@@ -19,7 +19,7 @@ What runs:
   corpus. Its tokens/s: rank 0's wall time of forward+backward+clip+step over the steps after
   warm-up (DDP's all-reduce keeps the ranks in step). Peak RSS: getrusage(RUSAGE_SELF).ru_maxrss
   in every rank process.
-- Rows: fp32; bf16 compute (zeroshard with param_dtype BF16, and with autocast; PyTorch with
+- Rows: fp32; fp32 + activation checkpointing of every block (fp32_ckpt, not in the default set); bf16 compute (zeroshard with param_dtype BF16, and with autocast; PyTorch with
   torch.autocast('cpu', bfloat16)); bf16 + activation checkpointing of every block (PyTorch:
   torch.utils.checkpoint per block). The systems alternate in short rounds (each round runs every
   row's zeroshard configurations and the peer, the order flipped every round) so machine drift
@@ -72,6 +72,8 @@ PROGRESS_WINDOW = 20  # ProgressBar's default window: the steps a metrics line's
 # Rows: name -> (zeroshard configurations {label: --set values}, PyTorch autocast bf16, checkpointing).
 VARIANTS = {
     "fp32": ({"fp32": ["precision.param_dtype=FP32", "activation_checkpointing.enabled=false"]}, False, False),
+    "fp32_ckpt": ({"fp32": ["precision.param_dtype=FP32", "activation_checkpointing.enabled=true",
+                            "activation_checkpointing.every_n_blocks=1"]}, False, True),
     "bf16": ({"param_dtype": ["precision.param_dtype=BF16", "activation_checkpointing.enabled=false"],
               "autocast": ["precision.param_dtype=BF16", "precision.autocast=true",
                            "activation_checkpointing.enabled=false"]}, True, False),
@@ -336,6 +338,21 @@ def main():
             print(f"{v:10s} {label:16s} {zs:10.0f} {pt:10.0f} {zs / pt:6.2f} {min(ratios):6.2f}..{max(ratios):5.2f} "
                   f"{zs_rss:6.0f}Mi {pt_rss:6.0f}Mi")
         summary["rows"][v] = row
+    # What checkpointing every block costs each system: the share of its own throughput it loses
+    # (median over rounds of the per-round cost, each round's two runs of a system close in time).
+    summary["checkpointing_cost"] = {}
+    for plain, ck in (("fp32", "fp32_ckpt"), ("bf16", "bf16_ckpt")):
+        if plain not in variants or ck not in variants:
+            continue
+        def cost(name):
+            return statistics.median(1 - c / p for c, p in zip(results[ck][name], results[plain][name]))
+        costs = {"pytorch": cost("pytorch")}
+        for label in VARIANTS[ck][0]:
+            if label in VARIANTS[plain][0]:
+                costs["zeroshard_" + label] = cost("zs_" + label)
+        summary["checkpointing_cost"][plain] = costs
+        print(f"checkpointing every block ({plain}) costs: " +
+              ", ".join(f"{k} {100 * c:.0f}%" for k, c in costs.items()) + " of the throughput without it")
     print(json.dumps(summary), flush=True)
 
 
