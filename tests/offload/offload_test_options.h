@@ -2,8 +2,11 @@
 // Offload settings shared by the offload tests (CPU and GPU): small blocks, so that a shard spans
 // several checksum chunks and I/O pieces.
 
+#include <memory>
 #include <string>
 
+#include "zeroshard/io/aio.h"
+#include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/sharding/engine.h"
 
@@ -34,6 +37,14 @@ inline zeroshard::OffloadOptions offload_optimizer_options(zeroshard::OffloadTar
   o.buffer_count = 3;
   o.queue_depth = 4;
   return o;
+}
+
+// An I/O engine of the stores' test settings (4096-byte blocks, 4 in flight) that faults on request.
+inline std::shared_ptr<zeroshard::FaultInjectingIo> faulty_test_io() {
+  zeroshard::IoOptions io;
+  io.block_size = 4096;
+  io.queue_depth = 4;
+  return std::make_shared<zeroshard::FaultInjectingIo>(zeroshard::make_io_engine(io));
 }
 
 }  // namespace zs_test

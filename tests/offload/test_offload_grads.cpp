@@ -321,10 +321,7 @@ TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
 
   TempDir dir("enospc");
   zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path);
-  zs::IoOptions io_opts;
-  io_opts.block_size = 4096;
-  io_opts.queue_depth = 4;
-  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  auto faulty = zs_test::faulty_test_io();
   so.offload_grads.io = faulty;
   Trainer t(so);
   zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
@@ -351,10 +348,7 @@ TEST(OffloadGrads, WriteBehindKeepsFailedValuesAndFlushNamesTheFile) {
   o.target = zs::OffloadTarget::kNvme;
   o.nvme_path = dir.path;
   o.block_size = 4096;
-  zs::IoOptions io_opts;
-  io_opts.block_size = 4096;
-  io_opts.queue_depth = 4;
-  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  auto faulty = zs_test::faulty_test_io();
   zs::MemoryStats mem;
   zs::ShardStore store(o, zs::test::rank(), &mem, faulty, zs::ShardStore::Kind::kGrads);
   const int slot = store.add("blocks.3", 3000);

@@ -143,10 +143,7 @@ TEST(ParamDtypeShard, DiskFullDuringTheStepLosesNothing) {
 
     zs::test::RankDir dir("pds_enospc");
     zs::ShardingOptions so = bf16_offloaded(zs::OffloadTarget::kNvme, dir.path, true);
-    zs::IoOptions io_opts;
-    io_opts.block_size = 4096;
-    io_opts.queue_depth = 4;
-    auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+    auto faulty = zs_test::faulty_test_io();
     so.offload_params.io = faulty;
     Trainer t(so);
     zs::OffloadedOptimizer opt(

@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "common/test_util.h"
+#include "offload/offload_test_options.h"
 #include "sharding/gpt_trainer.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
@@ -415,10 +416,7 @@ TEST(OffloadParams, DiskFullOnWriteBackKeepsStateAndRetrySucceeds) {
 
   TempDir dir("enospc");
   zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, dir.path);
-  zs::IoOptions io_opts;
-  io_opts.block_size = 4096;
-  io_opts.queue_depth = 4;
-  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  auto faulty = zs_test::faulty_test_io();
   so.offload_params.io = faulty;
   Trainer t(so);
   zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
@@ -455,10 +453,7 @@ TEST(OffloadParams, CpuStateStepWithFailedWriteBackIsAppliedOnce) {
 
   TempDir dir("cpu_enospc");
   zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, dir.path);
-  zs::IoOptions io_opts;
-  io_opts.block_size = 4096;
-  io_opts.queue_depth = 4;
-  auto faulty = std::make_shared<zs::FaultInjectingIo>(zs::make_io_engine(io_opts));
+  auto faulty = zs_test::faulty_test_io();
   so.offload_params.io = faulty;
   Trainer t(so);
   zs::OffloadOptions o = ro;
