@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,39 @@ using detail::host_fp32;
 using detail::is_sgd;
 using detail::sgd_options;
 
+// The gradient of a shard on a GPU, chunk by chunk through two pinned buffers on the copy stream:
+// fetch(off) starts bringing the chunk at element `off` down (nothing past the end), get(off) waits
+// on the host for it and returns where it is. Fetch chunk k+1 only once the host is done with chunk
+// k-1 (the same buffer). A gradient on the host is read where it is.
+class GradChunks {
+ public:
+  GradChunks(DeviceStreams& streams, at::Tensor (&pair)[2], const at::Tensor& grad, int64_t chunk_elems)
+      : streams_(streams), pair_(pair), grad_(grad), chunk_(chunk_elems), on_host_(host_fp32(grad)) {}
+  void fetch(int64_t off) {
+    if (on_host_ || off >= grad_.numel()) return;
+    const int b = buffer(off);
+    const int64_t c = std::min(chunk_, grad_.numel() - off);
+    down_[b] = streams_.copy_async(pair_[b].narrow(0, 0, c), grad_.narrow(0, off, c));
+  }
+  const float* get(int64_t off) {
+    if (on_host_) return grad_.data_ptr<float>() + off;
+    const int b = buffer(off);
+    wait_on_host(down_[b]);
+    return pair_[b].data_ptr<float>();
+  }
+  // Polls until `mark` is done (LibTorch 1.13's c10::Event has no host synchronize).
+  static void wait_on_host(const std::unique_ptr<StreamMark>& mark);
+
+ private:
+  int buffer(int64_t off) const { return static_cast<int>((off / chunk_) % 2); }
+  DeviceStreams& streams_;
+  at::Tensor (&pair_)[2];
+  const at::Tensor& grad_;
+  int64_t chunk_;
+  bool on_host_;
+  std::unique_ptr<StreamMark> down_[2];
+};
+
 // Per position in the shard list.
 struct HostSlot {
   int64_t numel = 0;
@@ -88,10 +122,14 @@ struct OffloadedOptimizer::Impl {
   std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
   std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
   at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
-  // CPU target, shards on a GPU: the copy stream, and two pinned gradient chunks (one coming down
-  // while the other is updated from).
+  // Shards on a GPU: the copy stream, and two pinned gradient chunks (one coming down while the
+  // other is updated from).
   std::unique_ptr<DeviceStreams> streams;
   at::Tensor grad_pair[2];
+  // The copy streams for the chunk copies of shard `s`, or null where they cannot run
+  // asynchronously: its gradient and values on the host, or pageable staging (offload.pin_memory =
+  // false) or `host_side` (the host memory the new values go up from) not pinned.
+  DeviceStreams* copy_streams_for(const ParamShard& s, const at::Tensor& host_side);
 
   Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
        std::shared_ptr<IoEngine> engine)

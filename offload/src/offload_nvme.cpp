@@ -51,6 +51,19 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
   std::vector<bool> write_pending(static_cast<size_t>(f.chunks), false);
   int64_t next_read = 0;
   auto buf_of = [&](int64_t k) { return buffers[static_cast<size_t>(k % B)].data_ptr<float>(); };
+  // A shard on a GPU (not when initializing: no gradient is read, the values come down once): the
+  // gradient's chunks come down ahead through two pinned buffers and each updated chunk goes up
+  // from its record buffer on the copy stream, as in update_device_shard; a record buffer is read
+  // into again only once its upload is done. Not run yet (no GPU here).
+  DeviceStreams* st = initialize ? nullptr : copy_streams_for(s, buffers.front());
+  std::unique_ptr<GradChunks> grads = st != nullptr ? std::make_unique<GradChunks>(*st, grad_pair, s.grad, C) : nullptr;
+  std::vector<std::unique_ptr<StreamMark>> up(static_cast<size_t>(B));  // per record buffer: its last upload
+  std::unique_ptr<StreamMark>* last_up = nullptr;
+  auto finish_uploads = [&] {
+    if (last_up == nullptr) return;
+    (*last_up)->block(st->current());  // the shard's readers on the device follow the uploads
+    GradChunks::wait_on_host(*last_up);  // the copy stream runs in order: all of them are done
+  };
   auto wait_write = [&](int64_t k) {
     if (k >= 0 && write_pending[static_cast<size_t>(k)]) {
       write_pending[static_cast<size_t>(k)] = false;
@@ -59,10 +72,12 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
     }
   };
   try {
+    if (grads) grads->fetch(0);
     for (int64_t k = 0; k < f.chunks; ++k) {
       if (!initialize) {
         for (; next_read < f.chunks && next_read <= k + lookahead; ++next_read) {
           wait_write(next_read - B);  // the buffer's previous record must be on disk first
+          GradChunks::wait_on_host(up[static_cast<size_t>(next_read % B)]);  // and uploaded
           reads[static_cast<size_t>(next_read)] =
               io->submit_read(*f.files[src], buf_of(next_read), f.record_bytes, next_read * f.record_bytes);
         }
@@ -88,7 +103,10 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
         io_stats.bytes_read += f.record_bytes;
         verify(f, src, k, buf);
         const float* g = nullptr;
-        if (host_fp32(s.grad)) {
+        if (grads) {
+          g = grads->get(k * C);
+          grads->fetch((k + 1) * C);  // into the other buffer, whose chunk the host has finished with
+        } else if (host_fp32(s.grad)) {
           g = s.grad.data_ptr<float>() + k * C;
         } else {
           at::Tensor staged = grad_staging.narrow(0, 0, c);
@@ -98,6 +116,9 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
         update_elements(runs, update, first, k * C, p, g, m, v, c);
         if (host_fp32(s.param)) {
           std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
+        } else if (st != nullptr) {
+          last_up = &up[static_cast<size_t>(k % B)];
+          *last_up = st->copy_async(s.param.narrow(0, k * C, c), at::from_blob(p, {c}, at::kFloat));
         } else {
           s.param.narrow(0, k * C, c).copy_(at::from_blob(p, {c}, at::kFloat));
         }
@@ -107,11 +128,13 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
       write_pending[static_cast<size_t>(k)] = true;
     }
     for (int64_t k = 0; k < f.chunks; ++k) wait_write(k);
+    finish_uploads();
   } catch (...) {
     try {
       io->wait_all();  // nothing may still write into our buffers
     } catch (...) {
     }
+    for (const auto& mark : up) GradChunks::wait_on_host(mark);  // nor read from them
     throw;
   }
 }

@@ -180,6 +180,21 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
   }
 }
 
+void GradChunks::wait_on_host(const std::unique_ptr<StreamMark>& mark) {
+  while (mark && !mark->done()) std::this_thread::yield();
+}
+
+DeviceStreams* OffloadedOptimizer::Impl::copy_streams_for(const ParamShard& s, const at::Tensor& host_side) {
+  const c10::Device device = host_fp32(s.grad) ? s.param.device() : s.grad.device();
+  if (device.is_cpu()) return nullptr;
+  if (!streams || streams->device() != device) streams = std::make_unique<DeviceStreams>(device);
+  if (!grad_pair[0].defined()) {
+    for (at::Tensor& t : grad_pair) t = staging_pool.empty(chunk_elems, at::kFloat);
+  }
+  const bool pinned = grad_pair[0].is_pinned() && (!host_side.defined() || host_side.is_pinned());
+  return streams->enabled() && pinned ? streams.get() : nullptr;
+}
+
 // A shard on a GPU: the gradient comes down chunk by chunk into two pinned buffers on the copy
 // stream (chunk k+1 is on its way while chunk k is updated), and every updated chunk of the host
 // master goes up on the same stream without the host waiting; the host waits only for a gradient
@@ -190,39 +205,22 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
 bool OffloadedOptimizer::Impl::update_device_shard(const ParamShard& s, HostSlot& slot,
                                                     const std::vector<ShardGroupRange>& runs, int64_t update,
                                                     bool first, bool in_place) {
-  const bool grad_on_host = host_fp32(s.grad);
-  const c10::Device device = grad_on_host ? s.param.device() : s.grad.device();
-  if (device.is_cpu()) return false;  // a host tensor that is not contiguous fp32: the plain copies
-  if (!streams || streams->device() != device) streams = std::make_unique<DeviceStreams>(device);
-  if (!grad_pair[0].defined()) {
-    for (at::Tensor& t : grad_pair) t = staging_pool.empty(chunk_elems, at::kFloat);
-  }
-  if (!streams->enabled() || !grad_pair[0].is_pinned() || (!in_place && !slot.master.is_pinned())) return false;
+  DeviceStreams* st = copy_streams_for(s, in_place ? at::Tensor() : slot.master);
+  if (st == nullptr) return false;
   const int64_t n = slot.numel;
   float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
-  std::unique_ptr<StreamMark> down[2];
+  GradChunks grads(*st, grad_pair, s.grad, chunk_elems);
   std::unique_ptr<StreamMark> up;
-  auto fetch = [&](int64_t off) {
-    if (grad_on_host || off >= n) return;
-    const int b = static_cast<int>((off / chunk_elems) % 2);
-    const int64_t c = std::min(chunk_elems, n - off);
-    down[b] = streams->copy_async(grad_pair[b].narrow(0, 0, c), s.grad.narrow(0, off, c));
-  };
-  auto wait_host = [](const std::unique_ptr<StreamMark>& mark) {
-    while (mark && !mark->done()) std::this_thread::yield();
-  };
-  fetch(0);
+  grads.fetch(0);
   for (int64_t off = 0; off < n; off += chunk_elems) {
-    const int b = static_cast<int>((off / chunk_elems) % 2);
     const int64_t c = std::min(chunk_elems, n - off);
-    wait_host(down[b]);
-    fetch(off + chunk_elems);  // into the other buffer, whose chunk the host has finished with
-    const float* g = grad_on_host ? s.grad.data_ptr<float>() + off : grad_pair[b].data_ptr<float>();
+    const float* g = grads.get(off);
+    grads.fetch(off + chunk_elems);  // into the other buffer, whose chunk the host has finished with
     update_elements(runs, update, first, off, p + off, g, data_at(slot.m, off), data_at(slot.v, off), c);
-    if (!in_place) up = streams->copy_async(s.param.narrow(0, off, c), slot.master.narrow(0, off, c));
+    if (!in_place) up = st->copy_async(s.param.narrow(0, off, c), slot.master.narrow(0, off, c));
   }
-  if (up) up->block(streams->current());  // the shard's readers on the device follow the upload
-  wait_host(up);
+  if (up) up->block(st->current());  // the shard's readers on the device follow the upload
+  GradChunks::wait_on_host(up);
   return true;
 }
 
