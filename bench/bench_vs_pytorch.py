@@ -2,7 +2,7 @@
 """zeroshard's train_gpt against the real PyTorch peer, side by side in one run (issue 15).
 
   /usr/bin/python3 bench/bench_vs_pytorch.py [--bin build/bin] [--ranks 2] [--rounds 3] [--steps 20]
-      [--warmup 5] [--variants fp32,bf16,bf16_ckpt] [--work DIR] [--mpirun mpirun]
+      [--warmup 5] [--variants fp32,bf16,bf16_ckpt] [--work DIR] [--mpirun mpirun] [--gemm-seconds 3]
 
 What runs:
 - zeroshard: `mpirun -n N --oversubscribe /bin/sh -c '/usr/bin/time ...' BIN/train_gpt --config
@@ -29,6 +29,11 @@ What runs:
   validation loss on train_gpt's held-out windows; train_gpt starts from that file (fp32) and its
   step-0 evaluation must agree within 1e-4 relative, else the script fails. Every run (both
   systems, every round) starts from those weights.
+- The physical limit, after the rounds: every row's compute dtype's GEMM peak with the same rank
+  layout (one process per rank doing [1024 x 1024] products at once, the same threads), and each
+  system's model-FLOPs utilisation (MFU: tokens/s x training FLOPs per token, recomputation not
+  counted, over that peak). Checkpointing's cost: when a row runs with and without it, the share of
+  its own throughput each system loses.
 The last line printed is one JSON object with every figure. Exits non-zero with the reason on any
 failure.
 """
@@ -226,6 +231,66 @@ def run_peer(a, init_from, bf16, checkpoint, out):
     return rate, [r["rss_kib"] for r in ranks]
 
 
+# ---- the physical limit: GEMM throughput of the same rank layout ----
+
+# One rank's share: square matrix products in `dtype` on `threads` threads for `seconds`, started
+# together with the other ranks' processes (so they compete for the cores as the training ranks do).
+GEMM_CODE = r"""
+import sys, time, torch
+dtype, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+torch.set_num_threads(threads)
+dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+n = 1024
+a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
+a @ b
+print("ready", flush=True)
+sys.stdin.readline()  # every rank's process starts at once
+ops, t0 = 0, time.perf_counter()
+while True:
+    a @ b
+    ops += 1
+    elapsed = time.perf_counter() - t0
+    if elapsed >= seconds:
+        break
+print(2 * n ** 3 * ops / elapsed, flush=True)
+"""
+
+
+def gemm_peak(dtype, ranks, threads, seconds=3.0):
+    """FLOP/s of `ranks` processes doing [1024 x 1024] products in `dtype` at once, `threads` intra-op
+    (and OpenBLAS) threads each, summed: the GEMM peak of this rank layout on this machine."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    procs = [subprocess.Popen([sys.executable, "-c", GEMM_CODE, dtype, str(threads), str(seconds)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
+             for _ in range(ranks)]
+    for p in procs:
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            fail(f"GEMM peak ({dtype}): a process printed {line!r} instead of getting ready")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    total = 0.0
+    for p in procs:
+        out, _ = p.communicate()
+        try:
+            total += float(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            fail(f"GEMM peak ({dtype}): a process printed {out!r} (exit {p.returncode})")
+    return total
+
+
+def model_flops_per_token(m):
+    """Training FLOPs per token of the GPT (forward + backward = 3 x forward; recomputation not
+    counted, as model-FLOPs utilisation is defined): per block the qkv, projection and MLP products
+    (4 + 2 * mlp_ratio) * d^2 multiply-adds, the output layer d * vocab, attention scores and
+    weighted sum 2 * seq * d per layer (all positions, the causal mask not discounted)."""
+    d, layers, seq = m["d_model"], m["n_layer"], m["seq_len"]
+    forward = 2 * ((4 + 2 * m["mlp_ratio"]) * d * d * layers + d * m["vocab_size"]) + 4 * layers * seq * d
+    return 3 * forward
+
+
 # ---- main ----
 
 def main():
@@ -238,6 +303,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="steps per run excluded from the rate")
     ap.add_argument("--variants", default="fp32,bf16,bf16_ckpt", help="comma-separated: " + ",".join(VARIANTS))
     ap.add_argument("--eval-windows", type=int, default=512, help="held-out windows of the same-math check")
+    ap.add_argument("--gemm-seconds", type=float, default=3.0, help="length of the GEMM peak measurement per dtype")
     ap.add_argument("--work", default=None, help="scratch directory (default: a new one under /tmp)")
     a = ap.parse_args()
     variants = [v for v in a.variants.split(",") if v]
@@ -310,8 +376,18 @@ def main():
                 print(f"round {rnd + 1}/{a.rounds} {v:9s} {name:15s} {rate:10.0f} tokens/s, peak RSS per rank "
                       f"{' '.join(f'{k / 1024:.0f}' for k in rss)} MiB", flush=True)
 
-    # 3. The table.
+    # 3. The physical limit: each dtype's GEMM peak with this rank layout (after the runs, on the
+    # same warm machine), and each row's model-FLOPs utilisation against it.
+    flops_per_token = model_flops_per_token(MODEL)
+    peaks = {}
+    for dtype in sorted({"bf16" if v.startswith("bf16") else "fp32" for v in variants}):
+        peaks[dtype] = gemm_peak(dtype, a.ranks, a.threads, a.gemm_seconds)
+        print(f"GEMM peak {dtype}: {peaks[dtype] / 1e9:.1f} GFLOP/s ({a.ranks} processes x {a.threads} thread(s), "
+              f"[1024 x 1024] products at once); model FLOPs per token {flops_per_token:,}", flush=True)
+
+    # 4. The table.
     summary = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": cores, "ranks": a.ranks,
+               "model_flops_per_token": flops_per_token, "gemm_peak_flops": peaks,
                "threads_per_rank": a.threads, "torch": torch.__version__, "model": MODEL, "global_batch": GLOBAL_BATCH,
                "rounds": a.rounds, "warmup_steps": a.warmup, "measured_steps": a.steps,
                "same_math": {"pytorch_val_loss": py_loss, "zeroshard_val_loss": zs_loss, "relative_difference": rel},
@@ -321,22 +397,27 @@ def main():
           "torch.multiprocessing ranks, tokens/s from rank 0's wall time of forward+backward+clip+AdamW after "
           "warm-up, peak RSS per rank from getrusage ru_maxrss; runs alternate in rounds, order flipped each round")
     print("median tokens/s over rounds; ratio = zeroshard / PyTorch of the medians [min..max of per-round ratios]; "
-          "peak RSS = the largest rank's, max over rounds")
+          "peak RSS = the largest rank's, max over rounds; MFU = tokens/s x model FLOPs per token / the GEMM peak "
+          "of the row's compute dtype (bf16 rows: bf16, whether autocast or param_dtype)")
     print(f"{'variant':10s} {'zeroshard config':16s} {'zeroshard':>10s} {'PyTorch':>10s} {'ratio':>6s} "
-          f"{'spread':>13s} {'zs RSS':>8s} {'PT RSS':>8s}")
+          f"{'spread':>13s} {'zs RSS':>8s} {'PT RSS':>8s} {'zs MFU':>7s} {'PT MFU':>7s}")
     for v in variants:
         r = results[v]
         pt = statistics.median(r["pytorch"])
         pt_rss = max(r["pytorch_rss_kib"]) / 1024
-        row = {"pytorch_tokens_per_s": pt, "pytorch_rounds": r["pytorch"], "pytorch_peak_rss_mib": pt_rss, "zeroshard": {}}
+        peak = peaks["bf16" if v.startswith("bf16") else "fp32"]
+        mfu = lambda rate: rate * flops_per_token / peak  # noqa: E731
+        row = {"pytorch_tokens_per_s": pt, "pytorch_rounds": r["pytorch"], "pytorch_peak_rss_mib": pt_rss,
+               "pytorch_mfu": mfu(pt), "gemm_peak_flops": peak, "zeroshard": {}}
         for label in VARIANTS[v][0]:
             zs = statistics.median(r["zs_" + label])
             ratios = [z / p for z, p in zip(r["zs_" + label], r["pytorch"])]
             zs_rss = max(r["zs_" + label + "_rss_kib"]) / 1024
             row["zeroshard"][label] = {"tokens_per_s": zs, "rounds": r["zs_" + label], "ratio": zs / pt,
-                                       "ratio_min": min(ratios), "ratio_max": max(ratios), "peak_rss_mib": zs_rss}
+                                       "ratio_min": min(ratios), "ratio_max": max(ratios), "peak_rss_mib": zs_rss,
+                                       "mfu": mfu(zs)}
             print(f"{v:10s} {label:16s} {zs:10.0f} {pt:10.0f} {zs / pt:6.2f} {min(ratios):6.2f}..{max(ratios):5.2f} "
-                  f"{zs_rss:6.0f}Mi {pt_rss:6.0f}Mi")
+                  f"{zs_rss:6.0f}Mi {pt_rss:6.0f}Mi {mfu(zs):7.2f} {mfu(pt):7.2f}")
         summary["rows"][v] = row
     # What checkpointing every block costs each system: the share of its own throughput it loses
     # (median over rounds of the per-round cost, each round's two runs of a system close in time).
