@@ -269,7 +269,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
       e.nvme += o.nvme_generations * state;
     }
     e.optimizer_state = 0;
-    e.sharded_params = static_cast<int64_t>(p) * shard;  // the device keeps the shard it gathers from
+    // The device keeps its fp32 shard (the engine's; the optimizer's host master is a second copy):
+    // only offload.params takes it off, and offload.keep_param_dtype_shard leaves param_dtype there.
     // fp32 gradient shard copied for the CPU optimizer (offloaded gradients are there already)
     if (o.offload_grads == Target::kDevice) e.pinned_host += 4 * shard;
     if (opt_target == Target::kNvme) {
