@@ -51,7 +51,7 @@ RankDir::~RankDir() {
 }
 
 SharedDir::SharedDir(const std::string& name) {
-  path = (std::filesystem::current_path() / name).string();
+  path = (std::filesystem::current_path() / (name + "_np" + std::to_string(world_size()))).string();
   if (rank() == 0) {
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);

@@ -36,8 +36,9 @@ struct RankDir {
   std::string path;
 };
 
-// A fresh folder `<name>` under the working directory for all ranks together (a checkpoint
-// directory): rank 0 makes it (and removes it at the end) while the others wait at a barrier.
+// A fresh folder `<name>_np<world size>` under the working directory for all ranks together (a
+// checkpoint directory; the world size keeps the np1/np2 runs of one test apart): rank 0 makes it
+// (and removes it at the end) while the others wait at a barrier.
 struct SharedDir {
   explicit SharedDir(const std::string& name);
   ~SharedDir();

@@ -261,6 +261,12 @@ TEST(ParamDtypeShard, ConfigAndUsageErrors) {
   EXPECT_TRUE(problems.empty()) << problems.front().message;
   EXPECT_TRUE(zs::ShardingOptions::from_config(c).keep_param_dtype_shard);
   c.mutable_precision()->set_autocast(true);
+  all.clear();
+  for (const auto& p : zs::check_config(c)) all += p.message + "\n";
+  EXPECT_TRUE(contains(all, "offload.keep_param_dtype_shard = true needs precision.param_dtype = BF16 or FP16 without "
+                            "precision.autocast (the copy is the shard in the dtype units compute in), but "
+                            "precision.param_dtype = BF16 with precision.autocast = true"))
+      << all;
   std::string err = zs::test::error_text_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
   EXPECT_TRUE(contains(err, "offload.keep_param_dtype_shard = true needs offload.params = CPU or NVME and "
                             "precision.param_dtype = BF16 or FP16 without precision.autocast (got offload.params = CPU, "

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -43,21 +44,15 @@ namespace {
 // Under the build tree (a disk: O_DIRECT works there): per rank, or one for all ranks (a
 // checkpoint directory), made by rank 0 while the others wait.
 struct TempDir {
-  explicit TempDir(const std::string& name, bool per_rank = true) : shared(!per_rank) {
-    path = (fs::current_path() / ("offload_params_" + name + (shared ? std::string() : "_" + std::to_string(zs::test::rank()))))
-               .string();
-    if (!shared || zs::test::rank() == 0) {
-      fs::remove_all(path);
-      fs::create_directories(path);
+  explicit TempDir(const std::string& name, bool per_rank = true) {
+    if (per_rank) {
+      path = own.emplace("offload_params_" + name).path;
+    } else {
+      path = shared.emplace("offload_params_" + name).path;
     }
-    if (shared) zs::test::session().world()->barrier("zs.test.tempdir")->wait();
   }
-  ~TempDir() {
-    if (shared) zs::test::session().world()->barrier("zs.test.tempdir.done")->wait();
-    std::error_code ec;
-    if (!shared || zs::test::rank() == 0) fs::remove_all(path, ec);
-  }
-  bool shared;
+  std::optional<zs::test::RankDir> own;
+  std::optional<zs::test::SharedDir> shared;
   std::string path;
 };
 
