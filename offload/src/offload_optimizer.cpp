@@ -188,11 +188,14 @@ DeviceStreams* OffloadedOptimizer::Impl::copy_streams_for(const ParamShard& s, c
   const c10::Device device = host_fp32(s.grad) ? s.param.device() : s.grad.device();
   if (device.is_cpu()) return nullptr;
   if (!streams || streams->device() != device) streams = std::make_unique<DeviceStreams>(device);
+  // Pageable staging (offload.pin_memory = false) or no copy stream: the synchronous chunk copies,
+  // and no gradient buffers held for nothing.
+  if (!streams->enabled() || !o.pin_memory) return nullptr;
   if (!grad_pair[0].defined()) {
     for (at::Tensor& t : grad_pair) t = staging_pool.empty(chunk_elems, at::kFloat);
   }
   const bool pinned = grad_pair[0].is_pinned() && (!host_side.defined() || host_side.is_pinned());
-  return streams->enabled() && pinned ? streams.get() : nullptr;
+  return pinned ? streams.get() : nullptr;
 }
 
 // A shard on a GPU: the gradient comes down chunk by chunk into two pinned buffers on the copy
