@@ -39,8 +39,14 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 
 void barrier() { world()->barrier()->wait(); }
 
+std::string RankDir::path_on(const std::string& name, int on_rank) {
+  return (std::filesystem::current_path() /
+          (name + "_np" + std::to_string(world_size()) + "_" + std::to_string(on_rank)))
+      .string();
+}
+
 RankDir::RankDir(const std::string& name) {
-  path = (std::filesystem::current_path() / (name + "_" + std::to_string(rank()))).string();
+  path = path_on(name, rank());
   std::filesystem::remove_all(path);
   std::filesystem::create_directories(path);
 }

@@ -26,10 +26,13 @@ void barrier();
 // Options for communicators tests create themselves: short timeout, no job abort.
 CommOptions test_comm_options(const std::string& name);
 
-// A fresh folder `<name>_<rank>` under the working directory (the build tree: a disk, where
-// O_DIRECT works), one per rank, removed with everything in it when the object goes.
+// A fresh folder `<name>_np<world size>_<rank>` under the working directory (the build tree: a
+// disk, where O_DIRECT works), one per rank, removed with everything in it when the object goes
+// (the world size keeps the np1/np2 runs of one test apart, as SharedDir's).
 struct RankDir {
   explicit RankDir(const std::string& name);
+  // The folder RankDir(name) makes on `rank` (another rank's, for an error message naming it).
+  static std::string path_on(const std::string& name, int rank);
   ~RankDir();
   RankDir(const RankDir&) = delete;
   RankDir& operator=(const RankDir&) = delete;

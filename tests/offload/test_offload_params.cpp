@@ -547,7 +547,7 @@ TEST(OffloadParams, DriveTooSmallOnOneRankFailsTheWrapOnEveryRank) {
   });
   for (const auto& at : mounts) ::umount2(at.c_str(), MNT_DETACH);
   // Rank 1's folder, as every rank names it (TempDir's folders are per rank).
-  const std::string rank1_drive = (fs::current_path() / "offload_params_too_small_on_one_1").string() + "/drive";
+  const std::string rank1_drive = zs::test::RankDir::path_on("offload_params_too_small_on_one", 1) + "/drive";
   const std::string rank1_params = rank1_drive + "/zeroshard-params-rank1/";
   EXPECT_TRUE(contains(err, "storing the parameter shards of unit '")) << err;
   EXPECT_TRUE(contains(err, "failed on rank(s) 1: ")) << err;
