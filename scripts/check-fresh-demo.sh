@@ -117,7 +117,8 @@ total=$((SECONDS - start))
 
 # ---- summary ----
 echo
-first_step=$(grep -m1 -E '^\[ *[0-9]+ s\] (\[[^]]*\] )?step [0-9]+' "$out" | sed -E 's/^\[ *([0-9]+) s\].*/\1/' || true)
+# The first progress line of a step ("step 1/20 ..."), not the step-0 validation line before it.
+first_step=$(grep -m1 -E '^\[ *[0-9]+ s\] step [0-9]+/' "$out" | sed -E 's/^\[ *([0-9]+) s\].*/\1/' || true)
 setup_line=$(grep -m1 -E 'setup: done in' "$out" | sed -E 's/^\[ *[0-9]+ s\] //' || true)
 log "summary ($rev, fresh Debian 12 minbase root, $(nproc) cores, empty ccache; log: $out)"
 echo "    ${setup_line:-setup did not finish}"
