@@ -52,20 +52,11 @@ base=$work/base
 run=$work/run
 mkdir -p "$work/debs"
 
-mounted=()
-mnt() {  # mnt TARGET MOUNT-ARGS...
-  local target=$1
-  shift
-  mkdir -p "$target"
-  mount "$@" "$target"
-  mounted+=("$target")
-}
+# shellcheck source-path=SCRIPTDIR source=chroot-mounts.sh
+source scripts/chroot-mounts.sh
 cleanup() {
-  local rc=$? i
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-    umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" 2>/dev/null ||
-      echo "check-fresh-demo: warning: could not unmount ${mounted[i]}" >&2
-  done
+  local rc=$?
+  unmount_all_mounts check-fresh-demo
   if ((!keep)) && [[ -d $run ]] && ! mount | grep -qF " $run/"; then rm -rf "$run"; fi
   exit "$rc"
 }
@@ -88,11 +79,7 @@ mount | grep -qF " $run/" && die "something is still mounted under $run (an earl
 rm -rf "$run"
 cp -a "$base" "$run"
 rm -f "$run/.zs-debootstrap-ok"
-mnt "$run/proc" -t proc proc
-mnt "$run/sys" -t sysfs sysfs
-mnt "$run/dev" --bind /dev
-mnt "$run/dev/pts" --bind /dev/pts
-mnt "$run/dev/shm" -t tmpfs -o size=2g tmpfs  # Open MPI's shared-memory transport
+mount_system_dirs "$run" 2g
 cp /etc/resolv.conf "$run/etc/resolv.conf"
 # The committed tree, as a clone gives it (git is not in a minimal root; nothing here needs it).
 mkdir -p "$run/home/user/zeroshard"

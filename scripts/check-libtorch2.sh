@@ -70,20 +70,11 @@ build=$work/$build_name
 mkdir -p "$work/debs" "$build"
 
 # ---- mounts, undone on exit (in reverse order) ----
-mounted=()
-mnt() {  # mnt TARGET MOUNT-ARGS...
-  local target=$1
-  shift
-  mkdir -p "$target"
-  mount "$@" "$target"
-  mounted+=("$target")
-}
+# shellcheck source-path=SCRIPTDIR source=chroot-mounts.sh
+source scripts/chroot-mounts.sh
 unmount_all() {
-  local rc=$? i
-  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-    umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}" 2>/dev/null ||
-      echo "check-libtorch2: warning: could not unmount ${mounted[i]}" >&2
-  done
+  local rc=$?
+  unmount_all_mounts check-libtorch2
   exit "$rc"
 }
 trap unmount_all EXIT
@@ -107,11 +98,7 @@ if [[ ! -f $root/.zs-debootstrap-ok ]]; then
 fi
 phase_done debootstrap
 
-mnt "$root/proc" -t proc proc
-mnt "$root/sys" -t sysfs sysfs
-mnt "$root/dev" --bind /dev
-mnt "$root/dev/pts" --bind /dev/pts
-mnt "$root/dev/shm" -t tmpfs -o size=4g tmpfs  # Open MPI's shared-memory transport
+mount_system_dirs "$root" 4g
 mnt "$root/src" --bind "$repo"
 mount -o remount,bind,ro "$root/src"  # the build must not write into the source tree
 mnt "$root/zs-build" --bind "$build"
