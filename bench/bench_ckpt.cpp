@@ -22,14 +22,14 @@
 #include <string>
 #include <vector>
 
-#include "sharding/models.h"
-#include "zeroshard/sharding/checkpoint_format.h"
+#include "engine/models.h"
+#include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/checkpoint.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/checkpoint/checkpoint.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;

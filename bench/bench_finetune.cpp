@@ -32,11 +32,12 @@
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/io/tensor_file.h"
+#include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/lora.h"
-#include "zeroshard/sharding/pretrained.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/adapt/lora.h"
+#include "zeroshard/adapt/nf4.h"
+#include "zeroshard/checkpoint/pretrained.h"
 
 namespace zs = zeroshard;
 namespace ex = zs_examples;
@@ -134,7 +135,7 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   zs::ShardingOptions so;
   so.param_dtype = r.dtype;
   so.reduce_dtype = r.dtype;
-  if (r.nf4) so.frozen_linear = zs::FrozenLinearFormat::kNf4;
+  if (r.nf4) so.unit_hooks.push_back(zs::nf4::frozen_linear_hook());
   zs::ShardingEngine engine(s, model.ptr(), so);
   zs::PretrainedOptions po;
   po.not_required = {"*lora_A", "*lora_B"};

@@ -23,13 +23,13 @@
 #include <sstream>
 
 #include "gpt_bench_args.h"
-#include "sharding/models.h"
-#include "zeroshard/sharding/activation_checkpoint.h"
+#include "engine/models.h"
+#include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zs = zeroshard;
 

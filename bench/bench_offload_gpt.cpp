@@ -40,9 +40,9 @@
 #include "zeroshard/io/aio.h"
 #include "zeroshard/io/pinned_pool.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/shard_store.h"
-#include "zeroshard/sharding/sharded_init.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/store/shard_store.h"
+#include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
 namespace ex = zs_examples;

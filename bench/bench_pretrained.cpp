@@ -16,16 +16,16 @@
 #include <filesystem>
 
 #include "gpt_bench_args.h"
-#include "sharding/models.h"
+#include "engine/models.h"
 #include "zeroshard/base/json.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/io/tensor_file.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/flat_param.h"
-#include "zeroshard/sharding/pretrained.h"
-#include "zeroshard/sharding/sharded_init.h"
+#include "zeroshard/formats/tensor_file.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/flat_param.h"
+#include "zeroshard/checkpoint/pretrained.h"
+#include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
 

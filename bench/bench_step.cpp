@@ -36,12 +36,12 @@
 #include "bench_step.h"
 #include "bench_util.h"
 #include "zeroshard/core/config.h"
-#include "sharding/models.h"
+#include "engine/models.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zs = zeroshard;
 

@@ -46,11 +46,11 @@
 #include "bench_step.h"
 #include "bench_util.h"
 #include "zeroshard/core/config.h"
-#include "sharding/models.h"
-#include "zeroshard/sharding/activation_checkpoint.h"
-#include "zeroshard/sharding/autocast.h"
+#include "engine/models.h"
+#include "zeroshard/engine/activation_checkpoint.h"
+#include "zeroshard/engine/autocast.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 #if ZS_BENCH_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -26,13 +26,13 @@
 
 #include "bench_util.h"
 #include "gpt_bench_args.h"
-#include "sharding/models.h"
+#include "engine/models.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/torchscript.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/models/torchscript.h"
 
 namespace zs = zeroshard;
 

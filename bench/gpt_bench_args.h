@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "sharding/models.h"
+#include "engine/models.h"
 #include "zeroshard/base/cli.h"
 
 namespace zs_bench {

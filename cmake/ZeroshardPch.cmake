@@ -1,5 +1,5 @@
 # Precompiled LibTorch headers: parsing them is most of a translation unit's compile time here
-# (measured: 6.5 of 10 s for sharding/src/engine.cpp). Two PCHs, each built once and reused by every
+# (measured: 6.5 of 10 s for engine/src/engine.cpp). Two PCHs, each built once and reused by every
 # target of its kind (REUSE_FROM), so tests and examples do not build their own:
 #   aten  ATen/core/Tensor.h                          comm, core, io (133 MB, loads in 0.3 s)
 #   nn    + torch/nn/module.h, containers, autograd   everything above them (450 MB, 1.9 s)

@@ -26,8 +26,8 @@
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/unit.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/unit.h"
 
 namespace zs = zeroshard;
 

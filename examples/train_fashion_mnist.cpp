@@ -32,7 +32,7 @@
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/train/images.h"
-#include "zeroshard/sharding/sharded_init.h"
+#include "zeroshard/engine/sharded_init.h"
 #include "zeroshard/train/trainer.h"
 
 namespace zs = zeroshard;

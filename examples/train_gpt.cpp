@@ -39,7 +39,9 @@
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/train/text.h"
-#include "zeroshard/sharding/sharded_init.h"
+#include "zeroshard/adapt/lora.h"
+#include "zeroshard/adapt/nf4.h"
+#include "zeroshard/engine/sharded_init.h"
 #include "zeroshard/train/trainer.h"
 
 namespace zs = zeroshard;
@@ -117,20 +119,23 @@ int run(zs::Session& s) {
   // what lies outside the blocks: the whole base never exists on a rank.
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
   const bool lora = cfg.lora().rank() > 0;
-  const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg);
+  zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg);
+  if (cfg.precision().frozen_linear() == zs::config::PrecisionConfig::NF4) {
+    sharding.unit_hooks.push_back(zs::nf4::frozen_linear_hook());
+  }
+  if (lora) sharding.unit_hooks.push_back(zs::lora::unit_hook(zs::lora::options_from_config(cfg.lora())));
   auto init = std::make_unique<zs::ShardedInit>(s, sharding);
-  if (lora) init->apply_lora(zs::lora::options_from_config(cfg.lora()));
   at::manual_seed(cfg.runtime().seed());
   ex::Gpt model(ex::GptOptions::from_config(cfg, s.device()));
+  auto engine_ptr = std::make_unique<zs::ShardingEngine>(*init, model.ptr());
+  zs::ShardingEngine& engine = *engine_ptr;
   std::string lora_line;
   if (lora) {
-    const std::vector<std::string> adapted = zs::lora::apply(*model, zs::lora::options_from_config(cfg.lora()));
+    const std::vector<std::string> adapted = zs::lora::adapted_layers(*model);
     lora_line = "LoRA: rank " + std::to_string(cfg.lora().rank()) + ", alpha " + zs::format_double(cfg.lora().alpha()) +
                 ", dropout " + zs::format_double(cfg.lora().dropout()) + " on " + std::to_string(adapted.size()) +
                 " layers (" + adapted.front() + (adapted.size() > 1 ? ", ..." : "") + "); the rest frozen";
   }
-  auto engine_ptr = std::make_unique<zs::ShardingEngine>(*init, model.ptr());
-  zs::ShardingEngine& engine = *engine_ptr;
   zs::set_memory_phase(0);
 
   // 3. Train (from model.init_from's weights if set), evaluating the validation loss before, every

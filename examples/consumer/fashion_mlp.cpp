@@ -7,7 +7,7 @@
 
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/main.h"
-#include "zeroshard/sharding/sharded_init.h"
+#include "zeroshard/engine/sharded_init.h"
 #include "zeroshard/train/images.h"
 #include "zeroshard/train/trainer.h"
 

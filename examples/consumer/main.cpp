@@ -7,7 +7,7 @@
 
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 struct NetImpl : torch::nn::Module {
   NetImpl() : layer(register_module("layer", zeroshard::Unit<torch::nn::LinearImpl>(8, 8))) {}

@@ -11,7 +11,7 @@
 #include <cmath>
 #include <limits>
 
-#include "zeroshard/sharding/activation_checkpoint.h"
+#include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
 
 namespace zs_examples {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "zeroshard/core/config.h"
-#include "zeroshard/sharding/lora.h"
-#include "zeroshard/sharding/unit.h"
+#include "zeroshard/adapt/lora.h"
+#include "zeroshard/engine/unit.h"
 
 namespace zs_examples {
 

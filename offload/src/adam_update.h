@@ -8,7 +8,7 @@
 
 #include "cpu_kernels.h"
 #include "zeroshard/offload/cpu_adam.h"
-#include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/optim/optimizer.h"
 
 namespace zeroshard::detail {
 

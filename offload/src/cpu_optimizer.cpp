@@ -1,5 +1,5 @@
 // FusedCpuOptimizer: the shard bookkeeping and checks shared by the fused CPU optimizers (the
-// patterns of sharding/src/optimizer.cpp, plus the low-precision outputs), the forced SIMD path,
+// patterns of optim/src/optimizer.cpp, plus the low-precision outputs), the forced SIMD path,
 // and make_cpu_optimizer.
 
 #include "zeroshard/offload/cpu_optimizer.h"

@@ -58,7 +58,7 @@ class ResidentPager final : public ShardPager {
 
 OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
   OffloadOptions o;
-  o.target = static_cast<OffloadTarget>(cfg.optimizer());  // the same values (sharding/src/options.cpp)
+  o.target = static_cast<OffloadTarget>(cfg.optimizer());  // the same values (engine/src/options.cpp)
   o.params = static_cast<OffloadTarget>(cfg.params());
   ZS_REQUIRE(o.params == OffloadTarget::kDevice || o.target != OffloadTarget::kDevice, ConfigError,
              "offload.params = ", to_string(o.params),

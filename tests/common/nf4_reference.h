@@ -1,6 +1,6 @@
 #pragma once
 // A reference NF4 quantiser for tests, written from the QLoRA paper's definition and independent
-// of the engine's (sharding/src/nf4.cpp): blocks of 64 consecutive elements, each divided by the
+// of the engine's (adapt/src/nf4.cpp): blocks of 64 consecutive elements, each divided by the
 // block's absolute maximum and rounded to the nearest of the 16 NormalFloat values (distances
 // measured in double, the lower value on a tie), a block of zeros keeping maximum 0.
 

@@ -21,13 +21,13 @@
 #include "common/test_util.h"
 #include "gpu/gpu_session.h"
 #include "offload/offload_test_options.h"
-#include "sharding/gpt_trainer.h"
+#include "engine/gpt_trainer.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/flat_param.h"
-#include "zeroshard/sharding/optimizer.h"
-#include "zeroshard/sharding/shard_store.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/flat_param.h"
+#include "zeroshard/optim/optimizer.h"
+#include "zeroshard/store/shard_store.h"
 
 namespace zs = zeroshard;
 using Target = zs::OffloadTarget;

@@ -29,11 +29,11 @@
 #include "cuda_stream.h"
 #include "common/test_util.h"
 #include "gpu/sleep_kernel.h"
-#include "sharding/models.h"
+#include "engine/models.h"
 #include "zeroshard/comm/factory.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/comm/streams.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zs = zeroshard;
 using Strategy = zs::ShardingStrategy;

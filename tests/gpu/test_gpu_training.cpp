@@ -31,11 +31,11 @@
 
 #include "common/test_util.h"
 #include "gpu/gpu_session.h"
-#include "sharding/models.h"
-#include "zeroshard/sharding/activation_checkpoint.h"
-#include "zeroshard/sharding/autocast.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/optimizer.h"
+#include "engine/models.h"
+#include "zeroshard/engine/activation_checkpoint.h"
+#include "zeroshard/engine/autocast.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/optim/optimizer.h"
 
 namespace zs = zeroshard;
 using Strategy = zs::ShardingStrategy;

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "zeroshard/io/tensor_file.h"
+#include "zeroshard/formats/tensor_file.h"
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)

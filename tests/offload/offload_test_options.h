@@ -8,7 +8,7 @@
 #include "zeroshard/io/aio.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zs_test {
 
@@ -16,7 +16,7 @@ namespace zs_test {
 inline zeroshard::ShardingOptions offload_placement(zeroshard::OffloadTarget params, zeroshard::OffloadTarget grads,
                                                     const std::string& dir) {
   zeroshard::ShardingOptions o;
-  for (zeroshard::ParamOffloadOptions* p : {&o.offload_params, &o.offload_grads}) {
+  for (zeroshard::StoreOptions* p : {&o.offload_params, &o.offload_grads}) {
     p->nvme_path = dir;
     p->block_size = 4096;
     p->queue_depth = 4;

@@ -20,16 +20,16 @@
 
 #include "common/test_util.h"
 #include "offload/offload_test_options.h"
-#include "sharding/gpt_trainer.h"
+#include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/flat_param.h"
-#include "zeroshard/sharding/grad_scaler.h"
-#include "zeroshard/sharding/shard_store.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/flat_param.h"
+#include "zeroshard/optim/grad_scaler.h"
+#include "zeroshard/store/shard_store.h"
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;
@@ -116,7 +116,7 @@ void accumulated_scaled_step(Trainer& t, zs::GradScaler& scaler, zs::ShardedOpti
         [&] { return torch::cross_entropy_loss(t.model->forward(x).view({-1, t.config.vocab}), y.view({-1})); });
     scaler.scale(loss / 3).backward();
   }
-  const bool finite = by_shards ? scaler.unscale_and_check(t.engine->param_shards()) : scaler.unscale_and_check(*t.engine);
+  const bool finite = by_shards ? scaler.unscale_and_check(t.engine->param_shards()) : scaler.unscale_and_check(t.engine->gradients());
   ASSERT_TRUE(finite);
   t.engine->clip_grad_norm(0.5);
   t.engine->step(opt);
@@ -215,7 +215,7 @@ TEST(OffloadGrads, AccumulationUnscaleAndClipBitwiseAsResident) {
   t.forward_backward(3);
   zs::GradScaler other = static_scaler();
   const std::string err = error_of<zs::UsageError>([&] { other.unscale_and_check(t.engine->param_shards()); });
-  EXPECT_TRUE(contains(err, "is offloaded (offload.grads): call unscale_and_check(engine)")) << err;
+  EXPECT_TRUE(contains(err, "is offloaded (offload.grads): call unscale_and_check(engine.gradients())")) << err;
 }
 
 // Between the backward pass and the step at most the gradient being added to or read and the one
@@ -344,7 +344,7 @@ TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
 // file. Files of a gradient store are <slot>-<unit>.grad under zeroshard-grads-rank<R>.
 TEST(OffloadGrads, WriteBehindKeepsFailedValuesAndFlushNamesTheFile) {
   TempDir dir("store");
-  zs::ParamOffloadOptions o;
+  zs::StoreOptions o;
   o.target = zs::OffloadTarget::kNvme;
   o.nvme_path = dir.path;
   o.block_size = 4096;

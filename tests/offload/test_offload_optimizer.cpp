@@ -19,10 +19,10 @@
 
 #include "common/test_util.h"
 #include "zeroshard/core/config.h"
-#include "sharding/gpt_trainer.h"
+#include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;

@@ -23,18 +23,18 @@
 
 #include "common/test_util.h"
 #include "offload/offload_test_options.h"
-#include "sharding/gpt_trainer.h"
+#include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/config.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/checkpoint.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/checkpoint/checkpoint.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/flat_param.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/sharding/shard_store.h"
-#include "zeroshard/sharding/sharded_init.h"
+#include "zeroshard/store/shard_store.h"
+#include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;

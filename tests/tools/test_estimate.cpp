@@ -18,13 +18,13 @@
 
 #include "common/test_util.h"
 #include "zeroshard/core/config.h"
-#include "sharding/models.h"
-#include "zeroshard/sharding/activation_checkpoint.h"
+#include "engine/models.h"
+#include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/estimate.h"
-#include "zeroshard/sharding/flat_param.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/estimate/estimate.h"
+#include "zeroshard/engine/flat_param.h"
 #include "zeroshard/offload/offload_optimizer.h"
 
 #include <filesystem>

@@ -217,7 +217,7 @@ case $case_name in
     mpi2 "$bin/train_gpt" "${common[@]}" "${lora[@]}" --metrics-out "$work/full.jsonl"
     mpi2 "$bin/train_gpt" "${common[@]}" "${lora[@]}" --set precision.frozen_linear=NF4 \
       --set checkpoint.dir="$work/nf4" --set checkpoint.interval_steps=20 --metrics-out "$work/nf4.jsonl"
-    contains "$out" "parameters \([0-9]+ trainable, [0-9]+ frozen Linear weights in NF4\)" "the NF4 line"
+    contains "$out" "parameters \([0-9]+ trainable, [0-9]+ frozen ones encoded as nf4\)" "the NF4 line"
     full_loss=$(grep '"eval":"val_loss"' full.jsonl | tail -n 1 | sed -E 's/.*"value":([^,}]*).*/\1/')
     nf4_loss=$(grep '"eval":"val_loss"' nf4.jsonl | tail -n 1 | sed -E 's/.*"value":([^,}]*).*/\1/')
     echo "final validation loss: LoRA over the whole base $full_loss, over the NF4 base $nf4_loss"

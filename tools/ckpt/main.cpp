@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/sharding/checkpoint_format.h"
+#include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 

@@ -5,7 +5,7 @@
 //
 // Prints every strategy x offload mode (the configured one marked '*'), the configured setup
 // category by category, and for --gpt the activations per micro-batch with and without activation
-// checkpointing. Formulas: sharding/include/zeroshard/sharding/estimate.h and docs/tools.md.
+// checkpointing. Formulas: estimate/include/zeroshard/estimate/estimate.h and docs/tools.md.
 
 #include <cmath>
 #include <cstdio>
@@ -18,7 +18,7 @@
 #include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
-#include "zeroshard/sharding/estimate.h"
+#include "zeroshard/estimate/estimate.h"
 
 namespace zs = zeroshard;
 

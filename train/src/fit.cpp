@@ -10,7 +10,7 @@
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 #include "zeroshard/train/report.h"
 #include "zeroshard/train/trainer.h"
 

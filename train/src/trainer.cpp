@@ -21,9 +21,9 @@
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/sharding/checkpoint.h"
-#include "zeroshard/sharding/engine.h"
-#include "zeroshard/sharding/pretrained.h"
+#include "zeroshard/checkpoint/checkpoint.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/checkpoint/pretrained.h"
 
 namespace zeroshard {
 
@@ -91,7 +91,7 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
   bool finite = true;
   at::Tensor norm;  // measured every step (reported); gradients change only when clipping is on
   if (scaling) {
-    finite = scaler_.unscale_and_check(engine_);
+    finite = scaler_.unscale_and_check(engine_.gradients());
     if (finite) norm = engine_.clip_grad_norm_tensor(max_norm);
   } else {
     norm = engine_.clip_grad_norm_tensor(max_norm);

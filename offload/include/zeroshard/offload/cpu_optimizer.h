@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "zeroshard/offload/cpu_simd.h"
-#include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/optim/optimizer.h"
 
 namespace zeroshard {
 

@@ -45,8 +45,8 @@
 
 #include "zeroshard/io/aio.h"
 #include "zeroshard/offload/cpu_adam.h"
-#include "zeroshard/sharding/optimizer.h"
-#include "zeroshard/sharding/options.h"  // OffloadTarget
+#include "zeroshard/optim/optimizer.h"
+#include "zeroshard/store/store_options.h"  // OffloadTarget
 
 namespace zeroshard {
 

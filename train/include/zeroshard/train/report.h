@@ -18,7 +18,7 @@
 #include "zeroshard/train/tensorboard.h"
 #include "zeroshard/train/progress.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/sharding/engine.h"
+#include "zeroshard/engine/engine.h"
 
 namespace zeroshard {
 

@@ -41,9 +41,9 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/sharding/grad_scaler.h"
-#include "zeroshard/sharding/lr_scheduler.h"
-#include "zeroshard/sharding/optimizer.h"
+#include "zeroshard/optim/grad_scaler.h"
+#include "zeroshard/optim/lr_scheduler.h"
+#include "zeroshard/optim/optimizer.h"
 #include "zeroshard/train/batches.h"
 
 namespace zeroshard {
@@ -167,7 +167,7 @@ class Trainer {
  public:
   // The optimizer, LR schedule, loss scaler and checkpointer from the session's config, per-rank
   // RNG seeds for training, and (unless --resume) the pretrained weights of model.init_from
-  // (zeroshard/sharding/pretrained.h). Collective.
+  // (zeroshard/checkpoint/pretrained.h). Collective.
   Trainer(Session& s, ShardingEngine& engine, const TrainStart& start);
   ~Trainer();
   Trainer(const Trainer&) = delete;

@@ -1,0 +1,33 @@
+#pragma once
+// The checkpoint manifest (sharding/proto/checkpoint.proto), for the checkpoint's own code and
+// tools that read a checkpoint's structure. Like core/config.h this header includes generated
+// protobuf code (checkpoint.pb.h); the rest of the checkpoint API (checkpoint.h,
+// checkpoint_format.h) does not.
+
+#include <memory>
+#include <string>
+
+#include "checkpoint.pb.h"
+#include "zeroshard/io/rank_file.h"
+#include "zeroshard/checkpoint/checkpoint_format.h"
+
+namespace zeroshard::ckpt {
+
+inline constexpr int kFormatVersion = 1;
+
+// Reads <step_dir>/manifest.pb. CheckpointError if the directory is not a checkpoint (naming what
+// is missing), the manifest does not parse, or its format_version is newer than kFormatVersion.
+Manifest read_manifest(const std::string& step_dir);
+
+// Human-readable manifest summary (zeroshard-ckpt info).
+std::string describe_manifest(const Manifest& m);
+
+// The manifest's record of a rank file, as the io layer's RankFileRecord (which the rank file
+// reader checks the file against), and back.
+RankFileRecord to_record(const RankFile& rf);
+void set_record(RankFile* rf, const RankFileRecord& r);
+// A reader of <dir>/<rf.file()>, checked against the manifest's record.
+std::unique_ptr<RankFileReader> open_rank_file(const std::string& dir, const RankFile& rf,
+                                               std::shared_ptr<IoEngine> io = nullptr);
+
+}  // namespace zeroshard::ckpt

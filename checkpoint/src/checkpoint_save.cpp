@@ -1,0 +1,337 @@
+// Checkpointer save: snapshot -> rank files -> manifest -> rename -> `latest` -> retention
+// (checkpoint.h). Every step ends with a collective agreement on failures, so a save that fails
+// on any rank fails on every rank and leaves earlier checkpoints as they were.
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+#include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+#include "checkpoint_internal.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
+#include "zeroshard/io/rank_file.h"
+#include "zeroshard/checkpoint/checkpoint_manifest.h"
+
+namespace zeroshard {
+namespace fs = std::filesystem;
+using detail::PendingSection;
+using detail::Snapshot;
+
+
+// Sync saves write straight from the live tensors (training waits); async saves copy them first.
+Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState& st) {
+  at::NoGradGuard no_grad;
+  Snapshot s;
+  s.step = st.step;
+  s.rank = comm->rank();
+  s.world = comm->size();
+  s.holds_shards = engine.replica_rank() == 0;
+  const std::vector<FlatParam*> flats = engine.flat_params();
+  s.shard_rank = flats.empty() ? 0 : flats.front()->shard_group().rank();
+  std::vector<ShardOptimizerState> opt_state;
+  if (s.holds_shards) opt_state = opt.export_state();
+  if (s.holds_shards) snapshot_shards(s, flats, opt_state, opt.state_names());
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    at::Tensor rng = gen.get_state();
+    s.sections.push_back({"rng/cpu", "uint8", {rng.numel()}, rng.contiguous(), {}});
+  }
+  const c10::Device device = engine.session().device();
+  if (device.is_cuda()) {
+    // The CUDA generator of this rank's device (dropout on the GPU draws from it): exact resume.
+    at::Generator gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    at::Tensor rng = gen.get_state();
+    s.sections.push_back({"rng/cuda", "uint8", {rng.numel()}, rng.contiguous(), {}});
+  }
+  for (const auto& [k, v] : st.per_rank) s.sections.push_back({"user/" + k, "bytes", {}, at::Tensor(), v});
+  if (s.rank == 0) {
+    snapshot_buffers(s);
+    fill_manifest(s.manifest, opt, st, flats, opt_state);
+  }
+  return s;
+}
+
+namespace {
+
+// `t` on the host; a copy when the save is asynchronous and `t` already was on the host.
+at::Tensor host_copy(const at::Tensor& t, bool async) {
+  at::Tensor h = t.detach().to(at::kCPU).contiguous();
+  return async && h.data_ptr() == t.data_ptr() ? h.clone() : h;
+}
+
+}  // namespace
+
+void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatParam*>& flats,
+                                         const std::vector<ShardOptimizerState>& opt_state,
+                                         const std::vector<std::string>& state_names) {
+  size_t trainable_index = 0;
+  for (size_t i = 0; i < flats.size(); ++i) {
+    FlatParam& f = *flats[i];
+    s.sections.push_back({detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, host_copy(f.shard_for_read(), o.async_save), {}});
+    f.release_shard();  // offloaded: back to the store (unchanged); the snapshot keeps its copy
+    if (!f.trainable()) continue;
+    const size_t pos = trainable_index++;
+    if (pos >= opt_state.size()) continue;
+    const ShardOptimizerState& os = opt_state[pos];
+    for (size_t k = 0; k < os.tensors.size(); ++k) {
+      s.sections.push_back({detail::flat_key(i) + "/opt/" + state_names.at(k), "float32", {f.shard_numel()},
+                            host_copy(os.tensors[k].to(at::kFloat), o.async_save), {}});
+    }
+  }
+}
+
+void Checkpointer::Impl::snapshot_buffers(Snapshot& s) {
+  for (const auto& b : engine.model().named_buffers()) {
+    s.sections.push_back({"buffer/" + b.key(), c10::toString(b.value().scalar_type()), b.value().sizes().vec(),
+                          host_copy(b.value(), o.async_save), {}});
+  }
+}
+
+void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st,
+                                       const std::vector<FlatParam*>& flats,
+                                       const std::vector<ShardOptimizerState>& opt_state) {
+  m.set_format_version(ckpt::kFormatVersion);
+  m.set_zeroshard_version(ZS_VERSION);
+  m.set_step(st.step);
+  m.set_world_size(comm->size());
+  m.set_strategy(to_string(engine.options().strategy));
+  m.set_shard_group_size(engine.shard_group_size());
+  m.set_config_text(config_text);
+  m.set_optimizer(opt.describe());
+  for (const auto& n : opt.state_names()) m.add_optimizer_state_names(n);
+  m.set_optimizer_steps(opt.steps());
+  size_t trainable_index = 0;
+  const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
+  size_t group_index = 0;  // groups cover the trainable parameters, in this order
+  for (size_t i = 0; i < flats.size(); ++i) {
+    FlatParam& f = *flats[i];
+    ckpt::FlatEntry* fe = m.add_flats();
+    fe->set_unit(f.name());
+    fe->set_name(detail::flat_key(i));
+    fe->set_trainable(f.trainable());
+    fe->set_numel(f.numel());
+    fe->set_padded_numel(f.padded_numel());
+    fe->set_shard_numel(f.shard_numel());
+    if (f.trainable()) {
+      const size_t pos = trainable_index++;
+      fe->set_optimizer_updates(pos < opt_state.size() ? opt_state[pos].updates : 0);
+      fe->set_has_optimizer_state(pos < opt_state.size() && !opt_state[pos].tensors.empty());
+    }
+    for (const ParamSlot& ps : f.slots()) {
+      ckpt::ParamEntry* pe = fe->add_params();
+      pe->set_name(ps.name);
+      for (const auto& a : ps.aliases) pe->add_aliases(a);
+      for (int64_t d : ps.shape) pe->add_shape(d);
+      pe->set_offset(ps.offset);
+      pe->set_numel(ps.numel);
+      if (f.trainable() && group_index < groups.size()) {
+        pe->set_weight_decay(groups[group_index].weight_decay);
+        pe->set_lr_scale(groups[group_index].lr_scale);
+        ++group_index;
+      }
+    }
+  }
+  for (const auto& b : engine.model().named_buffers()) {
+    ckpt::BufferEntry* be = m.add_buffers();
+    be->set_name(b.key());
+    be->set_dtype(c10::toString(b.value().scalar_type()));
+    for (int64_t d : b.value().sizes()) be->add_shape(d);
+  }
+  if (st.grad_scaler) {
+    ckpt::GradScalerState* g = m.mutable_grad_scaler();
+    g->set_scale(st.grad_scaler->scale);
+    g->set_growth_tracker(st.grad_scaler->growth_tracker);
+    g->set_hysteresis_left(st.grad_scaler->hysteresis_left);
+    g->set_steps(st.grad_scaler->steps);
+    g->set_skipped(st.grad_scaler->skipped);
+  }
+  for (const auto& [k, v] : st.global) {
+    ckpt::UserEntry* u = m.add_user();
+    u->set_key(k);
+    u->set_value(v);
+  }
+}
+
+std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string root = o.dir;
+  const std::string final_dir = root + "/" + ckpt::step_dir_name(s.step);
+  const std::string tmp = root + "/.tmp-" + ckpt::step_dir_name(s.step);
+  const std::string tag = "zs.ckpt." + std::to_string(s.step);
+  auto discard = [&] {
+    if (s.rank != 0) return;
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  };
+  // 1. Rank 0 prepares the temporary directory.
+  detail::StepOutcome step = detail::run_step(c, s.rank == 0, tag + ".prepare", [&] { prepare_dir(root, tmp); });
+  if (step.any_failed()) {
+    ZS_THROW(CheckpointError, "save of step ", s.step, " failed: ", detail::first_error(c, step, tag + ".prep_error"),
+             "; earlier checkpoints are untouched");
+  }
+  // 2. Every rank writes its file and a small record of it for the manifest.
+  int64_t bytes = 0;
+  step = detail::run_step(c, true, tag + ".files", [&] { bytes = write_rank_file(s, tmp); });
+  if (step.any_failed()) {
+    discard();
+    const std::string what = detail::first_error(c, step, tag + ".error");
+    ZS_THROW(CheckpointError, "save of step ", s.step, " failed on rank(s) ", step.failed_ranks(), ": ",
+             step.error.empty() ? what : step.error,
+             "; the partial save was discarded and earlier checkpoints are untouched");
+  }
+  // 3. Rank 0 completes it: manifest, rename, latest, retention.
+  step = detail::run_step(c, s.rank == 0, tag + ".commit", [&] { commit(s, root, tmp, final_dir); });
+  if (step.any_failed()) {
+    discard();
+    const std::string what = detail::first_error(c, step, tag + ".commit_error");
+    ZS_THROW(CheckpointError, "save of step ", s.step, " failed while rank 0 completed it: ", what,
+             "; earlier checkpoints are untouched");
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ZS_LOG(kInfo) << "checkpoint " << final_dir << " durable (" << bytes / 1048576.0 << " MiB on this rank in "
+                << secs << " s)";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    durable_step = s.step;
+  }
+  return final_dir;
+}
+
+void Checkpointer::Impl::prepare_dir(const std::string& root, const std::string& tmp) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  ZS_REQUIRE(!ec, CheckpointError, "cannot create checkpoint.dir '", root, "': ", ec.message());
+  fs::remove_all(tmp, ec);  // a save of this step that died earlier
+  ZS_REQUIRE(fs::create_directory(tmp, ec) && !ec, CheckpointError, "cannot create '", tmp, "': ",
+             ec ? ec.message() : "it already exists");
+}
+
+int64_t Checkpointer::Impl::write_rank_file(const Snapshot& s, const std::string& tmp) {
+  std::error_code ec;
+  ZS_REQUIRE(fs::is_directory(tmp, ec), CheckpointError, "'", tmp, "', which rank 0 just created, does not exist "
+             "on rank ", s.rank, ": checkpoint.dir must be one directory every rank sees (a filesystem all nodes "
+             "share, e.g. NFS or Lustre); node-local directories cannot hold a sharded checkpoint");
+  RankFileWriter w(tmp + "/" + ckpt::rank_file_name(s.rank), s.rank, s.shard_rank, io);
+  for (const PendingSection& p : s.sections) {
+    if (p.tensor.defined()) {
+      w.add(p.name, p.dtype, p.shape, p.tensor.data_ptr(), static_cast<int64_t>(p.tensor.nbytes()));
+    } else {
+      w.add(p.name, p.dtype, p.shape, p.bytes.data(), static_cast<int64_t>(p.bytes.size()));
+    }
+  }
+  ckpt::RankFile rf;
+  ckpt::set_record(&rf, w.finish(ckpt::rank_file_name(s.rank)));
+  rf.set_holds_shards(s.holds_shards);
+  write_file_atomic(*io, tmp, "rank-" + std::to_string(s.rank) + ".meta", rf.SerializeAsString());
+  return rf.bytes();
+}
+
+namespace {
+
+// Each rank's record of its file, written next to it: missing or unreadable means that rank
+// wrote where rank 0 cannot see (checkpoint.dir not shared), never an empty record.
+void read_rank_records(ckpt::Manifest& m, const std::string& tmp, int world) {
+  for (int r = 0; r < world; ++r) {
+    const std::string meta = tmp + "/rank-" + std::to_string(r) + ".meta";
+    std::ifstream in(meta, std::ios::binary);
+    ZS_REQUIRE(in.good(), CheckpointError, "rank ", r, "'s record '", meta, "' is missing although rank ", r,
+               " reported its file written: rank 0 does not see what rank ", r, " wrote, so checkpoint.dir is not "
+               "one directory every rank shares (use a filesystem all nodes mount, e.g. NFS or Lustre)");
+    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ckpt::RankFile* rf = m.add_rank_files();
+    ZS_REQUIRE(!data.empty() && rf->ParseFromString(data) && rf->rank() == r && !rf->file().empty(), CheckpointError,
+               "rank ", r, "'s record '", meta, "' is ", data.empty() ? "empty" : "not a record of rank " + std::to_string(r),
+               " (", data.size(), " bytes): the save cannot be completed");
+    fs::remove(meta);
+  }
+}
+
+// Puts the complete checkpoint `tmp` in place of `final_dir`, the same step saved before, so that
+// a complete checkpoint of the step exists at every moment and `latest` never names a missing
+// directory: one atomic exchange of the two directories (renameat2 RENAME_EXCHANGE; Linux 3.15,
+// local filesystems), after which `tmp` holds the old one. Where the filesystem cannot exchange
+// (NFS: EINVAL), `latest` first names the most recently saved other checkpoint (or goes, when
+// there is none) while the old one moves aside and the new one in.
+void replace_checkpoint(const std::string& root, const std::string& tmp, const std::string& final_dir, int64_t step) {
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    return;
+  }
+  const int err = errno;
+  ZS_REQUIRE(err == EINVAL || err == ENOSYS || err == ENOTSUP, CheckpointError, "cannot exchange '", tmp, "' with '",
+             final_dir, "': ", std::strerror(err));
+  std::string other;
+  for (const auto& c : ckpt::list_checkpoints_by_save(root)) {
+    if (c.path != final_dir) other = fs::path(c.path).filename().string();
+  }
+  std::error_code ec;
+  if (other.empty()) {
+    fs::remove(root + "/" + ckpt::kLatestName, ec);
+  } else {
+    write_file_atomic(*default_file_io(), root, ckpt::kLatestName, other + "\n");
+  }
+  const std::string old = root + "/.old-" + ckpt::step_dir_name(step);
+  fs::remove_all(old, ec);
+  fs::rename(final_dir, old, ec);
+  ZS_REQUIRE(!ec, CheckpointError, "cannot move the earlier '", final_dir, "' aside: ", ec.message());
+  fs::rename(tmp, final_dir, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::rename(old, final_dir, ignored);  // put the earlier one back
+    ZS_THROW(CheckpointError, "cannot rename '", tmp, "' to '", final_dir, "': ", ec.message(),
+             "; the earlier checkpoint of this step is back in place");
+  }
+  fs::remove_all(old, ec);
+}
+
+}  // namespace
+
+void Checkpointer::Impl::commit(const Snapshot& s, const std::string& root, const std::string& tmp,
+                                const std::string& final_dir) {
+  ckpt::Manifest m = s.manifest;
+  read_rank_records(m, tmp, s.world);
+  m.set_created_unix_s(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const auto saved = ckpt::list_checkpoints_by_save(root);
+  m.set_save_sequence(saved.empty() ? 1 : std::max<int64_t>(saved.back().sequence, 0) + 1);
+  write_file_atomic(*io, tmp, ckpt::kManifestName, m.SerializeAsString());
+  std::error_code ec;
+  if (fs::exists(final_dir, ec)) {  // the same step saved again: replace it
+    replace_checkpoint(root, tmp, final_dir, s.step);
+  } else {
+    fs::rename(tmp, final_dir, ec);
+    ZS_REQUIRE(!ec, CheckpointError, "cannot rename '", tmp, "' to '", final_dir, "': ", ec.message());
+  }
+  fsync_dir(root);
+  write_file_atomic(*io, root, ckpt::kLatestName, ckpt::step_dir_name(s.step) + "\n");
+  apply_retention(root, final_dir);
+}
+
+// Keeps the keep_last most recently saved checkpoints (not the highest steps: after resuming from
+// an older step those belong to the abandoned run) and removes the debris of saves that died.
+void Checkpointer::Impl::apply_retention(const std::string& root, const std::string& final_dir) {
+  std::error_code ec;
+  const auto all = ckpt::list_checkpoints_by_save(root);
+  for (size_t i = 0; i + static_cast<size_t>(o.keep_last) < all.size(); ++i) {
+    if (all[i].path != final_dir) fs::remove_all(all[i].path, ec);
+  }
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".tmp-step-", 0) == 0 || name.rfind(".old-step-", 0) == 0) fs::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,261 @@
+// load_pretrained (pretrained.h): match the file's tensors to the model's parameters and buffers,
+// check them (strict) or note what does not fit, then read each rank's shard ranges.
+
+#include "zeroshard/checkpoint/pretrained.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "zeroshard/comm/collective_step.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/formats/tensor_file.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/flat_param.h"
+#include "zeroshard/optim/param_groups.h"
+
+namespace zeroshard {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// One model tensor to fill: a parameter (a slot of a flat parameter, under all its tied names)
+// or a buffer.
+struct Target {
+  std::vector<std::string> names;  // the first is the qualified name
+  std::vector<int64_t> shape;
+  FlatParam* flat = nullptr;  // parameter: its flat parameter and place in it
+  int64_t offset = 0;
+  at::Tensor buffer;          // buffer
+  std::string source;         // the file tensor it is read from ("" when absent)
+};
+
+struct Match {
+  std::vector<Target> targets;
+  std::vector<std::string> missing, unexpected, mismatched, conflicting;
+  std::vector<std::string> not_required;  // missing, but PretrainedOptions::not_required allows it
+};
+
+std::string map_name(std::string name, const PretrainedOptions& o) {
+  if (!o.strip_prefix.empty() && name.rfind(o.strip_prefix, 0) == 0) name = name.substr(o.strip_prefix.size());
+  name = o.add_prefix + name;
+  auto it = o.rename.find(name);
+  return it == o.rename.end() ? name : it->second;
+}
+
+std::vector<Target> model_targets(ShardingEngine& engine) {
+  std::vector<Target> out;
+  for (FlatParam* f : engine.flat_params()) {
+    for (const ParamSlot& s : f->slots()) {
+      Target t;
+      t.names.push_back(s.name);
+      t.names.insert(t.names.end(), s.aliases.begin(), s.aliases.end());
+      t.shape = s.shape;
+      t.flat = f;
+      t.offset = s.offset;
+      out.push_back(std::move(t));
+    }
+  }
+  for (const auto& b : engine.model().named_buffers()) {
+    Target t;
+    t.names.push_back(b.key());
+    t.shape = b.value().sizes().vec();
+    t.buffer = b.value();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Pairs every model tensor with the file tensor it is read from; what does not pair up goes to
+// the match's lists.
+Match match(ShardingEngine& engine, const TensorFile& file, const PretrainedOptions& o) {
+  Match m;
+  m.targets = model_targets(engine);
+  std::map<std::string, std::string> by_model_name;  // mapped name -> file name
+  for (const TensorInfo& t : file.tensors()) by_model_name.emplace(map_name(t.name, o), t.name);
+  const std::map<std::string, std::string> file_aliases = file.aliases();
+  auto root = [&](const std::string& file_name) {
+    auto it = file_aliases.find(file_name);
+    return it == file_aliases.end() ? file_name : it->second;
+  };
+  std::set<std::string> used;  // file names consumed
+  for (Target& t : m.targets) {
+    std::vector<std::string> found;
+    for (const std::string& n : t.names) {
+      auto it = by_model_name.find(n);
+      if (it != by_model_name.end()) found.push_back(it->second);
+    }
+    if (found.empty()) {
+      bool required = true;
+      for (const std::string& pattern : o.not_required) required = required && !glob_match(pattern, t.names.front());
+      (required ? m.missing : m.not_required).push_back(t.names.front() + " " + shape_str(t.shape));
+      continue;
+    }
+    for (const std::string& f : found) {
+      used.insert(f);
+      if (root(f) != root(found.front())) {
+        m.conflicting.push_back(t.names.front() + ": the model ties it, the file holds '" + found.front() + "' and '" + f +
+                                "' as separate tensors");
+      }
+    }
+    const TensorInfo* info = file.find(found.front());
+    if (info->shape != t.shape) {
+      m.mismatched.push_back(t.names.front() + ": file " + shape_str(info->shape) + ", model " + shape_str(t.shape));
+      continue;
+    }
+    t.source = found.front();
+  }
+  for (const TensorInfo& t : file.tensors()) {
+    if (!used.count(t.name)) m.unexpected.push_back(map_name(t.name, o) + " " + shape_str(t.shape));
+  }
+  return m;
+}
+
+std::string first_few(const std::vector<std::string>& items, size_t n = 5) {
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < n; ++i) out += (i ? "; " : "") + items[i];
+  if (items.size() > n) out += "; ... (" + std::to_string(items.size() - n) + " more)";
+  return out;
+}
+
+void check_strict(const Match& m, const std::string& path) {
+  if (m.missing.empty() && m.unexpected.empty() && m.mismatched.empty() && m.conflicting.empty()) return;
+  std::ostringstream os;
+  os << "pretrained weights '" << path << "' do not fit the model:";
+  if (!m.missing.empty()) os << " " << m.missing.size() << " missing from the file (" << first_few(m.missing) << ");";
+  if (!m.unexpected.empty()) {
+    os << " " << m.unexpected.size() << " not in the model (" << first_few(m.unexpected) << ");";
+  }
+  if (!m.mismatched.empty()) os << " " << m.mismatched.size() << " of another shape (" << first_few(m.mismatched) << ");";
+  if (!m.conflicting.empty()) os << " " << first_few(m.conflicting) << ";";
+  os << " names are matched after model.init_strip_prefix, init_add_prefix and init_rename; "
+        "model.init_strict=false loads what matches";
+  ZS_THROW(CheckpointError, os.str());
+}
+
+// This rank's part of parameter `t`: the elements of its slot that fall into the rank's shard of
+// the flat parameter, read straight into the fp32 master shard.
+int64_t load_param_part(const Target& t, TensorFile& file) {
+  FlatParam& f = *t.flat;
+  const int64_t numel = [&] {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    return n;
+  }();
+  const int64_t lo = static_cast<int64_t>(f.shard_group().rank()) * f.shard_numel();
+  const int64_t hi = lo + f.shard_numel();
+  const int64_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + numel);
+  if (a >= b) return 0;
+  at::Tensor dst = f.shard().narrow(0, a - lo, b - a);
+  if (dst.device().is_cpu()) {
+    file.read(t.source, a - t.offset, b - a, dst);
+  } else {
+    at::Tensor host = at::empty({b - a}, at::kFloat);
+    file.read(t.source, a - t.offset, b - a, host);
+    dst.copy_(host);
+  }
+  return b - a;
+}
+
+// Buffers are whole on every rank.
+int64_t load_buffer(const Target& t, TensorFile& file) {
+  const int64_t n = t.buffer.numel();
+  at::Tensor host = at::empty({n}, t.buffer.options().device(at::kCPU));
+  file.read(t.source, 0, n, host);
+  t.buffer.copy_(host.view(t.buffer.sizes()));
+  return n;
+}
+
+PretrainedReport load_local(ShardingEngine& engine, const std::string& path, const PretrainedOptions& o) {
+  at::NoGradGuard no_grad;
+  std::unique_ptr<TensorFile> file = open_tensor_file(path);
+  Match m = match(engine, *file, o);
+  if (o.strict) check_strict(m, path);
+  PretrainedReport r;
+  r.path = path;
+  r.format = file->format();
+  // Targets come flat by flat: an offloaded shard is loaded once, filled, and written back when
+  // the next flat starts, so at most one is resident.
+  FlatParam* resident = nullptr;
+  for (const Target& t : m.targets) {
+    if (t.source.empty()) continue;
+    if (resident != nullptr && t.flat != resident) resident->release_shard();
+    if (t.flat != nullptr) resident = t.flat;
+    r.elements_read += t.flat != nullptr ? load_param_part(t, *file) : load_buffer(t, *file);
+    ++r.tensors_loaded;
+  }
+  if (resident != nullptr) resident->release_shard();
+  // Gathered copies hold the old values: every unit gathers again at its next forward.
+  for (FlatParam* f : engine.flat_params()) f->free_full();
+  r.bytes_read = file->bytes_read();
+  r.missing = std::move(m.missing);
+  r.missing.insert(r.missing.end(), m.not_required.begin(), m.not_required.end());
+  r.unexpected = std::move(m.unexpected);
+  r.mismatched = std::move(m.mismatched);
+  r.mismatched.insert(r.mismatched.end(), m.conflicting.begin(), m.conflicting.end());
+  return r;
+}
+
+}  // namespace
+
+PretrainedOptions PretrainedOptions::from_config(const config::ModelConfig& cfg) {
+  PretrainedOptions o;
+  o.strict = cfg.init_strict();
+  o.strip_prefix = cfg.init_strip_prefix();
+  o.add_prefix = cfg.init_add_prefix();
+  const std::string& text = cfg.init_rename();
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(pos, end - pos);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    const size_t eq = item.find('=');
+    ZS_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), ConfigError, "model.init_rename = '", text,
+               "': '", item, "' is not file_name=model_name (pairs are separated by commas)");
+    o.rename[item.substr(0, eq)] = item.substr(eq + 1);
+    pos = end + 1;
+  }
+  return o;
+}
+
+std::string PretrainedReport::summary() const {
+  std::ostringstream os;
+  os << "loaded pretrained weights from " << path << " (" << format << "): " << tensors_loaded << " tensors, "
+     << elements_read << " elements read on this rank (" << bytes_read << " bytes)";
+  if (!missing.empty()) os << "; not in the file, left as initialised: " << first_few(missing);
+  if (!unexpected.empty()) os << "; in the file, not in the model: " << first_few(unexpected);
+  if (!mismatched.empty()) os << "; skipped: " << first_few(mismatched);
+  return os.str();
+}
+
+PretrainedReport load_pretrained(ShardingEngine& engine, const std::string& path, const PretrainedOptions& options) {
+  for (FlatParam* f : engine.flat_params()) {
+    ZS_REQUIRE(!f->has_grad_buffer() && !f->reduce_pending(), UsageError, "load_pretrained with gradients of unit '",
+               f->name(), "' still pending: load between optimizer steps");
+  }
+  Communicator& world = *engine.session().world();
+  PretrainedReport report;
+  const detail::StepOutcome step = detail::run_step(world, true, "zs.pretrained",
+                                                    [&] { report = load_local(engine, path, options); });
+  if (step.any_failed()) {
+    const std::string what = detail::first_error(world, step, "zs.pretrained.error");
+    ZS_THROW(CheckpointError, "loading pretrained weights failed on rank(s) ", step.failed_ranks(), ": ",
+             step.error.empty() ? what : step.error);
+  }
+  ZS_LOG(kInfo) << report.summary();
+  return report;
+}
+
+}  // namespace zeroshard

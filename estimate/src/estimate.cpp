@@ -1,0 +1,416 @@
+#include "zeroshard/estimate/estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
+#include "zeroshard/core/config.h"
+#include "zeroshard/engine/plan.h"
+
+namespace zeroshard {
+namespace {
+
+using Strategy = ShardingStrategy;
+using Target = OffloadTarget;
+
+int64_t pad(int64_t numel, int n) { return (numel + n - 1) / n * n; }
+
+// The flat parameters' element counts: the root's (if any) first, then the units'.
+std::vector<int64_t> flats(const ModelShape& m) {
+  std::vector<int64_t> f;
+  if (m.root_params > 0) f.push_back(m.root_params);
+  for (int64_t u : m.unit_params) {
+    if (u > 0) f.push_back(u);
+  }
+  return f;
+}
+
+// Sum of the `k` largest padded unit flats (root excluded), with `bytes_per` each element.
+int64_t largest_units(const ModelShape& m, int n, size_t k, std::function<int64_t(int64_t padded)> bytes) {
+  std::vector<int64_t> units;
+  for (int64_t u : m.unit_params) {
+    if (u > 0) units.push_back(pad(u, n));
+  }
+  std::sort(units.rbegin(), units.rend());
+  int64_t b = 0;
+  for (size_t i = 0; i < k && i < units.size(); ++i) b += bytes(units[i]);
+  return b;
+}
+
+ShardingPlan plan_for(const EstimateOptions& o) {
+  ZS_REQUIRE(o.world_size >= 1, ConfigError, "world size ", o.world_size, " is not a rank count; at least 1");
+  ZS_REQUIRE(o.ranks_per_node >= 1, ConfigError, "ranks per node ", o.ranks_per_node, " must be at least 1");
+  // One rank: a shard group of one whatever the hybrid group size says (as the engine).
+  if (o.world_size == 1) return plan_sharding(o.sharding.strategy, 1, 1, 1);
+  return plan_sharding(o.sharding.strategy, o.sharding.hybrid_group_size, o.world_size,
+                       std::min(o.ranks_per_node, o.world_size));
+}
+
+int dtype_bytes(c10::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
+
+// The config's names: FP32, BF16, FP16.
+const char* dtype_name(c10::ScalarType t) {
+  return t == c10::kBFloat16 ? "BF16" : t == c10::kHalf ? "FP16" : t == c10::kFloat ? "FP32" : c10::toString(t);
+}
+
+// The highest sum of device categories over one step (after zero_grad), replaying what the engine
+// does unit by unit (engine/src/engine_hooks.cpp). `base`: sharded params + optimizer state.
+int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const ShardingPlan& plan, bool aliased, int p,
+                         int r, int64_t base) {
+  const int n = plan.shard_group_size;
+  const bool fwd_prefetch = o.sharding.forward_prefetch && o.sharding.limit_all_gathers >= 2;
+  const bool bwd_prefetch =
+      o.sharding.backward_prefetch == BackwardPrefetch::kBackwardPre && o.sharding.limit_all_gathers >= 2;
+  const bool reshard_after_forward = plan.reshard_after_forward;
+  std::vector<int64_t> u;  // padded units in forward order
+  for (int64_t x : m.unit_params) {
+    if (x > 0) u.push_back(pad(x, n));
+  }
+  const int64_t root = m.root_params > 0 ? pad(m.root_params, n) : 0;
+  int64_t all = root;
+  for (int64_t x : u) all += x;
+  const int units = static_cast<int>(u.size());
+  auto at = [&](int i) -> int64_t { return i >= 0 && i < units ? u[static_cast<size_t>(i)] : 0; };
+  // offload.grads: each unit's gradient shard goes to the store as its reduction completes, written
+  // behind the next unit's backward, so at most two (the one being written and the one being
+  // added up: at most the two largest) are in memory instead of all finished ones.
+  const bool grads_off = o.offload_grads != OffloadTarget::kDevice;
+  std::vector<int64_t> by_size = u;
+  by_size.push_back(root);
+  std::sort(by_size.rbegin(), by_size.rend());
+  const int64_t two_largest = (by_size[0] + (by_size.size() > 1 ? by_size[1] : 0)) / n;
+  auto resident = [&](int64_t shard_elems) { return grads_off ? std::min(shard_elems, two_largest) : shard_elems; };
+  // Gathered elements while unit i computes (forward or backward).
+  auto gathered = [&](int i, bool backward) -> int64_t {
+    if (aliased) return 0;
+    if (plan.keep_gathered) return all;  // NO_SHARD: gathered once, never resharded
+    if (!reshard_after_forward) {                    // SHARD_GRAD_OP: units resharded after their backward
+      if (!backward) {
+        int64_t g = root;
+        for (int j = 0; j <= std::min(i + (fwd_prefetch ? 1 : 0), units - 1); ++j) g += at(j);
+        return g;
+      }
+      int64_t g = root;
+      for (int j = 0; j <= i; ++j) g += at(j);
+      return g;
+    }
+    return root + at(i) + (backward ? (bwd_prefetch ? at(i - 1) : 0) : (fwd_prefetch ? at(i + 1) : 0));
+  };
+  int64_t peak = base + gathered(-1, false) * p;  // before the first unit: the root is gathered
+  for (int i = 0; i < units; ++i) peak = std::max(peak, base + gathered(i, false) * p);
+  // With a one-rank shard group and no cast, a unit's reduction works on its gradient buffer
+  // itself (no comm buffer).
+  const bool in_place = n == 1 && p == r;
+  if (plan.replicas > 1) {
+    // Replicated reductions (HYBRID_SHARD across groups, NO_SHARD): each unit's result stays in
+    // flight until the end of backward (the replica all-reduce overlaps the rest of backward),
+    // held in reduce_dtype: the shard its reduce-scatter wrote, or the gradient buffer itself.
+    auto hold = [&](int64_t x) { return in_place ? x * p : (x / n) * r; };
+    int64_t held = 0, largest_hold = hold(root);
+    for (int i = units - 1; i >= 0; --i) {
+      held += hold(at(i));
+      largest_hold = std::max(largest_hold, hold(at(i)));
+      const int64_t buffers = in_place ? root : root + at(i) + at(i + 1);
+      peak = std::max(peak, base + gathered(i, true) * p + buffers * p + held);
+    }
+    held += hold(root);
+    peak = std::max(peak, base + gathered(-1, true) * p + (in_place ? 0 : root * p) + held);
+    // The end of backward turns each result into an fp32 gradient shard (a new one while the
+    // result is released; an fp32 result becomes the shard, counted once as both for a moment).
+    const int64_t shards = 4 * resident(all / n), kept = plan.keep_gathered && !aliased ? all * p : 0;
+    peak = std::max(peak, base + kept + std::max(held, shards) + largest_hold);
+    return std::max(peak, base + shards + kept);
+  }
+  // Backward. The highest moment of unit i is its post-backward: its reduce-scatter has just
+  // started (gradient buffer + output) while unit i+1's finishes, whose gradient shard is counted
+  // before its buffers are released; the root's gradient buffer lives through all of backward,
+  // units after i+1 hold their gradient shards. The root's own post-backward comes last, after
+  // unit 0's, then the end of backward finishes the root's reduce.
+  auto sh = [&](int64_t padded) { return padded / n; };
+  auto moment = [&](int64_t gathered_elems, int64_t buffers, int64_t in_flight_shards, int64_t done_shards) {
+    return base + gathered_elems * p + buffers * p + (in_place ? 0 : in_flight_shards * r) + 4 * resident(done_shards);
+  };
+  int64_t done = 0;  // gradient shards of units after i+1
+  for (int i = units - 1; i >= 0; --i) {
+    if (i + 1 < units) done += sh(at(i + 1));
+    peak = std::max(peak, moment(gathered(i, true), root + at(i) + at(i + 1), sh(at(i)) + sh(at(i + 1)), done));
+  }
+  done += sh(at(0));
+  peak = std::max(peak, moment(gathered(-1, true), root + at(0), sh(root) + sh(at(0)), done));
+  peak = std::max(peak, moment(gathered(-1, true), root, sh(root), done + sh(root)));
+  // After backward every gradient shard exists and the transients are gone.
+  return std::max(peak, base + 4 * resident(all / n) + (plan.keep_gathered && !aliased ? all * p : 0));
+}
+
+}  // namespace
+
+int64_t ModelShape::total() const {
+  int64_t t = root_params;
+  for (int64_t u : unit_params) t += u;
+  return t;
+}
+
+int64_t ModelShape::largest_unit() const {
+  int64_t m = 0;
+  for (int64_t u : unit_params) m = std::max(m, u);
+  return m;
+}
+
+int64_t GptShape::effective_heads() const { return heads > 0 ? heads : std::max<int64_t>(1, d_model / 64); }
+
+ModelShape gpt_model_shape(const GptShape& g) {
+  ZS_REQUIRE(g.layers >= 1 && g.d_model >= 1 && g.vocab >= 1 && g.seq >= 1, ConfigError,
+             "GPT shape layers=", g.layers, " d_model=", g.d_model, " vocab=", g.vocab, " seq=", g.seq,
+             ": every value must be at least 1");
+  ModelShape m;
+  const int64_t d = g.d_model;
+  m.root_params = g.vocab * d + g.seq * d + 2 * d;  // wte (tied with the output), wpe, ln_f
+  // ln1 2d, qkv 3d^2 (no bias), proj d^2+d, ln2 2d, fc 4d^2+4d, out 4d^2+d
+  m.unit_params.assign(static_cast<size_t>(g.layers), 12 * d * d + 10 * d);
+  return m;
+}
+
+ModelShape uniform_model_shape(int64_t params, int64_t unit_params) {
+  ZS_REQUIRE(params >= 1, ConfigError, "parameter count ", params, " must be at least 1");
+  ZS_REQUIRE(unit_params >= 0, ConfigError, "unit size ", unit_params, " must not be negative");
+  ModelShape m;
+  if (unit_params == 0 || unit_params >= params) {
+    m.unit_params.push_back(params);
+    return m;
+  }
+  for (int64_t left = params; left > 0; left -= unit_params) m.unit_params.push_back(std::min(left, unit_params));
+  return m;
+}
+
+EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, int ranks_per_node) {
+  EstimateOptions o;
+  o.world_size = world_size;
+  o.ranks_per_node = ranks_per_node;
+  o.sharding = ShardingOptions::from_config(cfg.sharding(), cfg.precision());
+  const auto& opt = cfg.optimizer();
+  o.optimizer = config::OptimizerConfig::Type_Name(opt.type());
+  o.optimizer_state_bytes = opt.type() == config::OptimizerConfig::SGD ? (opt.momentum() > 0 ? 4 : 0) : 8;
+  o.offload_optimizer = static_cast<OffloadTarget>(cfg.offload().optimizer());
+  o.offload_params = static_cast<OffloadTarget>(cfg.offload().params());
+  o.offload_grads = static_cast<OffloadTarget>(cfg.offload().grads());
+  o.keep_param_dtype_shard = cfg.offload().keep_param_dtype_shard();
+  o.offload_staging_bytes = static_cast<int64_t>(cfg.offload().buffer_count()) * cfg.offload().block_size();
+  o.nvme_generations = cfg.offload().nvme_generations();
+  return o;
+}
+
+MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o) {
+  const std::vector<int64_t> f = flats(model);
+  ZS_REQUIRE(!f.empty(), ConfigError, "the model has no parameters to estimate");
+  MemoryEstimate e;
+  const ShardingPlan plan = plan_for(o);
+  const int n = plan.shard_group_size;
+  e.shard_group = n;
+  const int p = dtype_bytes(o.sharding.param_dtype), r = dtype_bytes(o.sharding.reduce_dtype);
+  // Views of the shard: nothing to gather (one-rank shard group computing in fp32).
+  const bool aliased = n == 1 && p == 4;
+
+  int64_t shard = 0, padded_total = 0;
+  for (int64_t x : f) {
+    shard += pad(x, n) / n;
+    padded_total += pad(x, n);
+  }
+  const int64_t root_padded = model.root_params > 0 ? pad(model.root_params, n) : 0;
+  const int opt = o.optimizer_state_bytes;
+
+  e.sharded_params = 4 * shard;
+  e.grad_shards = 4 * shard;
+  e.optimizer_state = static_cast<int64_t>(opt) * shard;
+
+  const bool prefetch =
+      (o.sharding.forward_prefetch || o.sharding.backward_prefetch != BackwardPrefetch::kNone) &&
+      o.sharding.limit_all_gathers >= 2;
+  const auto lp = [p](int64_t padded) { return padded * p; };
+  if (aliased) {
+    e.gathered_params_peak = 0;
+  } else if (!plan.reshard_after_forward) {
+    e.gathered_params_peak = padded_total * p;  // gathered from forward to backward (NO_SHARD: always)
+  } else {
+    e.gathered_params_peak = root_padded * p + largest_units(model, n, prefetch ? 2 : 1, lp);
+  }
+  // A unit's gradient buffer lives until the next unit's gradients are ready, except where the
+  // replica all-reduce works on it in place (one-rank shard group, no cast): then until the end of
+  // backward. Comm buffers (reduce-scatter outputs or cast copies) live until the next unit's
+  // gradients are ready, or with replicas until the end of backward.
+  const bool replicated = plan.replicas > 1, in_place = n == 1 && p == r;
+  e.grad_buffers_peak =
+      replicated && in_place ? padded_total * p : root_padded * p + largest_units(model, n, 2, lp);
+  if (!in_place) {
+    std::vector<int64_t> shards;
+    for (int64_t x : f) shards.push_back(pad(x, n) / n);
+    std::sort(shards.rbegin(), shards.rend());
+    for (size_t i = 0; i < (replicated ? shards.size() : 2) && i < shards.size(); ++i) e.comm_buffers_peak += shards[i] * r;
+  }
+
+  const int64_t device_base = e.sharded_params + e.optimizer_state;
+  e.device_peak = replay_step_peak(model, o, plan, aliased, p, r, device_base);
+
+  // Offload: formulas only (see the header).
+  const auto opt_target = o.offload_optimizer, param_target = o.offload_params;
+  const int64_t staging = o.offload_staging_bytes;
+  bool staged = false;
+  int64_t step_masters = 0;  // offloaded parameters: fp32 shards the step holds at once
+  if (opt_target != Target::kDevice) {
+    e.offloaded = true;
+    const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
+    // On NVMe the store keeps offload.nvme_generations copies (with 2, the previous step's survives a
+    // failed step).
+    if (opt_target == Target::kCpu) {
+      e.offload_host += state;
+    } else {
+      e.nvme += o.nvme_generations * state;
+    }
+    e.optimizer_state = 0;
+    // The device keeps its fp32 shard (the engine's; the optimizer's host master is a second copy):
+    // only offload.params takes it off, and offload.keep_param_dtype_shard leaves param_dtype there.
+    // fp32 gradient shard copied for the CPU optimizer (offloaded gradients are there already)
+    if (o.offload_grads == Target::kDevice) e.pinned_host += 4 * shard;
+    if (opt_target == Target::kNvme) {
+      e.pinned_host += staging;
+      staged = true;
+    }
+  }
+  if (param_target != Target::kDevice) {
+    e.offloaded = true;
+    // The store keeps the fp32 shard (shard_store.h); with both in host memory on a CPU run the
+    // optimizer updates it in place as its master (no second copy). Between uses nothing of the
+    // shard stays on the device (a gathered unit's shard is read in for its gather only).
+    const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu;
+    // offload.keep_param_dtype_shard: the shard cast to param_dtype stays on the device.
+    e.sharded_params = o.keep_param_dtype_shard ? static_cast<int64_t>(p) * shard : 0;
+    if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
+    // A unit's shard is dropped once its gather is done, but while it computes the next unit's
+    // gather (prefetched) still holds that unit's shard and the one after is read ahead: two shards
+    // (at most the two largest) are in memory at the peak. With the param_dtype copy the gathers
+    // read none: only the step brings masters in (the one it updates and the next), after backward.
+    std::vector<int64_t> shards;
+    for (int64_t x : f) shards.push_back(pad(x, n) / n);
+    std::sort(shards.rbegin(), shards.rend());
+    for (size_t i = 0; i < 2 && i < shards.size(); ++i) step_masters += 4 * shards[i];
+    if (!o.keep_param_dtype_shard) e.device_peak += step_masters;
+    if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
+  }
+  if (o.offload_grads != Target::kDevice) {
+    e.offloaded = true;
+    // One file (or host tensor) per trainable flat parameter's gradient shard; files whole blocks
+    // of 4096 bytes. The replay above counted at most one shard resident.
+    int64_t stored = 0;
+    for (int64_t x : f) stored += o.offload_grads == Target::kNvme ? pad(4 * (pad(x, n) / n), 4096) : 4 * (pad(x, n) / n);
+    (o.offload_grads == Target::kCpu ? e.offload_host : e.nvme) += stored;
+    e.grad_shards = 0;
+  }
+  // What offload took off the device comes off the peak too (the transients stay).
+  e.device_peak -= device_base - (e.sharded_params + e.optimizer_state);
+  if (o.keep_param_dtype_shard && param_target != Target::kDevice) {
+    e.device_peak = std::max(e.device_peak, e.sharded_params + e.grad_shards + step_masters);
+  }
+  return e;
+}
+
+ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t b, int bytes, int every_n_blocks) {
+  ZS_REQUIRE(b >= 1, ConfigError, "micro-batch ", b, " must be at least 1");
+  ZS_REQUIRE(every_n_blocks >= 1, ConfigError, "every_n_blocks ", every_n_blocks, " must be at least 1");
+  const int64_t s = g.seq, d = g.d_model, h = g.effective_heads(), v = g.vocab;
+  ActivationEstimate a;
+  a.per_block = (16 * b * s * d + h * b * s * s) * bytes + s * s /* bool causal mask */;
+  a.head = (2 * b * s * d + 2 * b * s * v) * bytes;
+  a.plain = g.layers * a.per_block + a.head;
+  const int64_t c = (g.layers + every_n_blocks - 1) / every_n_blocks;  // blocks 0, k, 2k, ...
+  a.checkpointed = c * b * s * d * bytes + (g.layers - c) * a.per_block + a.per_block + a.head;
+  return a;
+}
+
+namespace {
+
+std::string human(int64_t bytes) { return bytes == 0 ? "0" : format_bytes(bytes); }
+
+const char* target_name(Target t) { return t == Target::kCpu ? "cpu" : t == Target::kNvme ? "nvme" : "device"; }
+
+}  // namespace
+
+std::string format_estimates(const ModelShape& model, const EstimateOptions& options) {
+  std::ostringstream os;
+  char line[256];
+  os << "model: " << model.total() << " parameters (" << model.unit_params.size() << " unit(s), largest "
+     << model.largest_unit() << "; root " << model.root_params << "), world size " << options.world_size << ", "
+     << options.ranks_per_node << " rank(s) per node, param_dtype " << dtype_name(options.sharding.param_dtype)
+     << ", reduce_dtype " << dtype_name(options.sharding.reduce_dtype) << ", optimizer " << options.optimizer << "\n";
+  os << "per rank; device peak = the highest sum of the device categories during a step (transients included)\n";
+  std::snprintf(line, sizeof(line), "  %-14s %5s %-7s %-7s %-7s %14s %14s %14s %14s\n", "strategy", "N", "optim",
+                "params", "grads", "device state", "device peak", "host", "nvme");
+  os << line;
+  struct Mode {
+    Target opt, params, grads;
+  };
+  const std::vector<Mode> modes = {{Target::kDevice, Target::kDevice, Target::kDevice},
+                                   {Target::kCpu, Target::kDevice, Target::kDevice},
+                                   {Target::kNvme, Target::kDevice, Target::kDevice},
+                                   {Target::kCpu, Target::kCpu, Target::kDevice},
+                                   {Target::kNvme, Target::kNvme, Target::kDevice},
+                                   {Target::kCpu, Target::kCpu, Target::kCpu},
+                                   {Target::kNvme, Target::kNvme, Target::kNvme}};
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kNoShard, Strategy::kHybridShard}) {
+    for (const Mode& m : modes) {
+      EstimateOptions o = options;
+      o.sharding.strategy = strategy;
+      o.offload_optimizer = m.opt;
+      o.offload_params = m.params;
+      o.offload_grads = m.grads;
+      MemoryEstimate e;
+      try {
+        e = estimate_memory(model, o);
+      } catch (const ConfigError& err) {
+        if (m.opt == Target::kDevice && m.params == Target::kDevice) {
+          std::snprintf(line, sizeof(line), "  %-14s  not possible: %s\n", to_string(strategy),
+                        err.message().c_str());
+          os << line;
+        }
+        break;
+      }
+      const bool chosen = strategy == options.sharding.strategy && m.opt == options.offload_optimizer &&
+                          m.params == options.offload_params && m.grads == options.offload_grads;
+      std::snprintf(line, sizeof(line), "%s %-14s %5d %-7s %-7s %-7s %14s %14s %14s %14s%s\n", chosen ? "*" : " ",
+                    to_string(strategy), e.shard_group, target_name(m.opt), target_name(m.params),
+                    target_name(m.grads), human(e.device_persistent()).c_str(), human(e.device_peak).c_str(),
+                    human(e.host_total()).c_str(), human(e.nvme).c_str(), e.offloaded ? "  (formula)" : "");
+      os << line;
+    }
+  }
+  // The configured setup, category by category.
+  const MemoryEstimate e = estimate_memory(model, options);
+  os << "\nconfigured (" << to_string(options.sharding.strategy) << ", optimizer "
+     << target_name(options.offload_optimizer) << ", params " << target_name(options.offload_params) << ", grads "
+     << target_name(options.offload_grads)
+     << (options.keep_param_dtype_shard && options.offload_params != Target::kDevice ? ", param_dtype copy resident" : "")
+     << "), shard group of " << e.shard_group << ":\n";
+  auto row = [&](const char* name, int64_t bytes) {
+    std::snprintf(line, sizeof(line), "  %-28s %14s %16lld bytes\n", name, human(bytes).c_str(),
+                  static_cast<long long>(bytes));
+    os << line;
+  };
+  row("sharded params", e.sharded_params);
+  row("gradient shards", e.grad_shards);
+  row("optimizer state", e.optimizer_state);
+  row("gathered params (peak)", e.gathered_params_peak);
+  row("unsharded grads (peak)", e.grad_buffers_peak);
+  row("comm buffers (peak)", e.comm_buffers_peak);
+  row("device peak", e.device_peak);
+  row("offloaded to host", e.offload_host);
+  row("pinned staging", e.pinned_host);
+  row("on NVMe (disk)", e.nvme);
+  if (e.offloaded) {
+    os << "  offload figures are the formulas of docs/tools.md; the NVMe placements are checked against the engine\n"
+          "  (tests/tools/test_estimate.cpp), the CPU ones are not\n";
+  }
+  return os.str();
+}
+
+}  // namespace zeroshard

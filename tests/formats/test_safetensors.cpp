@@ -1,0 +1,188 @@
+// safetensors (tensor_file.h): SafetensorsWriter -> reader round trips (every dtype, metadata,
+// aliases, tensors written out of declaration order), the writer's refusals, and the reader's
+// errors on hand-made bad files. The reader is also checked against files written without
+// zeroshard: the references make_tensor_files.py writes with struct and json (test_tensor_file.cpp).
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "io/aio_test_util.h"
+#include "io/tensor_file_test_util.h"
+#include "zeroshard/base/error.h"
+
+namespace zs = zeroshard;
+using zs::test::error_of;
+using zs::test::same_elements;
+
+namespace {
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> every_dtype() {
+  at::manual_seed(7);
+  at::Tensor f = at::randn({5, 7});
+  f[0][0] = std::numeric_limits<float>::quiet_NaN();
+  f[1][2] = -0.0f;
+  return {
+      {"f32", f},
+      {"bf16", at::randn({3, 4}).to(at::kBFloat16)},
+      {"f16", at::randn({6}).to(at::kHalf)},
+      {"f64", at::randn({2, 2, 2}, at::kDouble)},
+      {"i64", at::randint(-1000000000000LL, 1000000000000LL, {4}, at::kLong)},
+      {"i32", at::randint(-100000, 100000, {3, 3}, at::kInt)},
+      {"i16", at::randint(-30000, 30000, {5}, at::kShort)},
+      {"i8", at::randint(-128, 127, {9}, at::kChar)},
+      {"u8", at::randint(0, 255, {2, 5}, at::kByte)},
+      {"bool", at::arange(13) % 3 == 1},
+      {"scalar", at::randn({})},
+      {"empty", at::empty({0, 3})},
+      {"h.0.attn.qkv.weight", at::randn({12, 4}).t()},  // non-contiguous: the writer makes it contiguous
+  };
+}
+
+std::vector<zs::TensorInfo> infos_of(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<zs::TensorInfo> out;
+  for (const auto& [name, t] : tensors) out.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return out;
+}
+
+TEST(Safetensors, RoundTripEveryDtype) {
+  zs::test::TempDir dir;
+  const std::string path = dir.file("model.safetensors");
+  const auto tensors = every_dtype();
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"zeroshard.step", "1200"}};
+  int64_t bytes = 0;
+  {
+    zs::SafetensorsWriter w(path, infos_of(tensors), meta);
+    for (size_t i = tensors.size(); i-- > 0;) w.write(tensors[i].first, tensors[i].second);  // reverse order
+    EXPECT_FALSE(exists(path));  // only the .tmp until finish()
+    w.finish();
+    for (const auto& [name, t] : tensors) bytes += static_cast<int64_t>(t.nbytes());
+    EXPECT_EQ(w.bytes_written(), bytes);
+  }
+  ASSERT_TRUE(exists(path));
+  EXPECT_FALSE(exists(path + ".tmp"));
+  auto f = zs::open_tensor_file(path);
+  EXPECT_STREQ(f->format(), "safetensors");
+  EXPECT_EQ(f->metadata(), meta);
+  EXPECT_TRUE(f->aliases().empty());
+  ASSERT_EQ(f->tensors().size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    EXPECT_EQ(f->tensors()[i].name, name);  // declaration order
+    EXPECT_EQ(f->tensors()[i].dtype, t.scalar_type()) << name;
+    EXPECT_EQ(f->tensors()[i].shape, t.sizes().vec()) << name;
+    EXPECT_TRUE(same_elements(zs::test::read_all(*f, name), t)) << name;
+  }
+  EXPECT_EQ(f->bytes_read(), bytes);
+}
+
+TEST(Safetensors, RangesConversionAndAliases) {
+  zs::test::TempDir dir;
+  const std::string path = dir.file("tied.safetensors");
+  const at::Tensor w = at::randn({40, 9}), b = at::randn({17}).to(at::kBFloat16);
+  {
+    zs::SafetensorsWriter out(path, {{"wte.weight", at::kFloat, {40, 9}}, {"lm_head.weight", at::kFloat, {40, 9}},
+                                     {"ln.bias", at::kBFloat16, {17}}},
+                              {{"zeroshard.aliases", "lm_head.weight=wte.weight;x=y"}});
+    out.write("wte.weight", w);
+    out.write("ln.bias", b);
+    out.write("lm_head.weight", w);
+    out.finish();
+  }
+  auto f = zs::open_tensor_file(path);
+  EXPECT_EQ(f->aliases(), (std::map<std::string, std::string>{{"lm_head.weight", "wte.weight"}, {"x", "y"}}));
+  EXPECT_TRUE(same_elements(zs::test::read_range(*f, "wte.weight", 100, 77), w.reshape({-1}).narrow(0, 100, 77)));
+  EXPECT_EQ(f->bytes_read(), 77 * 4);
+  EXPECT_TRUE(same_elements(zs::test::read_all(*f, "ln.bias", at::kFloat), b.to(at::kFloat)));
+  EXPECT_TRUE(same_elements(zs::test::read_all(*f, "wte.weight", at::kBFloat16), w.to(at::kBFloat16)));
+  const std::string e = error_of<zs::UsageError>([&] { zs::test::read_all(*f, "ln.bias", at::kInt); });
+  EXPECT_CONTAINS(e, "tensor 'ln.bias' in '" + path + "' is BFloat16 and cannot be read as Int");
+  EXPECT_CONTAINS(error_of<zs::UsageError>([&] { zs::test::read_range(*f, "ln.bias", 10, 8); }),
+                  "reading elements [10, 18) of tensor 'ln.bias' in '" + path + "': it has 17 elements");
+}
+
+TEST(Safetensors, WriterRefusals) {
+  zs::test::TempDir dir;
+  const std::string path = dir.file("w.safetensors");
+  const std::string tmp = path + ".tmp";
+  {
+    zs::SafetensorsWriter w(path, {{"a", at::kFloat, {2, 3}}, {"b", at::kInt, {4}}});
+    EXPECT_TRUE(exists(tmp));
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("c", at::randn({2, 3})); }),
+                    "SafetensorsWriter '" + path + "': tensor 'c' was not declared");
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("a", at::randn({3, 2})); }),
+                    "SafetensorsWriter '" + path + "': tensor 'a' was declared Float [2, 3] on cpu, got Float [3, 2]");
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("b", at::randn({4})); }),
+                    "tensor 'b' was declared Int [4] on cpu, got Float [4]");
+    w.write("a", at::randn({2, 3}));
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("a", at::randn({2, 3})); }),
+                    "SafetensorsWriter '" + path + "': tensor 'a' written twice");
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.finish(); }),
+                    "SafetensorsWriter '" + path + "': tensor 'b' was declared but never written");
+  }
+  EXPECT_FALSE(exists(tmp));  // the destructor removed the unfinished file
+  EXPECT_FALSE(exists(path));
+  {
+    zs::SafetensorsWriter w(path, {{"a", at::kFloat, {1}}});
+    w.write("a", at::ones({1}));
+    w.finish();
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.finish(); }), "SafetensorsWriter '" + path + "': finish() called twice");
+    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("a", at::ones({1})); }),
+                    "SafetensorsWriter '" + path + "': tensor 'a' written after finish()");
+  }
+  EXPECT_TRUE(exists(path));  // a finished file stays
+  EXPECT_CONTAINS(error_of<zs::UsageError>([&] { zs::SafetensorsWriter(path, {{"__metadata__", at::kFloat, {1}}}); }),
+                  "a tensor cannot be named \"__metadata__\"");
+  EXPECT_CONTAINS(error_of<zs::UsageError>([&] { zs::SafetensorsWriter(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {2}}}); }),
+                  "SafetensorsWriter '" + path + "': tensor 'a' declared twice");
+  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::SafetensorsWriter(dir.file("no/such/dir/x.safetensors"), {}); }),
+                  "cannot create '" + dir.file("no/such/dir/x.safetensors.tmp") + "'");
+}
+
+// A safetensors file from its parts: the 8-byte length (`len` when >= 0, else the header's), the
+// header text, then `data`.
+void write_safetensors(const std::string& path, const std::string& header, const std::string& data,
+                       int64_t len = -1) {
+  const uint64_t n = len >= 0 ? static_cast<uint64_t>(len) : header.size();
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes += static_cast<char>((n >> (8 * i)) & 0xff);
+  zs::test::write_file(path, bytes + header + data);
+}
+
+TEST(Safetensors, ReaderErrors) {
+  zs::test::TempDir dir;
+  const std::string p = dir.file("bad.safetensors");
+  auto error = [&](const std::string& header, const std::string& data, int64_t len = -1) {
+    write_safetensors(p, header, data, len);
+    return error_of<zs::IoError>([&] { zs::open_tensor_file(p); });
+  };
+  const std::string good = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  write_safetensors(p, good, std::string(16, '\0'));
+  EXPECT_EQ(zs::open_tensor_file(p)->tensors().size(), 1u);
+
+  EXPECT_CONTAINS(error(good, std::string(16, '\0'), 5000),
+                  "'" + p + "' is not a valid safetensors file: the header length 5000 runs past the end of the file "
+                  "(" + std::to_string(8 + good.size() + 16) + " bytes): the file is truncated or not safetensors");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32",)", ""),
+                  "'" + p + "' is not a valid safetensors file: the JSON header: column");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", std::string(16, '\0')),
+                  "'" + p + "' is not a valid safetensors file: tensor 'w' spans bytes [0, 12) but its F32 shape needs "
+                  "16 bytes");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]}})", std::string(16, '\0')),
+                  "safetensors file '" + p + "' is truncated: tensor 'w' ends at data byte 24 but the file holds 16 "
+                  "data bytes");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"C64","shape":[2],"data_offsets":[0,16]}})", std::string(16, '\0')),
+                  "tensor 'w' has dtype 'C64', which zeroshard does not read");
+  EXPECT_CONTAINS(error(R"({"__metadata__":{"n":3}})", ""), "\"__metadata__\" entry 'n' is not a string");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,0]}})", ""),
+                  "tensor 'w' has a shape entry that is not a whole number >= 0");
+  write_safetensors(p, "", "", 0);  // not even '{' at byte 8: no format
+  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(p); }), "is not a tensor file zeroshard reads");
+}
+
+}  // namespace
