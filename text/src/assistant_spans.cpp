@@ -1,0 +1,79 @@
+// ChatTemplate::render_for_training: where each assistant message sits in the rendered
+// conversation, found from renders of prefixes of the conversation (no help from the template).
+
+#include <algorithm>
+
+#include "chat_variables.h"
+#include "jinja/template.h"
+#include "jinja/value_text.h"
+#include "zeroshard/text/chat_template.h"
+
+namespace zeroshard::text {
+namespace {
+
+bool is_assistant(const jinja::Value& message) {
+  const jinja::Value* role = message.as_dict().find("role");
+  return role != nullptr && role->is_string() && role->as_string() == "assistant";
+}
+
+// "at byte N: '...' where the longer render has '...'": the first difference of a and b.
+std::string first_difference(const std::string& shorter, const std::string& longer) {
+  const auto mismatch = std::mismatch(shorter.begin(), shorter.end(), longer.begin(), longer.end());
+  const size_t at = static_cast<size_t>(mismatch.first - shorter.begin());
+  // Back up to a character boundary so the excerpts stay valid UTF-8.
+  size_t from = at;
+  while (from > 0 && (static_cast<unsigned char>(shorter[from]) & 0xC0) == 0x80) --from;
+  auto excerpt = [&](const std::string& s) {
+    size_t to = std::min(s.size(), from + 40);
+    while (to < s.size() && (static_cast<unsigned char>(s[to]) & 0xC0) == 0x80) ++to;
+    return jinja::string_repr(s.substr(from, to - from));
+  };
+  return "at byte " + std::to_string(from) + ": " + excerpt(shorter) + " against " + excerpt(longer);
+}
+
+TrainingText spans_of(const jinja::Template& tmpl, const detail::Conversation& c, const RenderOptions& options) {
+  auto render = [&](size_t count, bool add_generation_prompt) {
+    return tmpl.render(detail::render_variables(c, count, add_generation_prompt, options), options.now);
+  };
+  TrainingText out;
+  out.text = render(c.messages.size(), false);
+  size_t previous_end = 0;
+  for (size_t i = 0; i < c.messages.size(); ++i) {
+    if (!is_assistant(c.messages[i])) continue;
+    const std::string head = render(i, true);
+    const std::string through = render(i + 1, false);
+    const std::string where = tmpl.source_name() + ": assistant message " + std::to_string(i) + ": ";
+    if (through.compare(0, head.size(), head) != 0) {
+      ZS_THROW(ConfigError, where, "the render of messages[:", i, "] with add_generation_prompt=true is not a "
+               "prefix of the render of messages[:", i + 1, "] (", first_difference(head, through),
+               "): this template starts an assistant turn differently from its generation prompt, so the "
+               "turn's span cannot be found from prefixes");
+    }
+    if (out.text.compare(0, through.size(), through) != 0) {
+      ZS_THROW(ConfigError, where, "the render of messages[:", i + 1, "] is not a prefix of the render of the "
+               "whole conversation (", first_difference(through, out.text), "): this template renders the turn "
+               "differently once later messages follow, so its span cannot be found from prefixes");
+    }
+    if (head.size() < previous_end) {
+      ZS_THROW(ConfigError, where, "its turn starts at byte ", head.size(), ", inside the previous assistant "
+               "turn (which ends at byte ", previous_end, ")");
+    }
+    out.assistant.push_back(AssistantSpan{i, head.size(), through.size()});
+    previous_end = through.size();
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainingText ChatTemplate::render_for_training(const std::vector<ChatMessage>& messages,
+                                               const RenderOptions& options) const {
+  return spans_of(*template_, detail::conversation_from(messages), options);
+}
+
+TrainingText ChatTemplate::render_json_for_training(const std::string& conversation_json,
+                                                    const RenderOptions& options) const {
+  return spans_of(*template_, detail::conversation_from_json(conversation_json), options);
+}
+
+}  // namespace zeroshard::text

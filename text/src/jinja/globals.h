@@ -1,0 +1,16 @@
+#pragma once
+// The functions every render can call: Jinja's range, namespace and dict, and the two
+// transformers adds, raise_exception(message) and strftime_now(format).
+
+#include <ctime>
+#include <optional>
+
+#include "jinja/value.h"
+
+namespace zeroshard::text::jinja {
+
+// Adds the global functions to `globals`. strftime_now formats `now`, or the local time when
+// unset (as transformers does).
+void add_globals(ValueDict& globals, const std::optional<std::tm>& now);
+
+}  // namespace zeroshard::text::jinja
