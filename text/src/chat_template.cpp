@@ -72,6 +72,10 @@ jinja::ValueDict render_variables(const Conversation& conversation, size_t count
     for (const auto& [name, value] : json.as_dict().items()) add_variable(vars, name, value);
   }
   for (const auto& [name, value] : conversation.extra.items()) add_variable(vars, name, value);
+  // transformers (and transformers.js) always pass these two, None when the caller has none.
+  for (const char* name : {"tools", "documents"}) {
+    if (vars.find(name) == nullptr) vars.set(name, jinja::Value::none());
+  }
   return vars;
 }
 

@@ -4,6 +4,7 @@
 #include <unicode/ucasemap.h>
 #include <unicode/ustring.h>
 #include <unicode/utf16.h>
+#include <unicode/uversion.h>
 
 #include <memory>
 
@@ -248,5 +249,7 @@ bool is_upper(std::string_view s) {
   }
   return cased;
 }
+
+const char* data_version() { return U_UNICODE_VERSION; }
 
 }  // namespace zeroshard::text::jinja::unicode

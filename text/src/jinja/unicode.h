@@ -31,6 +31,7 @@ std::string lower(std::string_view s);        // str.lower(), with the final sig
 std::string title(std::string_view s);        // str.title()
 std::string capitalize(std::string_view s);   // str.capitalize()
 bool is_lower(std::string_view s);            // str.islower()
+const char* data_version();                   // the Unicode version of the data: "15.0"
 bool is_upper(std::string_view s);            // str.isupper()
 
 }  // namespace zeroshard::text::jinja::unicode
