@@ -360,6 +360,19 @@ TEST(ChatTemplateSpans, EachFamilySpanHoldsTheMessageAndItsTurnEnd) {
   }
 }
 
+TEST(ChatTemplateSpans, MarkedSpansShowWhatIsTrained) {
+  const Family& qwen = kFamilies[5];
+  ASSERT_EQ(std::string(qwen.name), "qwen2");
+  const zt::ChatTemplate tmpl(family_source(qwen), "qwen2.jinja");
+  const zt::TrainingText t = tmpl.render_for_training(
+      {{"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}, {"assistant", "Bye."}}, options_for(qwen, false));
+  EXPECT_EQ(zt::mark_assistant_spans(t),
+            "<|im_start|>system\nYou are a careful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<<<Hello!<|im_end|>\n>>><|im_start|>user\nBye<|im_end|>\n"
+            "<|im_start|>assistant\n<<<Bye.<|im_end|>\n>>>");
+  EXPECT_EQ(zt::mark_assistant_spans(t, "[", "]").size(), t.text.size() + 4);
+}
+
 TEST(ChatTemplateSpans, ToolCallTurnsAreSpansToo) {
   for (const char* name : {"llama3_1", "qwen2_5"}) {
     SCOPED_TRACE(name);

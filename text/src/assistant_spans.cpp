@@ -66,6 +66,20 @@ TrainingText spans_of(const jinja::Template& tmpl, const detail::Conversation& c
 
 }  // namespace
 
+std::string mark_assistant_spans(const TrainingText& rendered, const std::string& open, const std::string& close) {
+  std::string out;
+  size_t at = 0;
+  for (const AssistantSpan& span : rendered.assistant) {
+    out.append(rendered.text, at, span.begin - at);
+    out += open;
+    out.append(rendered.text, span.begin, span.end - span.begin);
+    out += close;
+    at = span.end;
+  }
+  out.append(rendered.text, at, std::string::npos);
+  return out;
+}
+
 TrainingText ChatTemplate::render_for_training(const std::vector<ChatMessage>& messages,
                                                const RenderOptions& options) const {
   return spans_of(*template_, detail::conversation_from(messages), options);

@@ -86,13 +86,13 @@ Evaluator::Flow Evaluator::exec(const Stmt& stmt, const ScopePtr& scope, std::st
       case Stmt::Kind::kFilterBlock: {
         const auto& block = as<FilterBlockStmt>(stmt);
         std::string inner;
-        exec_body(block.body, scope, inner);
+        exec_body(block.body, std::make_shared<Scope>(scope), inner);  // its sets stay inside
         Value v(std::move(inner));
         for (const auto& filter : block.filters) v = apply_filter(*filter, v, scope);
         out += to_str(v);
         break;
       }
-      case Stmt::Kind::kBlock: return exec_body(as<BlockStmt>(stmt).body, scope, out);
+      case Stmt::Kind::kBlock: return exec_body(as<BlockStmt>(stmt).body, std::make_shared<Scope>(scope), out);
       case Stmt::Kind::kBreak: return Flow::kBreak;
       case Stmt::Kind::kContinue: return Flow::kContinue;
     }
@@ -144,7 +144,7 @@ void Evaluator::exec_set(const SetStmt& stmt, const ScopePtr& scope) {
     value = eval(*stmt.value, scope);
   } else {
     std::string body;
-    exec_body(stmt.body, scope, body);
+    exec_body(stmt.body, std::make_shared<Scope>(scope), body);  // its sets stay inside
     value = Value(std::move(body));
     for (const auto& filter : stmt.filters) value = apply_filter(*filter, value, scope);
   }

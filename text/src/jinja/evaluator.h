@@ -1,7 +1,8 @@
 #pragma once
 // Runs parsed statements against variables, writing the output text. Scoping follows Jinja's:
-// `set` at the top level and inside if-blocks writes the template's scope; each loop iteration
-// and each macro call gets a fresh scope that ends with it; namespaces are shared. Errors come
+// `set` at the top level and inside if-blocks writes the template's scope; each loop iteration,
+// macro call, block set, filter block and generation block gets a fresh scope that ends with it;
+// namespaces are shared. Errors come
 // out as ConfigError "<source>:<line>: ..." (ChatTemplateError for raise_exception).
 // One Evaluator serves one render on one thread.
 

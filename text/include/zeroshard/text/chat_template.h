@@ -54,6 +54,11 @@ struct TrainingText {
   std::vector<AssistantSpan> assistant;  // one per assistant message, in order
 };
 
+// The text with each assistant span between `open` and `close`, to check by eye what a model
+// would be trained to produce ("...[/INST]<<< Hello! </s>>>>").
+std::string mark_assistant_spans(const TrainingText& rendered, const std::string& open = "<<<",
+                                 const std::string& close = ">>>");
+
 namespace jinja {
 class Template;
 }
