@@ -165,9 +165,27 @@ TEST(ChatTemplateErrors, TemplatesWhosePrefixesDoNotNestHaveNoSpans) {
       "prompt.jinja");
   EXPECT_EQ(error_of<zeroshard::ConfigError>([&] { prompt_differs.render_for_training(kTwo, {}); }),
             "prompt.jinja: assistant message 1: the render of messages[:1] with add_generation_prompt=true is not a "
-            "prefix of the render of messages[:2] (at byte 13: 'bot>' against 'assistant>hello</s>'): this template "
-            "starts an assistant turn differently from its generation prompt, so the turn's span cannot be found "
-            "from prefixes");
+            "prefix of the render of messages[:2] (at byte 13: 'bot>' against 'assistant>hello</s>'): the template "
+            "changes what precedes an assistant message once the message is there (a generation prompt unlike the "
+            "turn's start, or text that moves to the last user turn), so the turn's span cannot be found from "
+            "prefixes");
+  // Mistral v0.3 puts the system text into the last user turn, wherever that is.
+  const zt::ChatTemplate mistral(
+      "{%- if messages[0]['role'] == 'system' %}{%- set system_text = messages[0]['content'] %}"
+      "{%- set rest = messages[1:] %}{%- else %}{%- set rest = messages %}{%- endif %}"
+      "{%- for m in rest %}{%- if m.role == 'user' %}{%- if loop.last and system_text is defined %}"
+      "{{- '[INST] ' + system_text + '\\n\\n' + m.content + '[/INST]' }}{%- else %}"
+      "{{- '[INST] ' + m.content + '[/INST]' }}{%- endif %}{%- else %}{{- ' ' + m.content + '</s>' }}{%- endif %}"
+      "{%- endfor %}",
+      "mistral.jinja");
+  EXPECT_EQ(error_of<zeroshard::ConfigError>([&] {
+              mistral.render_for_training({{"system", "Be brief."}, {"user", "hi"}, {"assistant", "hello"}}, {});
+            }),
+            "mistral.jinja: assistant message 2: the render of messages[:2] with add_generation_prompt=true is not "
+            "a prefix of the render of messages[:3] (at byte 7: 'Be brief.\\n\\nhi[/INST]' against 'hi[/INST] "
+            "hello</s>'): the template changes what precedes an assistant message once the message is there (a "
+            "generation prompt unlike the turn's start, or text that moves to the last user turn), so the turn's "
+            "span cannot be found from prefixes");
   // Earlier assistant turns are rendered differently once later messages follow (as templates
   // that drop past reasoning do).
   const zt::ChatTemplate rewrites_history(

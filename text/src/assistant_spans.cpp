@@ -46,7 +46,8 @@ TrainingText spans_of(const jinja::Template& tmpl, const detail::Conversation& c
     if (through.compare(0, head.size(), head) != 0) {
       ZS_THROW(ConfigError, where, "the render of messages[:", i, "] with add_generation_prompt=true is not a "
                "prefix of the render of messages[:", i + 1, "] (", first_difference(head, through),
-               "): this template starts an assistant turn differently from its generation prompt, so the "
+               "): the template changes what precedes an assistant message once the message is there (a "
+               "generation prompt unlike the turn's start, or text that moves to the last user turn), so the "
                "turn's span cannot be found from prefixes");
     }
     if (out.text.compare(0, through.size(), through) != 0) {

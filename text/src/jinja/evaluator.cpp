@@ -24,18 +24,19 @@ const T& as(const Stmt& s) {
 Value loop_value(const ValueList& items, size_t i) {
   const int64_t n = static_cast<int64_t>(items.size()), k = static_cast<int64_t>(i);
   ValueDict loop;
-  loop.set("index", Value(k + 1));
-  loop.set("index0", Value(k));
-  loop.set("revindex", Value(n - k));
-  loop.set("revindex0", Value(n - k - 1));
-  loop.set("first", Value(k == 0));
-  loop.set("last", Value(k == n - 1));
-  loop.set("length", Value(n));
-  loop.set("previtem", k > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
-  loop.set("nextitem", k + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
-  loop.set("depth", Value(int64_t{1}));
-  loop.set("depth0", Value(int64_t{0}));
-  loop.set("cycle", Value::callable("loop.cycle", [k](CallArgs& args) {
+  loop.reserve(12);
+  loop.append("index", Value(k + 1));
+  loop.append("index0", Value(k));
+  loop.append("revindex", Value(n - k));
+  loop.append("revindex0", Value(n - k - 1));
+  loop.append("first", Value(k == 0));
+  loop.append("last", Value(k == n - 1));
+  loop.append("length", Value(n));
+  loop.append("previtem", k > 0 ? items[i - 1] : Value::undefined("there is no previous item"));
+  loop.append("nextitem", k + 1 < n ? items[i + 1] : Value::undefined("there is no next item"));
+  loop.append("depth", Value(int64_t{1}));
+  loop.append("depth0", Value(int64_t{0}));
+  loop.append("cycle", Value::callable("loop.cycle", [k](CallArgs& args) {
     if (args.positional.empty() || !args.keyword.empty()) throw EvalError("loop.cycle() needs at least one value");
     return args.positional[static_cast<size_t>(k) % args.positional.size()];
   }));
@@ -161,8 +162,10 @@ void Evaluator::exec_set(const SetStmt& stmt, const ScopePtr& scope) {
 }
 
 Value Evaluator::make_macro(const MacroStmt& stmt, const ScopePtr& scope) {
-  return Value::callable("macro '" + stmt.name + "'", [this, &stmt, scope](CallArgs& args) {
-    return call_macro(stmt, scope, args);
+  macro_scopes_.push_back(scope);
+  std::weak_ptr<Scope> defining = scope;
+  return Value::callable("macro '" + stmt.name + "'", [this, &stmt, defining](CallArgs& args) {
+    return call_macro(stmt, defining.lock(), args);
   });
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "jinja/ast.h"
 #include "jinja/value.h"
@@ -54,6 +55,9 @@ class Evaluator {
 
   const std::string& source_name_;
   int macro_depth_ = 0;
+  // The scopes macros were defined in, kept for the render: a macro holds its scope weakly, as
+  // the scope holds the macro (a shared_ptr cycle would never be freed).
+  std::vector<ScopePtr> macro_scopes_;
 };
 
 }  // namespace zeroshard::text::jinja

@@ -64,10 +64,11 @@ std::string format_time(const std::tm& time, const std::string& format) {
 
 }  // namespace
 
-void add_globals(ValueDict& globals, const std::optional<std::tm>& now) {
+void add_globals(ValueDict& globals, const std::optional<std::tm>& now, std::shared_ptr<ValueList> namespaces) {
   globals.set("range", Value::callable("range", range));
-  globals.set("namespace", Value::callable("namespace", [](CallArgs& call) {
-    return Value::make_namespace(dict_from(call, "namespace"));
+  globals.set("namespace", Value::callable("namespace", [namespaces](CallArgs& call) {
+    namespaces->push_back(Value::make_namespace(dict_from(call, "namespace")));
+    return namespaces->back();
   }));
   globals.set("dict", Value::callable("dict", [](CallArgs& call) { return Value::dict(dict_from(call, "dict")); }));
   globals.set("raise_exception", Value::callable("raise_exception", [](CallArgs& call) -> Value {

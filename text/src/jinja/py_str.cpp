@@ -6,19 +6,24 @@
 namespace zeroshard::text::jinja::py_str {
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, Side side) {
-  const std::u32string cps = unicode::decode(s);
   const std::u32string set = chars ? unicode::decode(*chars) : std::u32string();
   auto strippable = [&](char32_t c) {
     return chars ? set.find(c) != std::u32string::npos : unicode::is_space(c);
   };
-  size_t begin = 0, end = cps.size();
-  if (side != Side::kRight) {
-    while (begin < end && strippable(cps[begin])) ++begin;
+  size_t begin = 0, end = s.size();
+  while (side != Side::kRight && begin < end) {
+    size_t next = begin;
+    if (!strippable(unicode::next_code_point(s, next))) break;
+    begin = next;
   }
-  if (side != Side::kLeft) {
-    while (end > begin && strippable(cps[end - 1])) --end;
+  while (side != Side::kLeft && end > begin) {
+    size_t start = end - 1;
+    while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    size_t at = start;
+    if (!strippable(unicode::next_code_point(s, at))) break;
+    end = start;
   }
-  return unicode::encode(std::u32string_view(cps).substr(begin, end - begin));
+  return std::string(s.substr(begin, end - begin));
 }
 
 namespace {

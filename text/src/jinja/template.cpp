@@ -21,11 +21,18 @@ Template::Template(const std::string& source, std::string source_name) : source_
 std::string Template::render(const ValueDict& variables, const std::optional<std::tm>& now) const {
   auto globals = std::make_shared<Scope>(nullptr);
   ValueDict functions;
-  add_globals(functions, now);
+  auto namespaces = std::make_shared<ValueList>();
+  add_globals(functions, now, namespaces);
   for (const auto& [name, value] : functions.items()) globals->set(name, value);
   auto context = std::make_shared<Scope>(globals);
   for (const auto& [name, value] : variables.items()) context->set(name, value);
   auto top = std::make_shared<Scope>(context);
+  struct EmptyNamespaces {  // on every way out, errors included
+    ValueList& list;
+    ~EmptyNamespaces() {
+      for (Value& ns : list) ns.namespace_attributes() = ValueDict();
+    }
+  } empty_namespaces{*namespaces};
   return Evaluator(source_name_).render(body_, top);
 }
 

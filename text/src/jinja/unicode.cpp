@@ -113,6 +113,8 @@ void append_lower_at(std::string& out, const std::u32string& cps, size_t i) {
 
 }  // namespace
 
+char32_t next_code_point(std::string_view utf8, size_t& i) { return decode_at(utf8, i); }
+
 size_t valid_utf8_prefix(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {

@@ -16,6 +16,8 @@ size_t valid_utf8_prefix(std::string_view s);
 std::u32string decode(std::string_view utf8);
 std::string encode(std::u32string_view code_points);
 void append_utf8(std::string& out, char32_t c);
+// The code point at byte i of valid UTF-8; advances i past it.
+char32_t next_code_point(std::string_view utf8, size_t& i);
 size_t count_code_points(std::string_view utf8);
 
 // str.isspace(): the whitespace str.split(), str.strip() and the regex \s agree on.

@@ -19,9 +19,16 @@ void ValueDict::set(const std::string& key, Value value) {
   items_.emplace_back(key, std::move(value));
 }
 
+void ValueDict::append(std::string key, Value value) { items_.emplace_back(std::move(key), std::move(value)); }
+
+const std::string& Value::empty_string() {
+  static const std::string empty;
+  return empty;
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
-  v.str_ = std::move(hint);
+  if (!hint.empty()) v.str_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 
@@ -70,7 +77,7 @@ bool Value::truthy() const {
     case Type::kUndefined: case Type::kNone: return false;
     case Type::kBool: case Type::kInt: return int_ != 0;
     case Type::kFloat: return float_ != 0;
-    case Type::kString: return !str_.empty();
+    case Type::kString: return !as_string().empty();
     case Type::kList: return !list_->items.empty();
     case Type::kDict: return dict_->size() != 0;
     case Type::kNamespace: case Type::kCallable: return true;
@@ -116,7 +123,7 @@ bool equal(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case T::kUndefined: case T::kNone: return true;
-    case T::kString: return a.as_string() == b.as_string();
+    case T::kString: return &a.as_string() == &b.as_string() || a.as_string() == b.as_string();
     case T::kList: {
       if (a.is_tuple() != b.is_tuple() || a.as_list().size() != b.as_list().size()) return false;
       for (size_t i = 0; i < a.as_list().size(); ++i) {

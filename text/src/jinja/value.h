@@ -24,6 +24,8 @@ class ValueDict {
  public:
   const Value* find(std::string_view key) const;
   void set(const std::string& key, Value value);  // replaces an existing key in place
+  void append(std::string key, Value value);      // a key known to be new
+  void reserve(size_t n) { items_.reserve(n); }
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
   size_t size() const { return items_.size(); }
 
@@ -52,8 +54,8 @@ class Value {
   Value(int64_t i) : type_(Type::kInt), int_(i) {}
   Value(int i) : type_(Type::kInt), int_(i) {}
   Value(double f) : type_(Type::kFloat), float_(f) {}
-  Value(std::string s) : type_(Type::kString), str_(std::move(s)) {}
-  Value(const char* s) : type_(Type::kString), str_(s) {}
+  Value(std::string s) : type_(Type::kString), str_(std::make_shared<const std::string>(std::move(s))) {}
+  Value(const char* s) : type_(Type::kString), str_(std::make_shared<const std::string>(s)) {}
 
   // `hint` says why it is undefined ("'x' is undefined", "list object has no element 3"): the
   // error text when the template uses it in a way Jinja's Undefined refuses.
@@ -80,13 +82,13 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }  // bool and int
   double as_float() const { return type_ == Type::kFloat ? float_ : static_cast<double>(int_); }
-  const std::string& as_string() const { return str_; }
+  const std::string& as_string() const { return str_ ? *str_ : empty_string(); }
   const ValueList& as_list() const { return list_->items; }
   bool is_tuple() const { return list_->tuple; }
   const ValueDict& as_dict() const { return *dict_; }
   ValueDict& namespace_attributes() const { return *dict_; }
   const Callable& as_callable() const { return *callable_; }
-  const std::string& undefined_hint() const { return str_; }
+  const std::string& undefined_hint() const { return as_string(); }
   bool same_object(const Value& other) const;  // identity of a namespace or callable
 
   bool truthy() const;
@@ -101,7 +103,8 @@ class Value {
   Type type_ = Type::kUndefined;
   int64_t int_ = 0;
   double float_ = 0;
-  std::string str_;  // the string, or the hint of an undefined value
+  static const std::string& empty_string();
+  std::shared_ptr<const std::string> str_;  // the string, or the hint of an undefined value
   std::shared_ptr<const ListData> list_;
   std::shared_ptr<ValueDict> dict_;  // dict (never mutated once built) or namespace
   std::shared_ptr<const Callable> callable_;

@@ -73,7 +73,8 @@ class ChatTemplate {
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
   // Renders with the variables chat templates expect: messages, add_generation_prompt,
-  // bos_token, eos_token (and any extra string variables given).
+  // bos_token, eos_token (and any extra string variables given). As in transformers, `tools` and
+  // `documents` are None unless given.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const std::map<std::string, std::string>& variables = {}) const;
   std::string render(const std::vector<ChatMessage>& messages, const RenderOptions& options) const;
