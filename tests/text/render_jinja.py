@@ -1,7 +1,8 @@
 """Renders template cases with Python's Jinja2 configured as Hugging Face transformers configures
 it for chat templates (the reference for test_chat_template):
-ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loop controls, tojson as
-json.dumps(ensure_ascii=False, ...), raise_exception(message) and strftime_now(format).
+ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loop controls and the
+{% generation %} block, tojson as json.dumps(ensure_ascii=False, ...), raise_exception(message)
+and strftime_now(format).
 
     python3 render_jinja.py CASES.json OUT.json
 
@@ -25,9 +26,24 @@ def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
 
+class GenerationBlock(jinja2.ext.Extension):
+    """{% generation %}...{% endgeneration %}: transformers marks assistant text with it; the
+    render is the block's body, in a call block of its own as transformers compiles it."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_body", [])
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
 def environment(now):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[jinja2.ext.loopcontrols, GenerationBlock])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     when = datetime.datetime(*now) if now else None

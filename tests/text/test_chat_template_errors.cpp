@@ -196,8 +196,9 @@ TEST(ChatTemplateErrors, TemplatesWhosePrefixesDoNotNestHaveNoSpans) {
   EXPECT_EQ(error_of<zeroshard::ConfigError>(
                 [&] { rewrites_history.render_for_training({{"user", "q"}, {"assistant", "a"}, {"user", "r"}}, {}); }),
             "history.jinja: assistant message 1: the render of messages[:2] is not a prefix of the render of the "
-            "whole conversation (at byte 22: 'a</s>' against '[earlier]</s><user>r</s>'): this template renders "
-            "the turn differently once later messages follow, so its span cannot be found from prefixes");
+            "whole conversation (at byte 22: 'a</s>' against '[earlier]</s><user>r</s>'), nor is it one followed "
+            "by the eos_token: this template renders the turn differently once later messages follow, so its span "
+            "cannot be found from prefixes");
 }
 
 }  // namespace

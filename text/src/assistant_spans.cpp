@@ -31,36 +31,59 @@ std::string first_difference(const std::string& shorter, const std::string& long
   return "at byte " + std::to_string(from) + ": " + excerpt(shorter) + " against " + excerpt(longer);
 }
 
+bool starts_with(const std::string& s, const std::string& prefix, size_t length) {
+  return s.size() >= length && s.compare(0, length, prefix, 0, length) == 0;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The eos_token of the render, when one is given (a template may append it to close a
+// conversation that ends without a generation prompt, as Phi-3's does).
+std::string eos_token(const jinja::ValueDict& variables) {
+  const jinja::Value* eos = variables.find("eos_token");
+  return eos != nullptr && eos->is_string() ? eos->as_string() : std::string();
+}
+
 TrainingText spans_of(const jinja::Template& tmpl, const detail::Conversation& c, const RenderOptions& options) {
   auto render = [&](size_t count, bool add_generation_prompt) {
     return tmpl.render(detail::render_variables(c, count, add_generation_prompt, options), options.now);
   };
   TrainingText out;
   out.text = render(c.messages.size(), false);
+  const std::string eos = eos_token(detail::render_variables(c, 0, false, options));
   size_t previous_end = 0;
   for (size_t i = 0; i < c.messages.size(); ++i) {
     if (!is_assistant(c.messages[i])) continue;
     const std::string head = render(i, true);
     const std::string through = render(i + 1, false);
     const std::string where = tmpl.source_name() + ": assistant message " + std::to_string(i) + ": ";
-    if (through.compare(0, head.size(), head) != 0) {
+    if (!starts_with(through, head, head.size())) {
       ZS_THROW(ConfigError, where, "the render of messages[:", i, "] with add_generation_prompt=true is not a "
                "prefix of the render of messages[:", i + 1, "] (", first_difference(head, through),
                "): the template changes what precedes an assistant message once the message is there (a "
                "generation prompt unlike the turn's start, or text that moves to the last user turn), so the "
                "turn's span cannot be found from prefixes");
     }
-    if (out.text.compare(0, through.size(), through) != 0) {
+    // A render that closes the conversation with the EOS (Phi-3) has it after the turn; the whole
+    // conversation then ends with it, and the turn ends before it.
+    size_t end = through.size();
+    if (!starts_with(out.text, through, end) && !eos.empty() && ends_with(through, eos) && ends_with(out.text, eos) &&
+        starts_with(out.text, through, through.size() - eos.size()) && through.size() - eos.size() > head.size()) {
+      end = through.size() - eos.size();
+    }
+    if (!starts_with(out.text, through, end)) {
       ZS_THROW(ConfigError, where, "the render of messages[:", i + 1, "] is not a prefix of the render of the "
-               "whole conversation (", first_difference(through, out.text), "): this template renders the turn "
-               "differently once later messages follow, so its span cannot be found from prefixes");
+               "whole conversation (", first_difference(through, out.text), "), nor is it one followed by "
+               "the eos_token: this template renders the turn differently once later messages follow, so its "
+               "span cannot be found from prefixes");
     }
     if (head.size() < previous_end) {
       ZS_THROW(ConfigError, where, "its turn starts at byte ", head.size(), ", inside the previous assistant "
                "turn (which ends at byte ", previous_end, ")");
     }
-    out.assistant.push_back(AssistantSpan{i, head.size(), through.size()});
-    previous_end = through.size();
+    out.assistant.push_back(AssistantSpan{i, head.size(), end});
+    previous_end = end;
   }
   return out;
 }

@@ -87,9 +87,10 @@ class ChatTemplate {
   // without help from the template: for assistant message i, the render of messages[:i] with
   // add_generation_prompt=true ends where the message begins, and the render of messages[:i+1]
   // ends where its turn ends. Each of those renders must be a prefix of the next and of the
-  // whole conversation's render; a template that breaks this (one that renders earlier turns
-  // differently once later ones exist) is a ConfigError naming the message. options'
-  // add_generation_prompt is ignored.
+  // whole conversation's render, except for an eos_token the template adds only to close a
+  // conversation without a generation prompt (Phi-3), which the last turn's span includes. A template
+  // that breaks this (one that renders earlier turns differently once later ones exist) is a
+  // ConfigError naming the message. options' add_generation_prompt is ignored.
   TrainingText render_for_training(const std::vector<ChatMessage>& messages, const RenderOptions& options) const;
   TrainingText render_json_for_training(const std::string& conversation_json, const RenderOptions& options) const;
 
