@@ -12,9 +12,9 @@ namespace {
 namespace zt = zeroshard::text;
 
 const char* const kFilters =
-    "abs, capitalize, count, d, default, first, float, indent, int, items, join, last, length, list, lower, map, "
-    "reject, rejectattr, replace, reverse, round, safe, select, selectattr, sort, string, title, tojson, trim, "
-    "unique, upper";
+    "abs, capitalize, count, d, default, dictsort, first, float, indent, int, items, join, last, length, list, "
+    "lower, map, max, min, reject, rejectattr, replace, reverse, round, safe, select, selectattr, sort, string, "
+    "sum, title, tojson, trim, unique, upper";
 const char* const kTests =
     "boolean, callable, defined, divisibleby, eq, equalto, even, false, float, ge, gt, greaterthan, in, integer, "
     "iterable, le, lower, lt, lessthan, mapping, ne, none, number, odd, sequence, string, true, undefined, upper";

@@ -245,6 +245,29 @@ Value Evaluator::eval(const Expr& expr, const ScopePtr& scope) {
   }
 }
 
+Value Evaluator::eval_container(const Expr& expr, const ScopePtr& scope) {
+  if (expr.kind == Expr::Kind::kList) {
+    ValueList items;
+    for (const ExprPtr& e : as<ListExpr>(expr).items) items.push_back(eval(*e, scope));
+    return Value::list(std::move(items), as<ListExpr>(expr).tuple);
+  }
+  ValueDict d;
+  for (const auto& [k, v] : as<DictExpr>(expr).items) {
+    Value key = eval(*k, scope);
+    if (!key.is_string()) throw EvalError(std::string("dict keys must be strings, not ") + key.type_name());
+    d.set(key.as_string(), eval(*v, scope));
+  }
+  return Value::dict(std::move(d));
+}
+
+Value Evaluator::eval_call(const CallExpr& call, const ScopePtr& scope) {
+  const Value callee = eval(*call.callee, scope);
+  CallArgs args = eval_args(call.args, scope);
+  if (callee.is_undefined()) fail_undefined(callee);
+  if (!callee.is_callable()) throw EvalError(std::string("'") + callee.type_name() + "' object is not callable");
+  return callee.as_callable().call(args);
+}
+
 Value Evaluator::eval_node(const Expr& expr, const ScopePtr& scope) {
   using K = Expr::Kind;
   switch (expr.kind) {
@@ -254,20 +277,7 @@ Value Evaluator::eval_node(const Expr& expr, const ScopePtr& scope) {
       const Value* v = scope->find(name);
       return v != nullptr ? *v : Value::undefined("'" + name + "' is undefined");
     }
-    case K::kList: {
-      ValueList items;
-      for (const ExprPtr& e : as<ListExpr>(expr).items) items.push_back(eval(*e, scope));
-      return Value::list(std::move(items), as<ListExpr>(expr).tuple);
-    }
-    case K::kDict: {
-      ValueDict d;
-      for (const auto& [k, v] : as<DictExpr>(expr).items) {
-        Value key = eval(*k, scope);
-        if (!key.is_string()) throw EvalError(std::string("dict keys must be strings, not ") + key.type_name());
-        d.set(key.as_string(), eval(*v, scope));
-      }
-      return Value::dict(std::move(d));
-    }
+    case K::kList: case K::kDict: return eval_container(expr, scope);
     case K::kAttribute:
       return get_attribute(eval(*as<AttributeExpr>(expr).object, scope), as<AttributeExpr>(expr).name);
     case K::kItem: return get_item(eval(*as<ItemExpr>(expr).object, scope), eval(*as<ItemExpr>(expr).index, scope));
@@ -276,14 +286,7 @@ Value Evaluator::eval_node(const Expr& expr, const ScopePtr& scope) {
       auto part = [&](const ExprPtr& e) { return e ? eval(*e, scope) : Value::none(); };
       return get_slice(eval(*s.object, scope), part(s.start), part(s.stop), part(s.step));
     }
-    case K::kCall: {
-      const auto& call = as<CallExpr>(expr);
-      const Value callee = eval(*call.callee, scope);
-      CallArgs args = eval_args(call.args, scope);
-      if (callee.is_undefined()) fail_undefined(callee);
-      if (!callee.is_callable()) throw EvalError(std::string("'") + callee.type_name() + "' object is not callable");
-      return callee.as_callable().call(args);
-    }
+    case K::kCall: return eval_call(as<CallExpr>(expr), scope);
     case K::kFilter: {
       const auto& f = as<FilterExpr>(expr);
       return apply_filter(f, eval(*f.operand, scope), scope);

@@ -47,6 +47,8 @@ class Evaluator {
 
   Value eval(const Expr& expr, const ScopePtr& scope);
   Value eval_node(const Expr& expr, const ScopePtr& scope);
+  Value eval_container(const Expr& expr, const ScopePtr& scope);  // list, tuple or dict literal
+  Value eval_call(const CallExpr& call, const ScopePtr& scope);
   CallArgs eval_args(const Arguments& args, const ScopePtr& scope);
   Value apply_filter(const FilterExpr& filter, const Value& operand, const ScopePtr& scope);
   bool eval_compare(const CompareExpr& expr, const ScopePtr& scope);

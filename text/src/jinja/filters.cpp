@@ -291,6 +291,52 @@ Value f_unique(const Value& v, CallArgs& a) {
   return Value::list(std::move(out));
 }
 
+Value f_dictsort(const Value& v, CallArgs& a) {
+  BoundArgs args(a, "dictsort", {"case_sensitive", "by", "reverse"});
+  if (!v.is_dict()) throw EvalError(std::string("dictsort: expected a dict, got ") + v.type_name());
+  const bool case_sensitive = args.flag(0, false), reverse = args.flag(2, false);
+  const std::string by = args.string(1, "key");
+  if (by != "key" && by != "value") throw EvalError("dictsort: by must be 'key' or 'value'");
+  std::vector<std::pair<Value, Value>> keyed;  // sort key, (key, value) pair
+  for (const auto& [key, value] : v.as_dict().items()) {
+    keyed.emplace_back(sort_key(by == "key" ? Value(key) : value, std::nullopt, case_sensitive),
+                       Value::list({Value(key), value}, true));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    return reverse ? compare(CompareOp::kLt, y.first, x.first) : compare(CompareOp::kLt, x.first, y.first);
+  });
+  ValueList out;
+  for (auto& kv : keyed) out.push_back(std::move(kv.second));
+  return Value::list(std::move(out));
+}
+
+Value f_sum(const Value& v, CallArgs& a) {
+  BoundArgs args(a, "sum", {"attribute", "start"});
+  const std::optional<std::string> attribute = args.optional_string(0);
+  Value total = args.get(1, Value(int64_t{0}));
+  for (const Value& item : iterate(v)) total = binary(BinaryOp::kAdd, total, attribute ? get_attribute_path(item, *attribute) : item);
+  return total;
+}
+
+// min / max: the first smallest (largest) item, comparing strings without case unless asked.
+Value extreme(const Value& v, CallArgs& a, const char* name, bool largest) {
+  BoundArgs args(a, name, {"case_sensitive", "attribute"});
+  const bool case_sensitive = args.flag(0, false);
+  const std::optional<std::string> attribute = args.optional_string(1);
+  std::optional<Value> best, best_key;
+  for (const Value& item : iterate(v)) {
+    Value key = sort_key(item, attribute, case_sensitive);
+    if (!best || compare(CompareOp::kLt, largest ? *best_key : key, largest ? key : *best_key)) {
+      best = item;
+      best_key = std::move(key);
+    }
+  }
+  return best ? *best : Value::undefined("No aggregated item, sequence was empty.");
+}
+
+Value f_min(const Value& v, CallArgs& a) { return extreme(v, a, "min", false); }
+Value f_max(const Value& v, CallArgs& a) { return extreme(v, a, "max", true); }
+
 // select / reject / selectattr / rejectattr: keep items whose (attribute's) test result is `keep`.
 Value select_items(const Value& v, CallArgs& a, const char* name, bool by_attribute, bool keep) {
   BoundArgs args(a, name, by_attribute ? std::initializer_list<const char*>{"attribute", "test"}
@@ -378,12 +424,13 @@ struct FilterEntry {
 
 const FilterEntry kFilters[] = {
     {"abs", f_abs},           {"capitalize", f_capitalize}, {"count", f_length},     {"d", f_default},
-    {"default", f_default},   {"first", f_first},           {"float", f_float},      {"indent", f_indent},
-    {"int", f_int},           {"items", f_items},           {"join", f_join},        {"last", f_last},
-    {"length", f_length},     {"list", f_list},             {"lower", f_lower},      {"map", f_map},
-    {"reject", f_reject},     {"rejectattr", f_rejectattr}, {"replace", f_replace},  {"reverse", f_reverse},
-    {"round", f_round},       {"safe", f_safe},             {"select", f_select},    {"selectattr", f_selectattr},
-    {"sort", f_sort},         {"string", f_string},         {"title", f_title},      {"tojson", f_tojson},
+    {"default", f_default},   {"dictsort", f_dictsort},     {"first", f_first},      {"float", f_float},
+    {"indent", f_indent},     {"int", f_int},               {"items", f_items},      {"join", f_join},
+    {"last", f_last},         {"length", f_length},         {"list", f_list},        {"lower", f_lower},
+    {"map", f_map},           {"max", f_max},               {"min", f_min},          {"reject", f_reject},
+    {"rejectattr", f_rejectattr}, {"replace", f_replace},   {"reverse", f_reverse},  {"round", f_round},
+    {"safe", f_safe},         {"select", f_select},         {"selectattr", f_selectattr}, {"sort", f_sort},
+    {"string", f_string},     {"sum", f_sum},               {"title", f_title},      {"tojson", f_tojson},
     {"trim", f_trim},         {"unique", f_unique},         {"upper", f_upper},
 };
 
@@ -398,9 +445,9 @@ FilterFn find_filter(std::string_view name) {
 
 bool is_jinja_filter(std::string_view name) {
   static const char* const kJinja[] = {
-      "attr", "batch", "center", "dictsort", "e", "escape", "filesizeformat", "forceescape", "format",
-      "groupby", "max", "min", "pprint", "random", "slice", "striptags", "sum", "truncate", "urlencode",
-      "urlize", "wordcount", "wordwrap", "xmlattr"};
+      "attr", "batch", "center", "e", "escape", "filesizeformat", "forceescape", "format", "groupby",
+      "pprint", "random", "slice", "striptags", "truncate", "urlencode", "urlize", "wordcount", "wordwrap",
+      "xmlattr"};
   return find_filter(name) != nullptr ||
          std::any_of(std::begin(kJinja), std::end(kJinja), [&](const char* n) { return name == n; });
 }
