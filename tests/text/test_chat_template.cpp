@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "jinja/json_value.h"
 #include "jinja/template.h"
@@ -402,6 +403,33 @@ TEST(ChatTemplateSpans, ToolCallTurnsAreSpansToo) {
     const std::string answer = t.text.substr(t.assistant[1].begin, t.assistant[1].end - t.assistant[1].begin);
     EXPECT_EQ(answer, std::string("It is 21 °C and clear in Paris.") + f.turn_end);
   }
+}
+
+// One ChatTemplate renders from several threads at once, each render as it is alone.
+TEST(ChatTemplateThreads, ConcurrentRendersMatchSerialOnes) {
+  const Family& f = kFamilies[2];  // llama3_1: sets, tojson, strftime_now, tools
+  const zt::ChatTemplate tmpl(family_source(f), "llama3_1.jinja");
+  std::vector<std::string> conversations, expected;
+  for (const Conversation& c : suite().conversations) {
+    if (!applies(c, f) || c.name == "roles_out_of_order") continue;
+    conversations.push_back(c.json.dump());
+    expected.push_back(tmpl.render_json(conversations.back(), options_for(f, true)));
+  }
+  std::vector<std::string> failures(4);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < failures.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t k = 0; k < conversations.size(); ++k) {
+          if (tmpl.render_json(conversations[k], options_for(f, true)) != expected[k]) {
+            failures[t] = "conversation " + std::to_string(k) + " in round " + std::to_string(round);
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& failure : failures) EXPECT_EQ(failure, "");
 }
 
 // The engine's Unicode operations against CPython's for every code point both know.
