@@ -1,6 +1,6 @@
 // zeroshard's chat templates against the two reference implementations, byte for byte:
 // @huggingface/jinja 0.5.11 (Node) and Python's Jinja2 configured as transformers configures it.
-//  - the chat templates of the Llama 2/3/3.1, Mistral v0.1/v0.3, Qwen2/2.5 and Zephyr families
+//  - the chat templates of the Llama 2/3/3.1, Mistral v0.1/v0.3, Qwen2/2.5, Phi-3 and Zephyr families
 //    (tests/text/templates: written for these tests with each family's constructs, as no
 //    installed package ships the originals) over the conversations of conversations.json, with
 //    and without a generation prompt;
