@@ -58,12 +58,14 @@ packages=(
   libpng-dev                            # zeroshard-plot's PNG output
   shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
   zlib1g-dev                            # gzip-compressed datasets (IDX files)
+  libicu-dev nlohmann-json3-dev         # chat templates (zs_text): Unicode case mapping; JSON conversations
   fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
   dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
 # /usr/bin/python3 with PyTorch for the round-trip tests; Compose v1 to check docker/docker-compose.yml;
-# /usr/bin/time for bench_vs_pytorch_smoke (check-libtorch2.sh's minimal root lacked it).
-((with_tests)) && packages+=(python3-torch docker-compose time)
+# /usr/bin/time for bench_vs_pytorch_smoke (check-libtorch2.sh's minimal root lacked it); Jinja2, the
+# reference the chat-template test compares with (as Hugging Face transformers configures it).
+((with_tests)) && packages+=(python3-torch docker-compose time python3-jinja2)
 ((container)) && packages+=(openssh-server)  # sshd: mpirun starts the ranks of other containers
 if ((cuda)); then
   # The CUDA LibTorch comes from PyTorch's zip (docker/Dockerfile.cuda), NCCL from NVIDIA's repository.
