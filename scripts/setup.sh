@@ -56,14 +56,17 @@ packages=(
   libcli11-dev                          # command lines (CLI11, header-only)
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
+  libpcre2-dev libutf8proc-dev          # tokenizers (zs_text): split regexes, Unicode normalization
+  nlohmann-json3-dev libsentencepiece-dev  # tokenizer.json files; SentencePiece tokenizer.model files
   shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
   zlib1g-dev                            # gzip-compressed datasets (IDX files)
   fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
   dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
 # /usr/bin/python3 with PyTorch for the round-trip tests; Compose v1 to check docker/docker-compose.yml;
-# /usr/bin/time for bench_vs_pytorch_smoke (check-libtorch2.sh's minimal root lacked it).
-((with_tests)) && packages+=(python3-torch docker-compose time)
+# /usr/bin/time for bench_vs_pytorch_smoke (check-libtorch2.sh's minimal root lacked it);
+# SentencePiece's Python module trains and encodes the tokenizer tests' reference models.
+((with_tests)) && packages+=(python3-torch docker-compose time python3-sentencepiece)
 ((container)) && packages+=(openssh-server)  # sshd: mpirun starts the ranks of other containers
 if ((cuda)); then
   # The CUDA LibTorch comes from PyTorch's zip (docker/Dockerfile.cuda), NCCL from NVIDIA's repository.
