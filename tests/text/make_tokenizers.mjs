@@ -131,6 +131,11 @@ for (const [name, ranks] of Object.entries(rankSets)) {
     { type: 'NFKC' }, { type: 'Lowercase' }] };
   json.pre_tokenizer = byteLevel({ add_prefix_space: true });
   writeCase('gpt2-normalized', json, { eos_token: '<|endoftext|>' });
+  // And with accents stripped after NFD, split at whitespace, a space before every word.
+  json.normalizer = { type: 'Sequence', normalizers: [{ type: 'NFD' }, { type: 'StripAccents' }, { type: 'Lowercase' }] };
+  json.pre_tokenizer = { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' },
+    byteLevel({ add_prefix_space: true, use_regex: false })] };
+  writeCase('gpt2-nfd-wsplit', json, { eos_token: '<|endoftext|>' });
 }
 {  // cl100k (GPT-4) and a Qwen2-style variant: a Split regex then ByteLevel without its own regex.
   const { vocab, merges } = bpeFromRanks(rankSets.cl100k_base);

@@ -192,6 +192,113 @@ TEST(Tokenizer, ByteTokenizer) {
   EXPECT_EQ(error_of([&] { tok->decode({256}); }), "byte tokenizer: decode: token id 256 is not in the vocabulary (256 ids)");
 }
 
+// A model whose merges show where the pre-tokenizer cut: "a-", "-a" and "--" form only inside a
+// piece.
+std::string dash_json(const std::string& pre_tokenizer, const std::string& decoder = "null") {
+  return R"({"pre_tokenizer": )" + pre_tokenizer + R"(, "decoder": )" + decoder +
+         R"(, "model": {"type": "BPE", "vocab": {"a": 0, "-": 1, "a-": 2, "-a": 3, "--": 4},
+             "merges": ["a -", "- a", "- -"]}})";
+}
+
+std::string split_json(const std::string& pattern, const std::string& behavior, bool invert) {
+  return R"({"type": "Split", "pattern": {"String": ")" + pattern + R"("}, "behavior": ")" + behavior +
+         R"(", "invert": )" + (invert ? "true" : "false") + "}";
+}
+
+TEST(Tokenizer, SplitBehaviors) {
+  const struct {
+    std::string pattern, behavior;
+    bool invert;
+    Ids ids;  // of "a--a"
+  } cases[] = {
+      {"-", "Isolated", false, {0, 1, 1, 0}},           // a | - | - | a
+      {"-", "Removed", false, {0, 0}},                  // a | a
+      {"-", "MergedWithPrevious", false, {2, 1, 0}},    // a- | - | a
+      {"-", "MergedWithNext", false, {0, 1, 3}},        // a | - | -a
+      {"-", "Contiguous", false, {0, 4, 0}},            // a | -- | a
+      {"a", "Isolated", true, {0, 4, 0}},               // the matches are the content: a | -- | a
+      {"a", "Removed", true, {0, 0}},                   // ... and the rest goes
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    TinyDir d("tok_split" + std::to_string(n++), dash_json(split_json(c.pattern, c.behavior, c.invert)));
+    EXPECT_EQ(d.load()->encode("a--a"), c.ids) << c.behavior << (c.invert ? " inverted" : "");
+  }
+  TinyDir whole("tok_split_none", dash_json("null"));
+  EXPECT_EQ(whole.load()->encode("a--a"), (Ids{2, 3}));  // one piece: a- (rank 0), then -a (1)
+}
+
+TEST(Tokenizer, WhitespacePunctuationPreTokenizers) {
+  TinyDir ws("tok_ws", dash_json(R"({"type": "WhitespaceSplit"})"));
+  EXPECT_EQ(ws.load()->encode("a-\u2003 -a"), (Ids{2, 3}));  // em space and space both split
+  TinyDir punct("tok_punct", dash_json(R"({"type": "Punctuation", "behavior": "MergedWithPrevious"})"));
+  EXPECT_EQ(punct.load()->encode("a--a"), (Ids{2, 1, 0}));
+}
+
+TEST(Tokenizer, Decoders) {
+  const auto decode_with = [](const std::string& name, const std::string& decoder, const std::string& vocab,
+                              const Ids& ids) {
+    TinyDir d(name, R"({"decoder": )" + decoder + R"(, "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})");
+    return d.load()->decode(ids);
+  };
+  const std::string meta = R"({"▁▁": 0, "▁a": 1, "b": 2})";
+  // Metaspace: ▁ becomes a space, except in the first token when a ▁ was prepended (all of them there).
+  EXPECT_EQ(decode_with("tok_dec_ms", R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"})", meta,
+                        {0, 1, 2}),
+            " ab");
+  EXPECT_EQ(decode_with("tok_dec_ms2", R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "never"})", meta,
+                        {0, 1, 2}),
+            "   ab");
+  EXPECT_EQ(decode_with("tok_dec_bpe", R"({"type": "BPEDecoder", "suffix": "</w>"})", R"({"a</w>": 0, "b</w>": 1})",
+                        {0, 1, 0}),
+            "a b a");
+  // ByteLevel: one string of all bytes; an incomplete sequence becomes U+FFFD.
+  EXPECT_EQ(decode_with("tok_dec_bl", R"({"type": "ByteLevel"})", R"({"Ġa": 0, "Ã": 1, "©": 2})", {0, 1, 2, 1}),
+            " a\xC3\xA9\xEF\xBF\xBD");
+  EXPECT_EQ(decode_with("tok_dec_re",
+                        R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"Regex": "_+"}, "content": "-"},
+                            {"type": "Strip", "content": "-", "start": 2, "stop": 1}]})",
+                        R"({"__a__": 0, "b_": 1})", {0, 1}),
+            "ab");  // per token: "-a-" -> "a", "b-" -> "b"
+  // No decoder: tokens joined by spaces.
+  EXPECT_EQ(decode_with("tok_dec_none", "null", R"({"x": 0, "y": 1})", {0, 1}), "x y");
+}
+
+TEST(Tokenizer, BpeAffixes) {
+  TinyDir prefix("tok_prefix", R"({"model": {"type": "BPE", "continuing_subword_prefix": "##",
+      "vocab": {"a": 0, "##b": 1, "ab": 2}, "merges": ["a ##b"]}})");
+  EXPECT_EQ(prefix.load()->encode("ab"), (Ids{2}));
+  EXPECT_EQ(prefix.load()->encode("ba"), Ids{});  // "b" has no token and there is no unk token
+  TinyDir suffix("tok_suffix", R"({"model": {"type": "BPE", "end_of_word_suffix": "</w>",
+      "vocab": {"a": 0, "b</w>": 1, "ab</w>": 2}, "merges": ["a b</w>"]}})");
+  EXPECT_EQ(suffix.load()->encode("ab"), (Ids{2}));
+}
+
+TEST(Tokenizer, PostProcessors) {
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"[CLS]": 0, "[SEP]": 1, "a": 2}, "merges": []})";
+  TinyDir string_form("tok_tpl", R"({"post_processor": {"type": "TemplateProcessing", "single": "[CLS]:0 $A:0 [SEP]:0",
+      "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [0], "tokens": ["[CLS]"]},
+                         "[SEP]": {"id": "[SEP]", "ids": [1], "tokens": ["[SEP]"]}}}, )" + model + "}");
+  EXPECT_EQ(string_form.load()->encode("a"), (Ids{0, 2, 1}));
+  EXPECT_EQ(string_form.load()->encode("a", false), (Ids{2}));
+  TinyDir roberta("tok_roberta", R"({"post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel"},
+      {"type": "RobertaProcessing", "sep": ["[SEP]", 1], "cls": ["[CLS]", 0]}]}, )" + model + "}");
+  EXPECT_EQ(roberta.load()->encode("aa"), (Ids{0, 2, 2, 1}));
+}
+
+TEST(Tokenizer, ConfigChatTemplateListAndAddedTokensDecoder) {
+  TinyDir d("tok_cfg2", tiny_json(kMetaspaceWhole),
+            R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}],
+                "added_tokens_decoder": {"30": {"content": "<|im_end|>", "special": true}},
+                "eos_token": "<|im_end|>"})");
+  const auto tok = d.load();
+  EXPECT_EQ(tok->chat_template(), "D");
+  EXPECT_EQ(tok->vocab_size(), 31);
+  EXPECT_EQ(tok->eos_id(), 30);
+  EXPECT_EQ(tok->encode("a<|im_end|>", false), (Ids{11, 30}));
+  EXPECT_EQ(tok->decode({11, 30}, true), "a");
+}
+
 // ---- bad input: one exact message each ----
 
 TEST(TokenizerErrors, UnknownModelType) {

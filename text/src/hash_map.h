@@ -11,6 +11,13 @@
 
 namespace zeroshard::text::detail {
 
+inline uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Every output bit depends on every input byte (the final mix), so the low bits index tables.
 inline uint64_t hash_bytes(std::string_view s) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ (s.size() * 0xFF51AFD7ED558CCDull);
   size_t i = 0;
@@ -22,36 +29,32 @@ inline uint64_t hash_bytes(std::string_view s) {
   }
   uint64_t tail = 0;
   std::memcpy(&tail, s.data() + i, s.size() - i);
-  h = (h ^ tail) * 0x94D049BB133111EBull;
-  return h ^ (h >> 31);
+  return mix64(h ^ tail);
 }
 
-inline uint64_t mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// Text -> int32 value. Keys are copied into one arena.
+// Text -> int32 value. Keys are copied into one arena; slots keep 32 bits of the hash, so a probe
+// compares bytes only when those match.
 class StringIdMap {
  public:
   // Inserts or overwrites; returns false when the key was already there.
   bool insert(std::string_view key, int32_t value) {
     if ((count_ + 1) * 4 >= slots_.size() * 3) grow();
-    Slot& s = slots_[locate(key)];
-    if (s.value_set) {
+    const uint64_t h = hash_bytes(key);
+    Slot& s = slots_[locate(key, h)];
+    if (s.used) {
       s.value = value;
       return false;
     }
-    s = Slot{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), value, true};
+    s = Slot{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(key.size()), value,
+             static_cast<uint32_t>(h >> 32), true};
     arena_.append(key);
     ++count_;
     return true;
   }
   const int32_t* find(std::string_view key) const {
     if (slots_.empty()) return nullptr;
-    const Slot& s = slots_[locate(key)];
-    return s.value_set ? &s.value : nullptr;
+    const Slot& s = slots_[locate(key, hash_bytes(key))];
+    return s.used ? &s.value : nullptr;
   }
   size_t size() const { return count_; }
 
@@ -59,13 +62,15 @@ class StringIdMap {
   struct Slot {
     uint32_t offset = 0, length = 0;
     int32_t value = 0;
-    bool value_set = false;
+    uint32_t tag = 0;  // the hash's high half
+    bool used = false;
   };
-  size_t locate(std::string_view key) const {
+  size_t locate(std::string_view key, uint64_t h) const {
     const size_t mask = slots_.size() - 1;
-    size_t i = hash_bytes(key) & mask;
-    while (slots_[i].value_set &&
-           std::string_view(arena_.data() + slots_[i].offset, slots_[i].length) != key) {
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    size_t i = h & mask;
+    while (slots_[i].used && (slots_[i].tag != tag || slots_[i].length != key.size() ||
+                              std::memcmp(arena_.data() + slots_[i].offset, key.data(), key.size()) != 0)) {
       i = (i + 1) & mask;
     }
     return i;
@@ -73,8 +78,12 @@ class StringIdMap {
   void grow() {
     std::vector<Slot> old = std::move(slots_);
     slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
+    const size_t mask = slots_.size() - 1;
     for (const Slot& s : old) {
-      if (s.value_set) slots_[locate(std::string_view(arena_.data() + s.offset, s.length))] = s;
+      if (!s.used) continue;
+      size_t i = hash_bytes(std::string_view(arena_.data() + s.offset, s.length)) & mask;
+      while (slots_[i].used) i = (i + 1) & mask;
+      slots_[i] = s;
     }
   }
   std::vector<Slot> slots_;

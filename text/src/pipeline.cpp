@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <unordered_map>
 
+#include "hash_map.h"
 #include "unicode.h"
 #include "zeroshard/base/error.h"
 
@@ -12,11 +12,54 @@ namespace zeroshard::text::detail {
 namespace {
 
 // Recently encoded pieces of one tokenizer on one thread. Text repeats (Zipf), so most pieces
-// are found here; the cache starts over when full.
-struct PieceCache {
-  static constexpr size_t kCapacity = 1 << 16;
+// are found here. A flat open-addressing table over two arenas (piece bytes, ids); it starts over
+// when full.
+class PieceCache {
+ public:
+  static constexpr size_t kCapacity = 1 << 16;  // pieces
   static constexpr size_t kMaxPieceBytes = 256;
-  std::unordered_map<std::string, std::vector<int32_t>> entries;
+
+  PieceCache() : slots_(kCapacity * 2) {}
+
+  // The ids of `piece`, or false.
+  bool find(std::string_view piece, uint64_t hash, std::vector<int32_t>& out) const {
+    for (size_t i = hash & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      const Slot& s = slots_[i];
+      if (s.key_length == kEmpty) return false;
+      if (s.hash == hash && std::string_view(keys_.data() + s.key_offset, s.key_length) == piece) {
+        out.insert(out.end(), ids_.begin() + s.ids_offset, ids_.begin() + s.ids_offset + s.ids_length);
+        return true;
+      }
+    }
+  }
+
+  void insert(std::string_view piece, uint64_t hash, const int32_t* ids, size_t n) {
+    if (count_ >= kCapacity) clear();
+    size_t i = hash & (slots_.size() - 1);
+    while (slots_[i].key_length != kEmpty) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = Slot{hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(piece.size()),
+                     static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)};
+    keys_.append(piece);
+    ids_.insert(ids_.end(), ids, ids + n);
+    ++count_;
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_offset = 0, key_length = kEmpty, ids_offset = 0, ids_length = 0;
+  };
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    keys_.clear();
+    ids_.clear();
+    count_ = 0;
+  }
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t count_ = 0;
 };
 
 PieceCache& piece_cache(uint64_t tokenizer) {
@@ -102,41 +145,45 @@ std::vector<int32_t> PipelineTokenizer::encode(std::string_view text, bool add_s
 }
 
 void PipelineTokenizer::encode_section(std::string_view text, bool at_start, std::vector<int32_t>& ids) const {
-  std::string normalized(text);
-  if (parts_.normalizer) parts_.normalizer->normalize(normalized);
+  std::string normalized_text;
+  std::string_view normalized = text;
+  if (parts_.normalizer) {
+    normalized_text.assign(text);
+    parts_.normalizer->normalize(normalized_text);
+    normalized = normalized_text;
+  }
   if (normalized.empty()) return;
   std::vector<AddedVocabulary::Span> spans;
   added_.split(normalized, true, spans);
-  std::vector<Piece> pieces;
+  Pieces section, pieces;
   for (const auto& span : spans) {
     if (span.id >= 0) {
       ids.push_back(span.id);
       continue;
     }
-    pieces.clear();
-    pieces.push_back(Piece{normalized.substr(span.begin, span.end - span.begin), at_start && span.begin == 0});
-    if (parts_.pre_tokenizer) parts_.pre_tokenizer->split(pieces);
-    for (const Piece& piece : pieces) {
-      if (!piece.text.empty()) encode_piece(piece.text, ids);
+    section.clear();
+    section.add(normalized.substr(span.begin, span.end - span.begin), at_start && span.begin == 0);
+    const Pieces* words = &section;
+    if (parts_.pre_tokenizer) {
+      pieces.clear();
+      parts_.pre_tokenizer->split(section, pieces);
+      words = &pieces;
     }
+    for (size_t i = 0; i < words->size(); ++i) encode_piece((*words)[i], ids);
   }
 }
 
-void PipelineTokenizer::encode_piece(const std::string& piece, std::vector<int32_t>& ids) const {
+void PipelineTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const {
   if (piece.size() > PieceCache::kMaxPieceBytes) {
     parts_.model->encode(piece, ids);
     return;
   }
   PieceCache& cache = piece_cache(cache_id_);
-  const auto hit = cache.entries.find(piece);
-  if (hit != cache.entries.end()) {
-    ids.insert(ids.end(), hit->second.begin(), hit->second.end());
-    return;
-  }
+  const uint64_t hash = hash_bytes(piece);
+  if (cache.find(piece, hash, ids)) return;
   const size_t first = ids.size();
   parts_.model->encode(piece, ids);
-  if (cache.entries.size() >= PieceCache::kCapacity) cache.entries.clear();
-  cache.entries.emplace(piece, std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end()));
+  cache.insert(piece, hash, ids.data() + first, ids.size() - first);
 }
 
 const std::string* PipelineTokenizer::token_text(int32_t id) const {

@@ -51,7 +51,7 @@ class PipelineTokenizer : public Tokenizer {
 
  private:
   void encode_section(std::string_view text, bool at_start, std::vector<int32_t>& ids) const;
-  void encode_piece(const std::string& piece, std::vector<int32_t>& ids) const;
+  void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const;
   const std::string* token_text(int32_t id) const;
   std::optional<int32_t> config_token_id(const TokenizerConfig& config, const std::optional<std::string>& token,
                                          const char* key) const;

@@ -16,18 +16,9 @@ using Matches = std::vector<std::pair<size_t, size_t>>;
 // GPT-2's split pattern, which the ByteLevel pre-tokenizer applies when use_regex is true.
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// Runs `each(piece, out)` over every piece.
-template <typename F>
-void transform_pieces(std::vector<Piece>& pieces, F each) {
-  std::vector<Piece> out;
-  out.reserve(pieces.size() * 2);
-  for (const Piece& piece : pieces) each(piece, out);
-  pieces.swap(out);
-}
-
 // Every character for which `pred` holds, as one match each.
 template <typename Pred>
-void char_matches(const std::string& text, Pred pred, Matches& out) {
+void char_matches(std::string_view text, Pred pred, Matches& out) {
   size_t i = 0;
   while (i < text.size()) {
     const size_t begin = i;
@@ -38,8 +29,20 @@ void char_matches(const std::string& text, Pred pred, Matches& out) {
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
-  void split(std::vector<Piece>& pieces) const override {
-    for (const auto& step : steps_) step->split(pieces);
+  void split(const Pieces& in, Pieces& out) const override {
+    if (steps_.empty()) {
+      out.text.append(in.text);
+      for (size_t i = 0; i < in.size(); ++i) out.add(in[i], in.spans[i].at_start);
+      return;
+    }
+    Pieces a, b;
+    const Pieces* from = &in;
+    for (size_t k = 0; k < steps_.size(); ++k) {
+      Pieces& to = k + 1 == steps_.size() ? out : (from == &a ? b : a);
+      if (&to != &out) to.clear();
+      steps_[k]->split(*from, to);
+      from = &to;
+    }
   }
 
  private:
@@ -50,13 +53,13 @@ class SplitPreTokenizer : public PreTokenizer {
  public:
   SplitPreTokenizer(Pattern pattern, SplitBehavior behavior, bool invert)
       : pattern_(std::move(pattern)), behavior_(behavior), invert_(invert) {}
-  void split(std::vector<Piece>& pieces) const override {
-    Matches matches;
-    transform_pieces(pieces, [&](const Piece& piece, std::vector<Piece>& out) {
+  void split(const Pieces& in, Pieces& out) const override {
+    thread_local Matches matches;
+    for (size_t i = 0; i < in.size(); ++i) {
       matches.clear();
-      pattern_.find_all(piece.text, matches);
-      split_piece(piece, matches, behavior_, invert_, out);
-    });
+      pattern_.find_all(in[i], matches);
+      split_piece(in[i], in.spans[i].at_start, matches, behavior_, invert_, out);
+    }
   }
 
  private:
@@ -70,30 +73,31 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex, const std::string& where)
       : add_prefix_space_(add_prefix_space),
         regex_(use_regex ? std::make_unique<Regex>(kGpt2Pattern, where) : nullptr) {}
-  void split(std::vector<Piece>& pieces) const override {
-    Matches matches;
-    std::vector<Piece> parts;
-    transform_pieces(pieces, [&](const Piece& piece, std::vector<Piece>& out) {
-      parts.clear();
-      if (add_prefix_space_ && piece.text.compare(0, 1, " ") != 0) {
-        parts.push_back(Piece{" " + piece.text, piece.at_start});
-      } else {
-        parts.push_back(piece);
+  void split(const Pieces& in, Pieces& out) const override {
+    thread_local Matches matches;
+    thread_local std::string prefixed;
+    thread_local Pieces parts;
+    for (size_t i = 0; i < in.size(); ++i) {
+      std::string_view piece = in[i];
+      if (add_prefix_space_ && piece.substr(0, 1) != " ") {
+        prefixed.assign(" ");
+        prefixed.append(piece);
+        piece = prefixed;
       }
+      parts.clear();
       if (regex_) {
         matches.clear();
-        regex_->find_all(parts[0].text, matches);
-        const Piece whole = std::move(parts[0]);
-        parts.clear();
-        split_piece(whole, matches, SplitBehavior::kIsolated, false, parts);
+        regex_->find_all(piece, matches);
+        split_piece(piece, in.spans[i].at_start, matches, SplitBehavior::kIsolated, false, parts);
+      } else {
+        parts.add(piece, in.spans[i].at_start);
       }
-      for (Piece& part : parts) {
-        Piece mapped{std::string(), part.at_start};
-        mapped.text.reserve(part.text.size() * 2);
-        byte_level_encode(part.text, mapped.text);
-        out.push_back(std::move(mapped));
+      for (size_t k = 0; k < parts.size(); ++k) {
+        const auto begin = static_cast<uint32_t>(out.text.size());
+        byte_level_encode(parts[k], out.text);
+        out.spans.push_back(Pieces::Span{begin, static_cast<uint32_t>(out.text.size()), parts.spans[k].at_start});
       }
-    });
+    }
   }
 
  private:
@@ -106,29 +110,29 @@ enum class PrependScheme { kAlways, kFirst, kNever };
 class MetaspacePreTokenizer : public PreTokenizer {
  public:
   MetaspacePreTokenizer(std::string replacement, PrependScheme scheme, bool split)
-      : replacement_(std::move(replacement)), scheme_(scheme), split_(split) {}
-  void split(std::vector<Piece>& pieces) const override {
-    Matches matches;
-    transform_pieces(pieces, [&](const Piece& piece, std::vector<Piece>& out) {
-      Piece replaced{Pattern(" ").replace_all(piece.text, replacement_), piece.at_start};
-      const bool prepend = scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && piece.at_start);
-      if (prepend && replaced.text.compare(0, replacement_.size(), replacement_) != 0) {
-        replaced.text.insert(0, replacement_);
-      }
+      : replacement_(std::move(replacement)), scheme_(scheme), split_(split), space_(" "), marker_(replacement_) {}
+  void split(const Pieces& in, Pieces& out) const override {
+    thread_local Matches matches;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const bool at_start = in.spans[i].at_start;
+      std::string replaced = space_.replace_all(in[i], replacement_);
+      const bool prepend = scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && at_start);
+      if (prepend && replaced.compare(0, replacement_.size(), replacement_) != 0) replaced.insert(0, replacement_);
       if (!split_) {
-        if (!replaced.text.empty()) out.push_back(std::move(replaced));
-        return;
+        out.add(replaced, at_start);
+        continue;
       }
       matches.clear();
-      Pattern(replacement_).find_all(replaced.text, matches);
-      split_piece(replaced, matches, SplitBehavior::kMergedWithNext, false, out);
-    });
+      marker_.find_all(replaced, matches);
+      split_piece(replaced, at_start, matches, SplitBehavior::kMergedWithNext, false, out);
+    }
   }
 
  private:
   std::string replacement_;
   PrependScheme scheme_;
   bool split_;
+  Pattern space_, marker_;
 };
 
 // Splits by a character class: Digits (numeric characters), Punctuation, WhitespaceSplit.
@@ -136,13 +140,13 @@ template <typename Pred>
 class CharClassPreTokenizer : public PreTokenizer {
  public:
   CharClassPreTokenizer(Pred pred, SplitBehavior behavior) : pred_(pred), behavior_(behavior) {}
-  void split(std::vector<Piece>& pieces) const override {
-    Matches matches;
-    transform_pieces(pieces, [&](const Piece& piece, std::vector<Piece>& out) {
+  void split(const Pieces& in, Pieces& out) const override {
+    thread_local Matches matches;
+    for (size_t i = 0; i < in.size(); ++i) {
       matches.clear();
-      char_matches(piece.text, pred_, matches);
-      split_piece(piece, matches, behavior_, false, out);
-    });
+      char_matches(in[i], pred_, matches);
+      split_piece(in[i], in.spans[i].at_start, matches, behavior_, false, out);
+    }
   }
 
  private:
@@ -193,23 +197,29 @@ constexpr const char* kSupported =
 
 }  // namespace
 
-void split_piece(const Piece& piece, const Matches& matches, SplitBehavior behavior, bool invert,
-                 std::vector<Piece>& out) {
+void split_piece(std::string_view piece, bool at_start, const Matches& matches, SplitBehavior behavior, bool invert,
+                 Pieces& out) {
+  if (matches.empty() && behavior != SplitBehavior::kRemoved) {  // the common case of a whole piece
+    out.add(piece, at_start);
+    return;
+  }
   // The piece as consecutive parts, each a delimiter or not.
   struct Part {
     size_t begin, end;
     bool delimiter;
   };
-  std::vector<Part> parts;
+  thread_local std::vector<Part> parts;
+  thread_local std::vector<std::pair<size_t, size_t>> kept;
+  parts.clear();
+  kept.clear();
   size_t done = 0;
   for (const auto& [begin, end] : matches) {
     if (begin > done) parts.push_back(Part{done, begin, invert});
     parts.push_back(Part{begin, end, !invert});
     done = end;
   }
-  if (done < piece.text.size()) parts.push_back(Part{done, piece.text.size(), invert});
+  if (done < piece.size()) parts.push_back(Part{done, piece.size(), invert});
 
-  std::vector<std::pair<size_t, size_t>> kept;
   bool previous_delimiter = false;
   switch (behavior) {
     case SplitBehavior::kRemoved:
@@ -252,9 +262,7 @@ void split_piece(const Piece& piece, const Matches& matches, SplitBehavior behav
       }
       break;
   }
-  for (const auto& [begin, end] : kept) {
-    if (end > begin) out.push_back(Piece{piece.text.substr(begin, end - begin), piece.at_start && begin == 0});
-  }
+  for (const auto& [begin, end] : kept) out.add(piece.substr(begin, end - begin), at_start && begin == 0);
 }
 
 std::unique_ptr<PreTokenizer> make_regex_split(const std::string& pattern, const std::string& where) {
