@@ -71,8 +71,10 @@ struct TinyDir {
   std::unique_ptr<zt::Tokenizer> load() const { return zt::load_tokenizer(dir.path); }
 };
 
-const std::string kMetaspaceSplit = R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true})";
-const std::string kMetaspaceWhole = R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})";
+const std::string kMetaspaceSplit =
+    R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true})";
+const std::string kMetaspaceWhole =
+    R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})";
 
 }  // namespace
 
@@ -172,7 +174,9 @@ TEST(Tokenizer, EncodeBatchEqualsEncodeOnManyThreads) {
   TinyDir d("tok_batch", tiny_json(kMetaspaceWhole));
   const auto tok = d.load();
   std::vector<std::string> texts;
-  for (int i = 0; i < 500; ++i) texts.push_back(std::string(static_cast<size_t>(i % 17), 'a') + " abc é\n" + std::to_string(i));
+  for (int i = 0; i < 500; ++i) {
+    texts.push_back(std::string(static_cast<size_t>(i % 17), 'a') + " abc é\n" + std::to_string(i));
+  }
   const auto batch = zt::encode_batch(*tok, texts, true, 4);
   ASSERT_EQ(batch.size(), texts.size());
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(batch[i], tok->encode(texts[i])) << i;
@@ -189,7 +193,8 @@ TEST(Tokenizer, ByteTokenizer) {
   EXPECT_EQ(tok->decode(tok->encode(text)), text);
   EXPECT_EQ(tok->vocab_size(), 256);
   EXPECT_EQ(tok->bos_id(), std::nullopt);
-  EXPECT_EQ(error_of([&] { tok->decode({256}); }), "byte tokenizer: decode: token id 256 is not in the vocabulary (256 ids)");
+  EXPECT_EQ(error_of([&] { tok->decode({256}); }),
+            "byte tokenizer: decode: token id 256 is not in the vocabulary (256 ids)");
 }
 
 // A model whose merges show where the pre-tokenizer cut: "a-", "-a" and "--" form only inside a
@@ -238,7 +243,8 @@ TEST(Tokenizer, WhitespacePunctuationPreTokenizers) {
 TEST(Tokenizer, Decoders) {
   const auto decode_with = [](const std::string& name, const std::string& decoder, const std::string& vocab,
                               const Ids& ids) {
-    TinyDir d(name, R"({"decoder": )" + decoder + R"(, "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})");
+    TinyDir d(name,
+              R"({"decoder": )" + decoder + R"(, "model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}})");
     return d.load()->decode(ids);
   };
   const std::string meta = R"({"▁▁": 0, "▁a": 1, "b": 2})";
@@ -255,11 +261,12 @@ TEST(Tokenizer, Decoders) {
   // ByteLevel: one string of all bytes; an incomplete sequence becomes U+FFFD.
   EXPECT_EQ(decode_with("tok_dec_bl", R"({"type": "ByteLevel"})", R"({"Ġa": 0, "Ã": 1, "©": 2})", {0, 1, 2, 1}),
             " a\xC3\xA9\xEF\xBF\xBD");
-  EXPECT_EQ(decode_with("tok_dec_re",
-                        R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"Regex": "_+"}, "content": "-"},
+  EXPECT_EQ(
+      decode_with("tok_dec_re",
+                  R"({"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"Regex": "_+"}, "content": "-"},
                             {"type": "Strip", "content": "-", "start": 2, "stop": 1}]})",
-                        R"({"__a__": 0, "b_": 1})", {0, 1}),
-            "ab");  // per token: "-a-" -> "a", "b-" -> "b"
+                  R"({"__a__": 0, "b_": 1})", {0, 1}),
+      "ab");  // per token: "-a-" -> "a", "b-" -> "b"
   // No decoder: tokens joined by spaces.
   EXPECT_EQ(decode_with("tok_dec_none", "null", R"({"x": 0, "y": 1})", {0, 1}), "x y");
 }
@@ -367,7 +374,8 @@ TEST(TokenizerErrors, OtherBadFiles) {
                     "tokens are known (gpt2 (r50k_base) 50256, p50k_base 50280, cl100k_base 100256, o200k_base "
                     "199998, Llama 3 128000 tokens); use the model's tokenizer.json");
   write(ranks, "YQ== 0\nnot base64! 1\n");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(ranks); }), ranks + ": line 2: expected 'BASE64 RANK', got 'not base64! 1'");
+  EXPECT_EQ(error_of([&] { zt::load_tokenizer(ranks); }),
+            ranks + ": line 2: expected 'BASE64 RANK', got 'not base64! 1'");
   const std::string model = dir.path + "/tokenizer.model";
   write(model, "\x01\x02 not a protobuf");
   EXPECT_EQ(error_of([&] { zt::load_tokenizer(model); }).rfind(model + ": not a SentencePiece model: ", 0), 0u);

@@ -33,8 +33,9 @@ class BpeModel : public Model {
   // `vocab`: token -> id; `merges`: pairs in rank order. ConfigError naming `where` for a merge
   // that names a token outside the vocabulary or whose result is not in it, and for an unk_token
   // missing from the vocabulary.
-  BpeModel(std::vector<std::pair<std::string, int32_t>> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-           BpeOptions options, const std::string& where);
+  BpeModel(std::vector<std::pair<std::string, int32_t>> vocab,
+           const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
+           const std::string& where);
 
   void encode(std::string_view piece, std::vector<int32_t>& out) const override;
   std::optional<int32_t> token_to_id(std::string_view token) const override;

@@ -117,7 +117,8 @@ class FuseDecoder : public Decoder {
 // Removes up to `start` leading and `stop` trailing copies of one character from each token.
 class StripDecoder : public Decoder {
  public:
-  StripDecoder(std::string content, size_t start, size_t stop) : content_(std::move(content)), start_(start), stop_(stop) {}
+  StripDecoder(std::string content, size_t start, size_t stop)
+      : content_(std::move(content)), start_(start), stop_(stop) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     const size_t n = content_.size();
     for (std::string& token : tokens) {
@@ -188,7 +189,9 @@ std::unique_ptr<Decoder> make_decoder(const JsonAt& config) {
   if (type == "Replace") return std::make_unique<ReplaceDecoder>(parse_pattern(config), config.str("content"));
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
-  if (type == "Strip") return std::make_unique<StripDecoder>(config.str("content"), count(config, "start"), count(config, "stop"));
+  if (type == "Strip") {
+    return std::make_unique<StripDecoder>(config.str("content"), count(config, "start"), count(config, "stop"));
+  }
   if (type == "Metaspace") {
     std::string scheme = config.str_or("prepend_scheme", "");
     if (scheme.empty()) scheme = config.flag_or("add_prefix_space", true) ? "always" : "never";

@@ -68,7 +68,8 @@ void JsonAt::fail(const std::string& message) const {
 }
 
 void JsonAt::unsupported_type(const std::string& type, const char* supported) const {
-  ZS_THROW(ConfigError, *file_, ": ", child_path("type"), " '", type, "' is not supported (supported: ", supported, ")");
+  ZS_THROW(ConfigError, *file_, ": ", child_path("type"), " '", type, "' is not supported (supported: ", supported,
+           ")");
 }
 
 void JsonAt::wrong_type(const Json& v, const std::string& path, const char* expected) const {

@@ -32,9 +32,12 @@ std::string head_of(const std::string& path) {
 
 std::unique_ptr<Tokenizer> load_file(const std::string& path) {
   const auto config = detail::read_tokenizer_config(directory_of(path) + "/tokenizer_config.json");
-  const std::string head = head_of(path);
+  // By content (tokenizer.model may be either binary format), except that a .json file is JSON.
+  std::string head = head_of(path);
+  if (head.rfind("\xEF\xBB\xBF", 0) == 0) head.erase(0, 3);  // a UTF-8 byte order mark
   const size_t first = head.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && head[first] == '{') return detail::load_tokenizer_json(path, config);
+  const bool json_name = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (json_name || (first != std::string::npos && head[first] == '{')) return detail::load_tokenizer_json(path, config);
   if (detail::looks_like_tiktoken(head)) return detail::load_tiktoken(path, config);
   return detail::load_sentencepiece(path, config);
 }

@@ -34,7 +34,8 @@ class PrependNormalizer : public Normalizer {
 
 class ReplaceNormalizer : public Normalizer {
  public:
-  ReplaceNormalizer(Pattern pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceNormalizer(Pattern pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void normalize(std::string& text) const override { text = pattern_.replace_all(text, content_); }
 
  private:

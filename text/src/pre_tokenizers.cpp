@@ -283,7 +283,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const JsonAt& config) {
   }
   if (type == "ByteLevel") {
     return std::make_unique<ByteLevelPreTokenizer>(config.flag_or("add_prefix_space", true),
-                                                   config.flag_or("use_regex", true), config.file() + ": " + config.path());
+                                                   config.flag_or("use_regex", true),
+                                                   config.file() + ": " + config.path());
   }
   if (type == "Metaspace") {
     return std::make_unique<MetaspacePreTokenizer>(single_char(config, "replacement", "\xE2\x96\x81"),

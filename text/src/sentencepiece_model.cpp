@@ -73,7 +73,8 @@ class SentencePieceTokenizer : public Tokenizer {
       }
     }
     for (const AddedToken& t : config.added_tokens_decoder) {
-      const bool known = std::any_of(specials.begin(), specials.end(), [&](const AddedToken& s) { return s.id == t.id; });
+      const bool known =
+          std::any_of(specials.begin(), specials.end(), [&](const AddedToken& s) { return s.id == t.id; });
       ZS_REQUIRE(t.id >= pieces || known || sp_->id_to_piece(t.id) == t.content, ConfigError, config.file,
                  ": added_tokens_decoder gives id ", t.id, " the text '", t.content, "', but ", path, " has '",
                  sp_->id_to_piece(t.id), "' there");

@@ -184,7 +184,9 @@ const std::vector<Command>& commands() {
 std::string overview() {
   std::string s = std::string(kProgram) + ": text and token ids with a model's own tokenizer.\n\nusage: " + kProgram +
                   " COMMAND [OPTIONS]   (" + kProgram + " COMMAND --help lists a command's options)\n\ncommands:\n";
-  for (const Command& c : commands()) s += "  " + std::string(c.name) + std::string(10 - std::strlen(c.name), ' ') + c.summary + "\n";
+  for (const Command& c : commands()) {
+    s += "  " + std::string(c.name) + std::string(10 - std::strlen(c.name), ' ') + c.summary + "\n";
+  }
   return s;
 }
 
