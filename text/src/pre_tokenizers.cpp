@@ -197,29 +197,16 @@ constexpr const char* kSupported =
 
 }  // namespace
 
-void split_piece(std::string_view piece, bool at_start, const Matches& matches, SplitBehavior behavior, bool invert,
-                 Pieces& out) {
-  if (matches.empty() && behavior != SplitBehavior::kRemoved) {  // the common case of a whole piece
-    out.add(piece, at_start);
-    return;
-  }
-  // The piece as consecutive parts, each a delimiter or not.
-  struct Part {
-    size_t begin, end;
-    bool delimiter;
-  };
-  thread_local std::vector<Part> parts;
-  thread_local std::vector<std::pair<size_t, size_t>> kept;
-  parts.clear();
-  kept.clear();
-  size_t done = 0;
-  for (const auto& [begin, end] : matches) {
-    if (begin > done) parts.push_back(Part{done, begin, invert});
-    parts.push_back(Part{begin, end, !invert});
-    done = end;
-  }
-  if (done < piece.size()) parts.push_back(Part{done, piece.size(), invert});
+namespace {
 
+// The piece's consecutive parts, each a delimiter or not.
+struct Part {
+  size_t begin, end;
+  bool delimiter;
+};
+
+// The [begin, end) ranges `behavior` keeps of `parts`, as Hugging Face's split does.
+void kept_ranges(const std::vector<Part>& parts, SplitBehavior behavior, std::vector<std::pair<size_t, size_t>>& kept) {
   bool previous_delimiter = false;
   switch (behavior) {
     case SplitBehavior::kRemoved:
@@ -230,7 +217,7 @@ void split_piece(std::string_view piece, bool at_start, const Matches& matches, 
     case SplitBehavior::kIsolated:
       for (const Part& p : parts) kept.emplace_back(p.begin, p.end);
       break;
-    case SplitBehavior::kMergedWithPrevious:
+    case SplitBehavior::kMergedWithPrevious:  // a delimiter joins the part before it
       for (const Part& p : parts) {
         if (p.delimiter && !previous_delimiter && !kept.empty()) {
           kept.back().second = p.end;
@@ -240,7 +227,7 @@ void split_piece(std::string_view piece, bool at_start, const Matches& matches, 
         previous_delimiter = p.delimiter;
       }
       break;
-    case SplitBehavior::kMergedWithNext:
+    case SplitBehavior::kMergedWithNext:  // a delimiter joins the part after it
       for (size_t k = parts.size(); k-- > 0;) {
         const Part& p = parts[k];
         if (p.delimiter && !previous_delimiter && !kept.empty()) {
@@ -252,7 +239,7 @@ void split_piece(std::string_view piece, bool at_start, const Matches& matches, 
       }
       std::reverse(kept.begin(), kept.end());
       break;
-    case SplitBehavior::kContiguous:
+    case SplitBehavior::kContiguous:  // consecutive delimiters are one part
       for (size_t k = 0; k < parts.size(); ++k) {
         if (k > 0 && parts[k].delimiter == parts[k - 1].delimiter) {
           kept.back().second = parts[k].end;
@@ -262,6 +249,28 @@ void split_piece(std::string_view piece, bool at_start, const Matches& matches, 
       }
       break;
   }
+}
+
+}  // namespace
+
+void split_piece(std::string_view piece, bool at_start, const Matches& matches, SplitBehavior behavior, bool invert,
+                 Pieces& out) {
+  if (matches.empty() && behavior != SplitBehavior::kRemoved) {  // the common case of a whole piece
+    out.add(piece, at_start);
+    return;
+  }
+  thread_local std::vector<Part> parts;
+  thread_local std::vector<std::pair<size_t, size_t>> kept;
+  parts.clear();
+  kept.clear();
+  size_t done = 0;
+  for (const auto& [begin, end] : matches) {
+    if (begin > done) parts.push_back(Part{done, begin, invert});
+    parts.push_back(Part{begin, end, !invert});
+    done = end;
+  }
+  if (done < piece.size()) parts.push_back(Part{done, piece.size(), invert});
+  kept_ranges(parts, behavior, kept);
   for (const auto& [begin, end] : kept) out.add(piece.substr(begin, end - begin), at_start && begin == 0);
 }
 

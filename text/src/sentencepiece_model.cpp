@@ -60,28 +60,8 @@ class SentencePieceTokenizer : public Tokenizer {
     std::string error;
     sp_.reset(open_function(path)(path.c_str(), &error));
     ZS_REQUIRE(sp_ != nullptr, ConfigError, path, ": not a SentencePiece model: ", error);
-    std::vector<AddedToken> specials;
-    const int pieces = sp_->piece_size();
-    for (int id = 0; id < pieces; ++id) {
-      if (sp_->is_control(id) || sp_->is_unknown(id)) {
-        AddedToken t;
-        t.id = id;
-        t.content = sp_->id_to_piece(id);
-        t.special = true;
-        t.normalized = false;
-        specials.push_back(std::move(t));
-      }
-    }
-    for (const AddedToken& t : config.added_tokens_decoder) {
-      const bool known =
-          std::any_of(specials.begin(), specials.end(), [&](const AddedToken& s) { return s.id == t.id; });
-      ZS_REQUIRE(t.id >= pieces || known || sp_->id_to_piece(t.id) == t.content, ConfigError, config.file,
-                 ": added_tokens_decoder gives id ", t.id, " the text '", t.content, "', but ", path, " has '",
-                 sp_->id_to_piece(t.id), "' there");
-      if (!known) specials.push_back(t);
-    }
-    added_ = AddedVocabulary(std::move(specials), nullptr);
-    vocab_size_ = std::max(pieces, added_.max_id() + 1);
+    added_ = AddedVocabulary(special_tokens(config), nullptr);
+    vocab_size_ = std::max(sp_->piece_size(), added_.max_id() + 1);
     bos_id_ = special_id(config, config.bos_token, "bos_token", sp_->bos_id());
     eos_id_ = special_id(config, config.eos_token, "eos_token", sp_->eos_id());
     pad_id_ = special_id(config, config.pad_token, "pad_token", sp_->pad_id());
@@ -92,17 +72,7 @@ class SentencePieceTokenizer : public Tokenizer {
     ZS_REQUIRE(!add_bos_ || bos_id_, ConfigError, config.file, ": add_bos_token is true but ", path, " has no BOS");
     ZS_REQUIRE(!add_eos_ || eos_id_, ConfigError, config.file, ": add_eos_token is true but ", path, " has no EOS");
     chat_template_ = config.chat_template;
-    // A plain piece without a leading ▁ (see decode_run).
-    for (int id = 0; id < pieces && sentinel_ < 0; ++id) {
-      const std::string piece = sp_->id_to_piece(id);
-      if (!sp_->is_control(id) && !sp_->is_unknown(id) && !sp_->is_byte(id) && !sp_->is_unused(id) &&
-          !piece.empty() && piece.rfind("\xE2\x96\x81", 0) != 0) {
-        sentinel_ = id;
-        std::string error;
-        ZS_REQUIRE(sp_->decode({id}, sentinel_text_, error), ConfigError, path, ": SentencePiece could not decode: ",
-                   error);
-      }
-    }
+    find_sentinel();
   }
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override {
@@ -177,6 +147,45 @@ class SentencePieceTokenizer : public Tokenizer {
   const std::string& eos_token() const override { return eos_token_; }
 
  private:
+  // The control and unknown pieces, and tokenizer_config.json's added tokens.
+  std::vector<AddedToken> special_tokens(const TokenizerConfig& config) const {
+    std::vector<AddedToken> specials;
+    const int pieces = sp_->piece_size();
+    for (int id = 0; id < pieces; ++id) {
+      if (sp_->is_control(id) || sp_->is_unknown(id)) {
+        AddedToken t;
+        t.id = id;
+        t.content = sp_->id_to_piece(id);
+        t.special = true;
+        t.normalized = false;
+        specials.push_back(std::move(t));
+      }
+    }
+    for (const AddedToken& t : config.added_tokens_decoder) {
+      const bool known =
+          std::any_of(specials.begin(), specials.end(), [&](const AddedToken& s) { return s.id == t.id; });
+      ZS_REQUIRE(t.id >= pieces || known || sp_->id_to_piece(t.id) == t.content, ConfigError, config.file,
+                 ": added_tokens_decoder gives id ", t.id, " the text '", t.content, "', but ", source_, " has '",
+                 sp_->id_to_piece(t.id), "' there");
+      if (!known) specials.push_back(t);
+    }
+    return specials;
+  }
+
+  // A plain piece without a leading ▁ (see decode_run).
+  void find_sentinel() {
+    for (int id = 0; id < sp_->piece_size() && sentinel_ < 0; ++id) {
+      const std::string piece = sp_->id_to_piece(id);
+      if (!sp_->is_control(id) && !sp_->is_unknown(id) && !sp_->is_byte(id) && !sp_->is_unused(id) &&
+          !piece.empty() && piece.rfind("\xE2\x96\x81", 0) != 0) {
+        sentinel_ = id;
+        std::string error;
+        ZS_REQUIRE(sp_->decode({id}, sentinel_text_, error), ConfigError, source_,
+                   ": SentencePiece could not decode: ", error);
+      }
+    }
+  }
+
   // SentencePiece drops the ▁ that starts a decoded sequence (the dummy prefix); a run of ids
   // after special tokens continues the text, so it is decoded behind a sentinel piece whose text is
   // then cut off: the result is what decoding the ids without the special tokens would give.
