@@ -56,16 +56,19 @@ packages=(
   libcli11-dev                          # command lines (CLI11, header-only)
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
+  libpcre2-dev libutf8proc-dev          # tokenizers (zs_text): split regexes, Unicode normalization
+  nlohmann-json3-dev libsentencepiece-dev  # tokenizer.json files; SentencePiece tokenizer.model files
   shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)
   zlib1g-dev                            # gzip-compressed datasets (IDX files)
-  libicu-dev nlohmann-json3-dev         # chat templates (zs_text): Unicode case mapping; JSON conversations
+  libicu-dev                            # chat templates (zs_text): Python's Unicode case mapping
   fortunes                              # train_gpt's text corpus (/usr/share/games/fortunes)
   dataset-fashion-mnist                 # train_fashion_mnist's data (/usr/share/datasets/fashion-mnist)
 )
 # /usr/bin/python3 with PyTorch for the round-trip tests; Compose v1 to check docker/docker-compose.yml;
 # /usr/bin/time for bench_vs_pytorch_smoke (check-libtorch2.sh's minimal root lacked it); Jinja2, the
-# reference the chat-template test compares with (as Hugging Face transformers configures it).
-((with_tests)) && packages+=(python3-torch docker-compose time python3-jinja2)
+# reference the chat-template test compares with (as Hugging Face transformers configures it);
+# SentencePiece's Python module trains and encodes the tokenizer tests' reference models.
+((with_tests)) && packages+=(python3-torch docker-compose time python3-jinja2 python3-sentencepiece)
 ((container)) && packages+=(openssh-server)  # sshd: mpirun starts the ranks of other containers
 if ((cuda)); then
   # The CUDA LibTorch comes from PyTorch's zip (docker/Dockerfile.cuda), NCCL from NVIDIA's repository.
