@@ -79,13 +79,24 @@ LossMaskWriter::~LossMaskWriter() {
 
 void LossMaskWriter::append(const uint8_t* trained, int64_t count) {
   ZS_REQUIRE(file_ != nullptr, UsageError, "LossMaskWriter::append after finish() ('", path_, "')");
-  for (int64_t i = 0; i < count; ++i, ++tokens_) {
-    if (trained[i]) pending_ |= static_cast<uint8_t>(1u << (tokens_ % 8));
-    if (tokens_ % 8 == 7) {
-      std::fputc(pending_, file_);
+  bytes_.clear();
+  auto one = [&](uint8_t t) {
+    if (t) pending_ |= static_cast<uint8_t>(1u << (tokens_ % 8));
+    if (++tokens_ % 8 == 0) {
+      bytes_.push_back(pending_);
       pending_ = 0;
     }
+  };
+  int64_t i = 0;
+  for (; i < count && tokens_ % 8 != 0; ++i) one(trained[i]);
+  for (; i + 8 <= count; i += 8, tokens_ += 8) {  // byte-aligned: eight at a time
+    uint8_t b = 0;
+    for (int k = 0; k < 8; ++k) b |= static_cast<uint8_t>((trained[i + k] != 0) << k);
+    bytes_.push_back(b);
   }
+  for (; i < count; ++i) one(trained[i]);
+  ZS_REQUIRE(std::fwrite(bytes_.data(), 1, bytes_.size(), file_) == bytes_.size(), IoError,
+             "cannot write loss mask '", path_, "': ", detail::errno_string(errno));
 }
 
 void LossMaskWriter::finish() {

@@ -4,6 +4,7 @@
 
 #include <glob.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -80,19 +81,35 @@ void ShardWriter::close_shard() {
   written_.push_back(current_);
 }
 
+namespace {
+
+// The smallest and largest id (one pass, no early exit).
+std::pair<int32_t, int32_t> id_range(const std::vector<int32_t>& tokens) {
+  int32_t lo = tokens[0], hi = tokens[0];
+  for (int32_t v : tokens) {
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  return {lo, hi};
+}
+
+template <typename T>
+void narrow(const std::vector<int32_t>& tokens, std::vector<uint8_t>* out) {
+  out->resize(tokens.size() * sizeof(T));
+  T* o = reinterpret_cast<T*>(out->data());  // operator new's alignment suffices for T
+  for (size_t i = 0; i < tokens.size(); ++i) o[i] = static_cast<T>(tokens[i]);  // little-endian hosts
+}
+
+}  // namespace
+
 void ShardWriter::write_tokens(const std::vector<int32_t>& tokens) {
-  buffer_.resize(tokens.size() * static_cast<size_t>(bytes_per_token_));
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int32_t id = tokens[i];
-    ZS_REQUIRE(id >= 0 && id < options_.vocab_size, DataError, "token id ", id, " is outside the vocabulary of ",
-               options_.vocab_size, " ids");
-    if (bytes_per_token_ == 2) {
-      const auto v = static_cast<uint16_t>(id);
-      std::memcpy(&buffer_[i * 2], &v, 2);
-    } else {
-      const auto v = static_cast<uint32_t>(id);
-      std::memcpy(&buffer_[i * 4], &v, 4);
-    }
+  const auto [lo, hi] = id_range(tokens);
+  ZS_REQUIRE(lo >= 0 && hi < options_.vocab_size, DataError, "token id ", lo < 0 ? lo : hi,
+             " is outside the vocabulary of ", options_.vocab_size, " ids");
+  if (bytes_per_token_ == 2) {
+    narrow<uint16_t>(tokens, &buffer_);
+  } else {
+    narrow<uint32_t>(tokens, &buffer_);
   }
   ZS_REQUIRE(std::fwrite(buffer_.data(), 1, buffer_.size(), file_) == buffer_.size(), IoError,
              "cannot write token shard '", current_.path, "': ", detail::errno_string(errno));
@@ -110,7 +127,7 @@ void ShardWriter::add(const Document& doc) {
   starts_.push_back(current_.tokens);
   current_.tokens += doc.size();
   current_.documents += 1;
-  for (uint8_t t : doc.trained) current_.trained_tokens += t;
+  current_.trained_tokens += doc.size() - std::count(doc.trained.begin(), doc.trained.end(), uint8_t{0});
 }
 
 std::vector<WrittenShard> ShardWriter::finish() {

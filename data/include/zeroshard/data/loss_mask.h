@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace zeroshard::data {
 
@@ -54,6 +55,7 @@ class LossMaskWriter {
   FILE* file_ = nullptr;
   int64_t tokens_ = 0;
   uint8_t pending_ = 0;  // bits of the byte being filled
+  std::vector<uint8_t> bytes_;  // whole bytes of one append()
 };
 
 }  // namespace zeroshard::data
