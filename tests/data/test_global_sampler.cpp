@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 
 #include "data/data_test_util.h"
 #include "zeroshard/data/global_sampler.h"
 #include "zeroshard/data/packing.h"
 #include "zeroshard/data/permutation.h"
+#include "zeroshard/data/rank_stream.h"
 #include "zeroshard/data/shard_writer.h"
 
 namespace zs = zeroshard;
@@ -155,4 +157,65 @@ TEST(GlobalSampler, RefusesWhatCannotResumeExactly) {
   zd::GlobalSampler bigger({100, 24, true, 5});
   bigger.restore_json(saved);
   EXPECT_EQ(bigger.peek_step(0, 1)[0], s.sample_at(0, 12));
+}
+
+// The trainer's view: micro-batches of each rank, the state saved after a step. A run of 2 ranks
+// x 2 micro-batches, resumed at 4 ranks x 1 and then 1 rank x 4, reads the samples of an
+// uninterrupted 1-rank run, in order, token for token.
+TEST(RankStream, ResumesMicroBatchesAtAnyWorldSize) {
+  zs::test::RankDir dir("data_rank_stream");
+  zd::ShardWriter w({dir.path, "s", 1000, 200});
+  for (int d = 0; d < 40; ++d) {
+    zd::Document doc;
+    for (int i = 0; i < 3 + d % 11; ++i) doc.tokens.push_back((d * 17 + i) % 1000), doc.trained.push_back(i > 0);
+    w.add(doc);
+  }
+  w.finish();
+  const auto shards = std::make_shared<zd::TokenShards>(std::vector<std::string>{dir.path + "/s_*.bin"},
+                                                        zd::ShardSetOptions{zd::TokenFormat::kLlmc, 1000});
+  const auto samples = std::make_shared<zd::PackedSamples>(shards, zd::PackOptions{8, zd::Boundaries::kIndex, -1});
+  // One step of `world` ranks with `micro` micro-batches each: the samples in (rank, micro) order.
+  auto run = [&](int world, int micro, int steps, std::string* state) {
+    std::vector<zd::RankStream> ranks;
+    for (int r = 0; r < world; ++r) {
+      ranks.emplace_back(samples, zd::StreamOptions{8, micro, true, 3}, r, world);
+      if (!state->empty()) ranks.back().restore_json(*state);
+    }
+    zd::SampleBatch all;
+    for (int s = 0; s < steps; ++s) {
+      for (auto& stream : ranks) {
+        for (int m = 0; m < micro; ++m) {
+          const zd::SampleBatch b = stream.next_micro_batch();
+          EXPECT_EQ(b.size(), 8 / (world * micro));
+          all.sample_ids.insert(all.sample_ids.end(), b.sample_ids.begin(), b.sample_ids.end());
+          all.inputs.insert(all.inputs.end(), b.inputs.begin(), b.inputs.end());
+          all.loss_mask.insert(all.loss_mask.end(), b.loss_mask.begin(), b.loss_mask.end());
+        }
+      }
+    }
+    *state = ranks[0].state_json();
+    return all;
+  };
+  std::string state;
+  const zd::SampleBatch whole = run(1, 1, 12, &state);
+  const std::string end = state;
+  state.clear();
+  zd::SampleBatch split = run(2, 2, 3, &state);
+  for (const auto& [world, micro, steps] : std::vector<std::tuple<int, int, int>>{{4, 1, 4}, {1, 4, 5}}) {
+    const zd::SampleBatch part = run(world, micro, steps, &state);
+    split.sample_ids.insert(split.sample_ids.end(), part.sample_ids.begin(), part.sample_ids.end());
+    split.inputs.insert(split.inputs.end(), part.inputs.begin(), part.inputs.end());
+    split.loss_mask.insert(split.loss_mask.end(), part.loss_mask.begin(), part.loss_mask.end());
+  }
+  EXPECT_EQ(split.sample_ids, whole.sample_ids);
+  EXPECT_EQ(split.inputs, whole.inputs);
+  EXPECT_EQ(split.loss_mask, whole.loss_mask);
+  EXPECT_EQ(state, end);
+  EXPECT_EQ(message_of([&] { zd::RankStream(samples, {8, 3, true, 3}, 0, 2); }),
+            "the global batch of 8 samples does not split into 2 rank(s) x 3 micro-batch(es); use a multiple of 6 "
+            "(e.g. 6)");
+  zd::RankStream mid(samples, {8, 2, true, 3}, 0, 2);
+  mid.next_micro_batch();
+  EXPECT_EQ(message_of([&] { mid.state_json(); }),
+            "RankStream::state_json between micro-batches (1 of 2 handed out): save the data position after a step");
 }
