@@ -61,6 +61,12 @@ TEST(DataTool, MakesShardsAndInspectsThem) {
                          "  documents: 4 (" + shard + ".docs)\n"
                          "  loss mask: " + shard + ".mask\n"
                          "  first 5 tokens: 104 101 108 108 111\n");
+  // Progress lines (not a terminal) on stderr: the last one at 100%.
+  out = tool_errors("shards --tokenizer bytes --no-eos --progress lines --out " + d + "/out2 " + d + "/a.jsonl " + d +
+                        "/b.txt",
+                    &status);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(out.rfind("100% 76 B of 76 B | ", 0), 0u) << out;
   // A second run into the same folder would mix old and new shards.
   out = tool("shards --tokenizer bytes --no-eos --progress none --out " + d + "/out " + d + "/b.txt", &status);
   EXPECT_NE(status, 0);
