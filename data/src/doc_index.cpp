@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -98,15 +99,20 @@ int64_t DocIndexFile::document_of(int64_t token) const {
 
 void DocIndexFile::starts_in(int64_t begin, int64_t end, std::vector<int64_t>* out) const {
   if (begin + 1 >= end) return;
-  int64_t d = document_of(begin) + 1;
+  constexpr int64_t kBlock = 64;  // entries read per pread
+  int64_t entries[kBlock];
   int64_t previous = begin;
-  for (; d < num_documents_; ++d) {
-    const int64_t v = entry(d);
-    ZS_REQUIRE(v > previous, DataError, "document index '", path_, "': offset ", v, " of document ", d,
-               " does not come after ", previous, " (the offsets must increase)");
-    if (v >= end) break;
-    out->push_back(v);
-    previous = v;
+  for (int64_t d = document_of(begin) + 1; d < num_documents_; d += kBlock) {
+    const int64_t n = std::min(kBlock, num_documents_ - d);
+    read_at(fd_, kHeaderBytes + d * 8, n * 8, entries, path_);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t v = entries[k];
+      ZS_REQUIRE(v > previous, DataError, "document index '", path_, "': offset ", v, " of document ", d + k,
+                 " does not come after ", previous, " (the offsets must increase)");
+      if (v >= end) return;
+      out->push_back(v);
+      previous = v;
+    }
   }
 }
 
