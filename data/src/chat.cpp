@@ -35,13 +35,16 @@ RenderedChat render_chat(const std::vector<text::ChatMessage>& messages, const C
   return out;
 }
 
-ChatRenderFn template_renderer(const text::Tokenizer& tokenizer, const std::string& source,
-                               const std::string& source_name) {
+ChatSpanFn template_spans(const text::Tokenizer& tokenizer, const std::string& source,
+                          const std::string& source_name) {
   auto tmpl = std::make_shared<const text::ChatTemplate>(source, source_name);
-  const std::map<std::string, std::string> variables = {{"bos_token", tokenizer.bos_token()},
-                                                        {"eos_token", tokenizer.eos_token()}};
-  return [tmpl, variables](const std::vector<text::ChatMessage>& messages, bool add_generation_prompt) {
-    return tmpl->render(messages, add_generation_prompt, variables);
+  text::RenderOptions options;
+  options.variables = {{"bos_token", tokenizer.bos_token()}, {"eos_token", tokenizer.eos_token()}};
+  return [tmpl, options](const std::vector<text::ChatMessage>& messages) {
+    const text::TrainingText t = tmpl->render_for_training(messages, options);
+    RenderedChat out{t.text, {}};
+    for (const text::AssistantSpan& s : t.assistant) out.assistant.push_back({s.begin, s.end});
+    return out;
   };
 }
 

@@ -101,7 +101,7 @@ void run_jsonl_piece(const Piece& p, const std::string& path, int64_t size, cons
         } else {
           r->docs.push_back(std::move(doc));
         }
-      } catch (const DataError& e) {
+      } catch (const Error& e) {  // the record's own fault (JSON, template, tokenizer): named by file:line
         r->error_line = index;
         r->error = e.message();
       }
@@ -131,7 +131,7 @@ void run_text_piece(const Piece& p, const std::string& path, const RecordEncoder
     } else {
       r->docs.push_back(std::move(doc));
     }
-  } catch (const DataError& e) {
+  } catch (const Error& e) {
     r->error = e.message();
   }
 }

@@ -9,7 +9,7 @@
 
 namespace zeroshard::data {
 
-RecordEncoder::RecordEncoder(const text::Tokenizer& tokenizer, ChatRenderFn chat, EncodeOptions options)
+RecordEncoder::RecordEncoder(const text::Tokenizer& tokenizer, ChatSpanFn chat, EncodeOptions options)
     : tokenizer_(tokenizer), chat_(std::move(chat)), options_(options) {}
 
 void RecordEncoder::append(Document* doc, const std::vector<int32_t>& ids, bool trained) const {
@@ -25,7 +25,7 @@ void RecordEncoder::append(Document* doc, const std::vector<int32_t>& ids, bool 
 void RecordEncoder::encode_messages(const std::vector<text::ChatMessage>& messages, Document* doc) const {
   ZS_REQUIRE(static_cast<bool>(chat_), DataError,
              "a \"messages\" record needs a chat template, and the tokenizer has none");
-  const RenderedChat chat = render_chat(messages, chat_);
+  const RenderedChat chat = chat_(messages);
   const std::string_view text = chat.text;
   size_t at = 0;
   for (const TextSpan& span : chat.assistant) {

@@ -57,7 +57,7 @@ TEST(CorpusBuilder, WritesRecordsInOrderWhateverTheThreads) {
   zs::test::RankDir dir("data_builder");
   const std::vector<std::string> inputs = write_inputs(dir.path);
   const ByteTestTokenizer tok;
-  const zd::RecordEncoder enc(tok, zs::test::render_test_chat, {tok.eos_id()});
+  const zd::RecordEncoder enc(tok, zs::test::test_chat_spans, {tok.eos_id()});
   const zd::BuildResult one = build(inputs, dir.path + "/one", 1, 1 << 20, enc);
   const zd::BuildResult four = build(inputs, dir.path + "/four", 4, 7, enc);
   EXPECT_EQ(one.documents, 301);
@@ -133,7 +133,7 @@ TEST(CorpusBuilder, ReportsTheFirstMalformedLine) {
   }
   zs::test::write_bytes(dir.path + "/bad.jsonl", j.str());
   const ByteTestTokenizer tok;
-  const zd::RecordEncoder enc(tok, zs::test::render_test_chat, {tok.eos_id()});
+  const zd::RecordEncoder enc(tok, zs::test::test_chat_spans, {tok.eos_id()});
   for (int64_t chunk : {int64_t{13}, int64_t{1000}, int64_t{1} << 20}) {
     const std::string out = dir.path + "/out" + std::to_string(chunk);
     EXPECT_EQ(message_of([&] { build({dir.path + "/bad.jsonl"}, out, 3, chunk, enc); }),

@@ -121,7 +121,7 @@ TEST(Jsonl, TrainsOnAssistantTurnsOnly) {
   EXPECT_EQ(text.substr(chat.assistant[1].begin, chat.assistant[1].end - chat.assistant[1].begin), "A2</s>\n");
 
   const ByteTestTokenizer tok;
-  const zd::RecordEncoder enc(tok, zs::test::render_test_chat, {tok.eos_id()});
+  const zd::RecordEncoder enc(tok, zs::test::test_chat_spans, {tok.eos_id()});
   zd::Record r;
   r.kind = zd::RecordKind::kMessages;
   r.messages = messages;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/data/chat.h"
 #include "zeroshard/text/chat_template.h"
 #include "zeroshard/text/tokenizer.h"
 
@@ -79,6 +80,11 @@ inline std::string render_test_chat(const std::vector<text::ChatMessage>& messag
   }
   if (add_generation_prompt) out += "<|assistant|>\n";
   return out;
+}
+
+// The span source of that chat format (data/chat.h's render_chat over render_test_chat).
+inline data::RenderedChat test_chat_spans(const std::vector<text::ChatMessage>& messages) {
+  return data::render_chat(messages, render_test_chat);
 }
 
 }  // namespace zeroshard::test

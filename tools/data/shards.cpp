@@ -67,10 +67,10 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-data::ChatRenderFn chat_renderer(const text::Tokenizer& tok, const ShardsArgs& a) {
-  if (!a.chat_template.empty()) return data::template_renderer(tok, read_file(a.chat_template), a.chat_template);
+data::ChatSpanFn chat_spans(const text::Tokenizer& tok, const ShardsArgs& a) {
+  if (!a.chat_template.empty()) return data::template_spans(tok, read_file(a.chat_template), a.chat_template);
   if (tok.chat_template().empty()) return {};
-  return data::template_renderer(tok, tok.chat_template(), a.tokenizer + " (chat_template)");
+  return data::template_spans(tok, tok.chat_template(), a.tokenizer + " (chat_template)");
 }
 
 std::unique_ptr<text::Tokenizer> open_tokenizer(const std::string& name) {
@@ -128,7 +128,7 @@ int run_shards(const std::vector<std::string>& argv) {
              "(the document index still separates them)");
   data::EncodeOptions eo;
   if (!a.no_eos) eo.eos_id = tok->eos_id();
-  const data::RecordEncoder encoder(*tok, chat_renderer(*tok, a), eo);
+  const data::RecordEncoder encoder(*tok, chat_spans(*tok, a), eo);
   data::BuildOptions o;
   o.inputs = a.inputs;
   o.writer = {a.out, a.prefix, tok->vocab_size(), a.shard_tokens};

@@ -65,4 +65,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>&, bool,
   ZS_THROW(ConfigError, "cannot render a chat template: ", kNoTextLayer);
 }
 
+TrainingText ChatTemplate::render_for_training(const std::vector<ChatMessage>&, const RenderOptions&) const {
+  ZS_THROW(ConfigError, "cannot render a chat template: ", kNoTextLayer);
+}
+
 }  // namespace zeroshard::text

@@ -1,13 +1,13 @@
 #pragma once
 // RecordEncoder: a JSONL record (jsonl.h) as tokens, with the tokens the loss trains on.
 //
-//   RecordEncoder enc(tokenizer, chat_renderer, {tokenizer.eos_id()});
+//   RecordEncoder enc(tokenizer, spans, {tokenizer.eos_id()});   // spans: chat.h's ChatSpanFn
 //   Document doc = enc.encode(record);   // doc.tokens, doc.trained (1 = a loss target)
 //
 // - text: encode(text, add_special_tokens = true), every token trained.
 // - prompt/completion: encode(prompt, true) untrained, then encode(completion, false) trained
 //   (the two are tokenized apart, so the boundary is exact).
-// - messages: the conversation rendered by the chat template (chat.h: render_chat); the rendered
+// - messages: the conversation rendered for training by the span source (chat.h); the rendered
 //   text is cut at the assistant turns' edges and each piece encoded with add_special_tokens =
 //   false (the template writes BOS itself), assistant pieces trained.
 // Then, with an eos_id, EOS is appended unless the tokens already end with it; it is trained when
@@ -32,9 +32,9 @@ struct EncodeOptions {
 class RecordEncoder {
  public:
   // `chat` may be empty when no record has messages.
-  RecordEncoder(const text::Tokenizer& tokenizer, ChatRenderFn chat, EncodeOptions options);
+  RecordEncoder(const text::Tokenizer& tokenizer, ChatSpanFn chat, EncodeOptions options);
   // DataError (without a file:line; callers add it) for a messages record without a chat renderer,
-  // render_chat's errors, or a token id outside the tokenizer's vocabulary.
+  // the span source's errors, or a token id outside the tokenizer's vocabulary.
   Document encode(const Record& record) const;
 
  private:
@@ -42,7 +42,7 @@ class RecordEncoder {
   void encode_messages(const std::vector<text::ChatMessage>& messages, Document* doc) const;
 
   const text::Tokenizer& tokenizer_;
-  ChatRenderFn chat_;
+  ChatSpanFn chat_;
   EncodeOptions options_;
 };
 
