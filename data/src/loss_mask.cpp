@@ -20,7 +20,8 @@ constexpr int64_t kHeaderBytes = 16;
 
 }  // namespace
 
-LossMaskFile::LossMaskFile(std::string path, int64_t shard_tokens) : path_(std::move(path)), shard_tokens_(shard_tokens) {
+LossMaskFile::LossMaskFile(std::string path, int64_t shard_tokens)
+    : path_(std::move(path)), shard_tokens_(shard_tokens) {
   fd_ = open_for_reading(path_, "loss mask");
   try {
     const int64_t size = file_size(fd_, path_);

@@ -114,7 +114,8 @@ TEST(Jsonl, TrainsOnAssistantTurnsOnly) {
   const std::vector<zs::text::ChatMessage> messages = {
       {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}, {"assistant", "A2"}};
   const zd::RenderedChat chat = zd::render_chat(messages, zs::test::render_test_chat);
-  const std::string text = "<s><|system|>\nS\n<|user|>\nU1\n<|assistant|>\nA1</s>\n<|user|>\nU2\n<|assistant|>\nA2</s>\n";
+  const std::string text =
+      "<s><|system|>\nS\n<|user|>\nU1\n<|assistant|>\nA1</s>\n<|user|>\nU2\n<|assistant|>\nA2</s>\n";
   ASSERT_EQ(chat.text, text);
   ASSERT_EQ(chat.assistant.size(), 2u);
   EXPECT_EQ(text.substr(chat.assistant[0].begin, chat.assistant[0].end - chat.assistant[0].begin), "A1</s>\n");

@@ -136,7 +136,8 @@ TEST(TokenShards, NamesTheFileOfEachMalformedShard) {
             "token file '" + d + "odd.bin' holds 9 bytes, not a whole number of uint16 tokens (2 bytes each)");
   EXPECT_EQ(open("missing.bin", zd::TokenFormat::kLlmc).rfind("cannot open token shard '" + d + "missing.bin': ", 0),
             0u);
-  EXPECT_EQ(message_of([&] { zd::TokenShards({d + "nothing_*.bin"}, {}); }), "no file matches '" + d + "nothing_*.bin'");
+  EXPECT_EQ(message_of([&] { zd::TokenShards({d + "nothing_*.bin"}, {}); }),
+            "no file matches '" + d + "nothing_*.bin'");
   EXPECT_EQ(message_of([&] { zd::TokenShards({d + "odd.bin", d + "o*.bin"}, {zd::TokenFormat::kRawUint16, 0}); }),
             "token file '" + d + "odd.bin' is listed twice (the inputs: " + d + "o*.bin and an earlier one)");
 }
@@ -150,7 +151,8 @@ TEST(TokenShards, RejectsATokenOutsideTheVocabularyWithItsOffset) {
   tokens[2345] = 50257;
   zs::test::write_bytes(d + "a.bin", zs::test::llmc_header(20240520, 1, 10) + zs::test::token_bytes<uint16_t>(
                                                                                   std::vector<int64_t>(10, 1)));
-  zs::test::write_bytes(d + "b.bin", zs::test::llmc_header(20240520, 1, 3000) + zs::test::token_bytes<uint16_t>(tokens));
+  zs::test::write_bytes(d + "b.bin",
+                        zs::test::llmc_header(20240520, 1, 3000) + zs::test::token_bytes<uint16_t>(tokens));
   const zd::TokenShards s({d + "a.bin", d + "b.bin"}, {zd::TokenFormat::kLlmc, 50257});
   std::vector<int32_t> out(3010);
   s.read(0, 2355, out.data());  // up to just before the bad token

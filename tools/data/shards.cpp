@@ -113,7 +113,8 @@ void print_summary(const ShardsArgs& a, const data::BuildResult& r, int bytes_pe
   if (a.seq_len > 0) {
     std::printf("seq_len %lld: %lld packed samples; padded, %lld samples (one per document), %lld of them truncated "
                 "(longer than %lld tokens)\n",
-                static_cast<long long>(a.seq_len), static_cast<long long>(r.tokens > 0 ? (r.tokens - 1) / a.seq_len : 0),
+                static_cast<long long>(a.seq_len),
+                static_cast<long long>(r.tokens > 0 ? (r.tokens - 1) / a.seq_len : 0),
                 static_cast<long long>(r.documents), static_cast<long long>(r.longer_than_seq),
                 static_cast<long long>(a.seq_len + 1));
   }
