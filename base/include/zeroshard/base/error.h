@@ -50,6 +50,7 @@ ZS_DECLARE_ERROR(CudaError, Error, "CUDA error");
 ZS_DECLARE_ERROR(IoError, Error, "I/O error");               // files, sockets, async I/O
 ZS_DECLARE_ERROR(CheckpointError, Error, "checkpoint error");
 ZS_DECLARE_ERROR(UsageError, Error, "usage error");          // API misuse or bad command line
+ZS_DECLARE_ERROR(DataError, Error, "data error");            // a malformed data file or record, failed loading
 
 // The exit status of a job that ran out of memory (MPI_Abort passes it to mpirun's status), so
 // scripts and zeroshard-launch --find-batch-size can tell it from other failures (1).

@@ -13,9 +13,8 @@
 
 namespace zeroshard {
 
-// A data-loading failure: a worker's exception re-thrown on the training thread (the message names
-// the batch and sample), or a malformed dataset file.
-ZS_DECLARE_ERROR(DataError, Error, "data error");
+// DataError (zeroshard/base/error.h): a worker's exception re-thrown on the training thread (the
+// message names the batch and sample), or a malformed dataset file.
 
 // One example: `data` and `target` of fixed shapes (the same for every index of a dataset), so
 // the loader can stack them into a batch.
