@@ -121,7 +121,7 @@ TEST(DataTool, SaysWhatIsWrongWithBadInput) {
       {"inspect --vocab 256 " + d + "/vocab.bin",
        "zeroshard-data: token shard '" + d + "/vocab.bin': token id 300 at token offset 1 is outside the model's "
        "vocabulary (256 ids: 0..255)\n"},
-      {"shard --out x", "zeroshard-data: usage error: unknown command 'shard' (commands: index, inspect, shards; "
+      {"shard --out x", "zeroshard-data: usage error: unknown command 'shard' (commands: decode, encode, index, inspect, shards; "
                         "zeroshard-data --help)\n"},
   };
   for (const auto& [args, message] : cases) {

@@ -63,7 +63,7 @@ expect "text that is not UTF-8" 1 "zeroshard-data: <stdin>:2: $ref/gpt2/tokenize
   sh -c "printf 'ok\n\377\n' | '$tool' encode --tokenizer '$ref/gpt2' >/dev/null"
 expect "a JSONL record without the field" 1 "zeroshard-data: <stdin>:1: expected a JSON object with a string \"text\"" \
   sh -c "echo '{\"txt\": 1}' | '$tool' encode --jsonl --tokenizer '$ref/gpt2'"
-expect "unknown command" 2 "zeroshard-data: usage error: unknown command 'encod' (commands: encode, decode; zeroshard-data --help lists them)" \
+expect "unknown command" 2 "zeroshard-data: usage error: unknown command 'encod' (commands: decode, encode, index, inspect, shards; zeroshard-data --help)" \
   "$tool" encod
 expect "no --tokenizer" 2 "zeroshard-data: usage error: --tokenizer is required (usage: zeroshard-data encode --tokenizer DIR [OPTIONS] [FILE|-]; zeroshard-data encode --help lists the options)" \
   "$tool" encode

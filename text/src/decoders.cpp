@@ -2,7 +2,7 @@
 
 #include "byte_level.h"
 #include "json_file.h"
-#include "regex.h"
+#include "pcre_regex.h"
 #include "unicode.h"
 
 namespace zeroshard::text::detail {

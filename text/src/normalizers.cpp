@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "json_file.h"
-#include "regex.h"
+#include "pcre_regex.h"
 #include "unicode.h"
 
 namespace zeroshard::text::detail {

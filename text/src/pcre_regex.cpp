@@ -1,4 +1,4 @@
-#include "regex.h"
+#include "pcre_regex.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
