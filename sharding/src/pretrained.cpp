@@ -15,6 +15,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/core/config.h"
+#include "zeroshard/io/tensor_dir.h"
 #include "zeroshard/io/tensor_file.h"
 #include "zeroshard/sharding/engine.h"
 #include "zeroshard/sharding/flat_param.h"
@@ -178,7 +179,7 @@ int64_t load_buffer(const Target& t, TensorFile& file) {
 
 PretrainedReport load_local(ShardingEngine& engine, const std::string& path, const PretrainedOptions& o) {
   at::NoGradGuard no_grad;
-  std::unique_ptr<TensorFile> file = open_tensor_file(path);
+  std::unique_ptr<TensorFile> file = open_tensor_path(path);  // a file, or a model directory
   Match m = match(engine, *file, o);
   if (o.strict) check_strict(m, path);
   PretrainedReport r;
