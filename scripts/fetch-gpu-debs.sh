@@ -27,6 +27,7 @@ dest=${1:-.gpu-debs}
 # Headers, CMake files, static test libraries and the MPI/protoc tools (Depends not followed).
 direct=(
   libopenmpi-dev libprotobuf-dev liburing-dev libaio-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev
 )
 # Run-time packages: their dependency closure is resolved.
 runtime=(

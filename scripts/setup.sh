@@ -54,6 +54,7 @@ packages=(
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev                          # command lines (CLI11, header-only)
+  nlohmann-json3-dev                    # config.json of Hugging Face models (models/, header-only)
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
   shellcheck openssh-client             # tests of docker/ (shell scripts, the entrypoint's ssh keys)

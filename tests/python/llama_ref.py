@@ -10,8 +10,9 @@ from the math, to check zeroshard's models against (fp32, Debian's PyTorch 1.13)
       the same weights as torch.save(state_dict) files: pytorch_model.bin, or K shards
       pytorch_model-0000k-of-0000K.bin with pytorch_model.bin.index.json
   llama_ref.py check-eval --hf-dir D --ids ids.json --bin BUILD/bin --mpirun MPIRUN --ranks N
-      runs zeroshard-eval on N ranks (score, then greedy continuation) and compares with this
-      reference: mean NLL within 1e-4 relative, the continuation id for id
+      runs zeroshard-eval on N ranks (score from the JSON ids and from the same ids as a uint16
+      .bin, then a greedy continuation) and compares with this reference: mean NLL within 1e-4
+      relative, the two files' results identical, the continuation id for id
 
 Weights are read from the directory as Hugging Face lays it out (model.safetensors, sharded
 safetensors with their index, or pytorch_model.bin files), parsed here by hand (no safetensors library).
@@ -210,11 +211,19 @@ def cmd_check_eval(a):
                                         capture_output=True, text=True).stdout)
     gen = last_json_line(subprocess.run(run + ["--generate", "16", "--prompt-ids", ",".join(map(str, prompt))],
                                         check=True, capture_output=True, text=True).stdout)
+    # The same ids as a raw uint16 file.
+    raw = os.path.splitext(a.ids)[0] + ".u16.bin"
+    with open(raw, "wb") as f:
+        f.write(b"".join(i.to_bytes(2, "little") for i in ids))
+    got_bin = last_json_line(subprocess.run(run + ["--ids", raw, "--ids-dtype", "uint16", "--context", str(a.context)],
+                                            check=True, capture_output=True, text=True).stdout)
     rel = abs(got["nll"] - want) / abs(want)
     print("zeroshard-eval at %d ranks: nll %.8f over %d tokens; PyTorch: %.8f over %d (relative difference %.2e)"
           % (a.ranks, got["nll"], got["tokens"], want, len(nll), rel))
     print("greedy continuation: zeroshard %s, PyTorch %s" % (gen["generated"], want_ids))
-    ok = rel <= 1e-4 and got["tokens"] == len(nll) and gen["generated"] == want_ids and gen["prompt"] == prompt
+    print("the ids as uint16 .bin: nll %.8f over %d tokens" % (got_bin["nll"], got_bin["tokens"]))
+    ok = rel <= 1e-4 and got["tokens"] == len(nll) and gen["generated"] == want_ids and gen["prompt"] == prompt \
+        and got_bin == got
     print("CHECK PASSED" if ok else "CHECK FAILED")
     sys.exit(0 if ok else 1)
 
