@@ -26,7 +26,9 @@ std::string utf8(uint32_t cp) {
 // GPT-2's table: printable Latin-1 bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves; the
 // other 68 bytes map, in byte order, to U+0100, U+0101, ...
 uint32_t gpt2_code_point(uint8_t b) {
-  auto printable = [](int c) { return (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF); };
+  auto printable = [](int c) {
+    return (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+  };
   if (printable(b)) return b;
   uint32_t n = 0;
   for (int c = 0; c < b; ++c) n += printable(c) ? 0 : 1;
@@ -54,7 +56,8 @@ void Vocabulary::check() const {
              " scores for ", tokens.size(), " tokens");
   ZS_REQUIRE(model != "llama" || !scores.empty(), UsageError,
              "GGUF vocabulary: a \"llama\" (SentencePiece) vocabulary needs one score per token");
-  for (const auto& [what, id] : {std::pair{"bos_id", bos_id}, {"eos_id", eos_id}, {"unk_id", unk_id}, {"pad_id", pad_id}}) {
+  for (const auto& [what, id] :
+       {std::pair{"bos_id", bos_id}, {"eos_id", eos_id}, {"unk_id", unk_id}, {"pad_id", pad_id}}) {
     const std::optional<std::string> bad = out_of_range(what, id, size());
     ZS_REQUIRE(!bad, UsageError, "GGUF vocabulary: ", *bad);
   }
@@ -80,8 +83,8 @@ void Vocabulary::write_to(Writer& w) const {
 }
 
 Vocabulary byte_level_vocabulary(int64_t vocab_size) {
-  ZS_REQUIRE(vocab_size >= 256, UsageError, "a byte-level vocabulary needs at least 256 ids (one per byte), the model has ",
-             vocab_size);
+  ZS_REQUIRE(vocab_size >= 256, UsageError,
+             "a byte-level vocabulary needs at least 256 ids (one per byte), the model has ", vocab_size);
   Vocabulary v;
   v.model = "gpt2";
   for (int b = 0; b < 256; ++b) {

@@ -194,7 +194,8 @@ void quantize_q8_0(const float* x, int64_t n, uint8_t* out) {
 
 // ---- writer ----
 
-Writer::Writer(std::string path, uint32_t alignment) : path_(std::move(path)), tmp_(path_ + ".tmp"), alignment_(alignment) {
+Writer::Writer(std::string path, uint32_t alignment)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), alignment_(alignment) {
   ZS_REQUIRE(alignment_ > 0 && alignment_ % 8 == 0, UsageError, "GGUF writer '", path_, "': alignment ", alignment_,
              " is not a positive multiple of 8");
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -210,7 +211,8 @@ Writer::~Writer() {
 }
 
 void Writer::add(const std::string& key, Value value) {
-  ZS_REQUIRE(data_start_ < 0, UsageError, "GGUF writer '", path_, "': key '", key, "' added after the first tensor write");
+  ZS_REQUIRE(data_start_ < 0, UsageError, "GGUF writer '", path_, "': key '", key,
+             "' added after the first tensor write");
   ZS_REQUIRE(!key.empty() && key.size() < 65536 &&
                  std::all_of(key.begin(), key.end(), [](char c) { return c > ' ' && c < 127; }),
              UsageError, "GGUF writer '", path_, "': key '", key, "' is not 1 to 65535 printable ASCII characters");
@@ -231,11 +233,12 @@ void Writer::declare(const std::string& name, const std::vector<int64_t>& shape,
   ZS_REQUIRE(!shape.empty() && shape.size() <= 4, UsageError, "GGUF writer '", path_, "': tensor '", name, "' has ",
              shape.size(), " dimensions; GGUF holds 1 to 4");
   for (int64_t d : shape) {
-    ZS_REQUIRE(d > 0, UsageError, "GGUF writer '", path_, "': tensor '", name, "' has a dimension ", d, " (must be > 0)");
+    ZS_REQUIRE(d > 0, UsageError, "GGUF writer '", path_, "': tensor '", name, "' has a dimension ", d,
+               " (must be > 0)");
   }
   ZS_REQUIRE(type != TensorType::kQ8_0 || shape.back() % kQ8Block == 0, UsageError, "GGUF writer '", path_,
-             "': tensor '", name, "' cannot be Q8_0: its innermost dimension ", shape.back(),
-             " is not a multiple of ", kQ8Block, " (store it as F16 or F32)");
+             "': tensor '", name, "' cannot be Q8_0: its innermost dimension ", shape.back(), " is not a multiple of ",
+             kQ8Block, " (store it as F16 or F32)");
   Tensor t;
   t.name = name;
   t.shape = shape;
@@ -283,7 +286,8 @@ void Writer::write_at(const void* p, int64_t bytes, int64_t offset, const std::s
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : ENOSPC;
-      ZS_THROW(IoError, "writing ", what, " to '", tmp_, "' at offset ", offset, " failed: ", detail::errno_string(err));
+      ZS_THROW(IoError, "writing ", what, " to '", tmp_, "' at offset ", offset,
+               " failed: ", detail::errno_string(err));
     }
     c += n;
     offset += n;
@@ -321,7 +325,8 @@ void Writer::write(const std::string& name, const at::Tensor& t) {
 void Writer::finish() {
   ZS_REQUIRE(!finished_, UsageError, "GGUF writer '", path_, "': finish() called twice");
   for (const Tensor& t : tensors_) {
-    ZS_REQUIRE(t.written, UsageError, "GGUF writer '", path_, "': tensor '", t.name, "' was declared but never written");
+    ZS_REQUIRE(t.written, UsageError, "GGUF writer '", path_, "': tensor '", t.name,
+               "' was declared but never written");
   }
   if (data_start_ < 0) write_header();  // a file of metadata only
   ZS_CHECK_ERRNO(::fsync(fd_), "fsync of '", tmp_, "'");

@@ -44,10 +44,10 @@ std::vector<std::pair<std::string, std::string>> read_weight_map(const std::stri
              "' has no \"weight_map\" object ({\"weight_map\": {tensor: file}})");
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [tensor, file] : map->members) {
-    ZS_REQUIRE(file.type == JsonValue::Type::kString && !file.string.empty() &&
-                   file.string.find('/') == std::string::npos,
-               IoError, "model index '", index, "' maps tensor '", tensor,
-               "' to something that is not a file name in the directory");
+    ZS_REQUIRE(
+        file.type == JsonValue::Type::kString && !file.string.empty() && file.string.find('/') == std::string::npos,
+        IoError, "model index '", index, "' maps tensor '", tensor,
+        "' to something that is not a file name in the directory");
     out.emplace_back(tensor, file.string);
   }
   ZS_REQUIRE(!out.empty(), IoError, "model index '", index, "' maps no tensors");
@@ -90,7 +90,8 @@ std::unique_ptr<TensorDirectory> TensorDirectory::open(const std::string& dir) {
       return d;
     }
   }
-  ZS_THROW(IoError, "'", dir, "' holds no model weights: expected model.safetensors, model.safetensors.index.json, "
+  ZS_THROW(IoError, "'", dir,
+           "' holds no model weights: expected model.safetensors, model.safetensors.index.json, "
            "pytorch_model.bin or pytorch_model.bin.index.json");
 }
 

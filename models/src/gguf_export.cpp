@@ -43,9 +43,9 @@ uint32_t file_type(GgufDtype d) {  // llama.cpp's general.file_type: ALL_F32, MO
 
 // HF name pieces -> llama.cpp's names inside a block.
 const std::vector<std::pair<std::string, std::string>> kBlockNames = {
-    {"input_layernorm", "attn_norm"},      {"self_attn.q_proj", "attn_q"},   {"self_attn.k_proj", "attn_k"},
-    {"self_attn.v_proj", "attn_v"},        {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
-    {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},         {"mlp.down_proj", "ffn_down"}};
+    {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"},      {"self_attn.k_proj", "attn_k"},
+    {"self_attn.v_proj", "attn_v"},   {"self_attn.o_proj", "attn_output"}, {"post_attention_layernorm", "ffn_norm"},
+    {"mlp.gate_proj", "ffn_gate"},    {"mlp.up_proj", "ffn_up"},           {"mlp.down_proj", "ffn_down"}};
 
 std::string gguf_name_of(const std::string& hf) {
   if (hf == "model.embed_tokens.weight") return "token_embd.weight";
@@ -65,7 +65,8 @@ std::string gguf_name_of(const std::string& hf) {
 std::vector<Planned> plan(const LlamaConfig& c, bool permute_qk, GgufDtype dtype) {
   std::vector<Planned> out;
   for (const TensorInfo& t : hf_tensors(c)) {
-    Planned p{gguf_name_of(t.name), t.name, t.shape, t.shape.size() == 2 ? matrix_type(dtype) : gguf::TensorType::kF32, {}};
+    Planned p{
+        gguf_name_of(t.name), t.name, t.shape, t.shape.size() == 2 ? matrix_type(dtype) : gguf::TensorType::kF32, {}};
     if (permute_qk && t.name.find(".self_attn.q_proj.") != std::string::npos) {
       p.transform = [h = c.num_attention_heads](at::Tensor w) { return permute_for_interleaved_rope(w, h); };
     } else if (permute_qk && t.name.find(".self_attn.k_proj.") != std::string::npos) {
@@ -80,8 +81,12 @@ std::vector<Planned> plan(const LlamaConfig& c, bool permute_qk, GgufDtype dtype
 }
 
 void add_hyperparameters(gguf::Writer& w, const LlamaConfig& c, const std::string& arch) {
-  auto u32 = [&](const std::string& key, int64_t v) { w.add(arch + "." + key, gguf::Value::uint32(static_cast<uint32_t>(v))); };
-  auto f32 = [&](const std::string& key, double v) { w.add(arch + "." + key, gguf::Value::float32(static_cast<float>(v))); };
+  auto u32 = [&](const std::string& key, int64_t v) {
+    w.add(arch + "." + key, gguf::Value::uint32(static_cast<uint32_t>(v)));
+  };
+  auto f32 = [&](const std::string& key, double v) {
+    w.add(arch + "." + key, gguf::Value::float32(static_cast<float>(v)));
+  };
   u32("vocab_size", c.vocab_size);
   u32("context_length", c.max_position_embeddings);
   u32("embedding_length", c.hidden_size);
@@ -175,7 +180,8 @@ GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, 
   const std::vector<Planned> tensors = plan(c, r.architecture == "llama", o.dtype);
   gguf::Writer w(out);
   w.add("general.architecture", gguf::Value::string(r.architecture));
-  const std::string name = o.name.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string() : o.name;
+  const std::string name =
+      o.name.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string() : o.name;
   w.add("general.name", gguf::Value::string(name.empty() ? "model" : name));
   w.add("general.file_type", gguf::Value::uint32(file_type(o.dtype)));
   if (o.dtype == GgufDtype::kQ8_0) w.add("general.quantization_version", gguf::Value::uint32(2));

@@ -75,7 +75,9 @@ void on_every_rank(Communicator& world, const std::string& dir, const std::funct
 
 std::vector<TensorInfo> hf_tensors(const LlamaConfig& c) {
   std::vector<TensorInfo> out;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) { out.push_back({name, c10::kFloat, std::move(shape)}); };
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    out.push_back({name, c10::kFloat, std::move(shape)});
+  };
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
   add("model.embed_tokens.weight", {c.vocab_size, h});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {

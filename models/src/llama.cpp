@@ -70,8 +70,8 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed) {
 #if ZS_HAVE_SDPA
-  return at::scaled_dot_product_attention(q, k, v, allowed.defined() ? c10::optional<at::Tensor>(allowed) : c10::nullopt,
-                                          0.0, !allowed.defined());
+  return at::scaled_dot_product_attention(
+      q, k, v, allowed.defined() ? c10::optional<at::Tensor>(allowed) : c10::nullopt, 0.0, !allowed.defined());
 #else
   const int64_t t = q.size(2);
   at::Tensor scores = q.matmul(k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
@@ -158,7 +158,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaOptions& o) {
   to(o.device);  // before a ShardedInit shards this unit
 }
 
-at::Tensor LlamaDecoderLayerImpl::forward(at::Tensor x, at::Tensor cos, at::Tensor sin, c10::optional<at::Tensor> allowed) {
+at::Tensor LlamaDecoderLayerImpl::forward(at::Tensor x, at::Tensor cos, at::Tensor sin,
+                                          c10::optional<at::Tensor> allowed) {
   const at::Tensor mask = allowed ? *allowed : at::Tensor();
   x = x + self_attn(input_layernorm(x), cos, sin, mask);
   return x + mlp(post_attention_layernorm(x));
@@ -186,7 +187,8 @@ LlamaModelImpl::LlamaModelImpl(const LlamaOptions& o) : options(o) {
   norm->to(o.device);
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& ids, const at::Tensor& position_ids, const at::Tensor& document_ids) {
+at::Tensor LlamaModelImpl::forward(const at::Tensor& ids, const at::Tensor& position_ids,
+                                   const at::Tensor& document_ids) {
   ZS_REQUIRE(ids.dim() == 2 && ids.scalar_type() == at::kLong, UsageError,
              "Llama forward: input ids must be int64 [batch, tokens], got ", c10::toString(ids.scalar_type()), " ",
              ids.sizes());
@@ -194,7 +196,7 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& ids, const at::Tensor& posi
   check_ids("document_ids", document_ids, ids);
   const int64_t t = ids.size(1);
   options.config.check_sequence_length(t);
-  at::Tensor pos = position_ids.defined() ? position_ids
+  at::Tensor pos = position_ids.defined()   ? position_ids
                    : document_ids.defined() ? positions_in_documents(document_ids)
                                             : at::arange(t, ids.options()).expand_as(ids);
   // cos/sin as Hugging Face's rotary embedding: fp32 angles position * inverse frequency.
@@ -213,7 +215,8 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& ids, const at::Tensor& posi
   if (options.checkpoint_layers && c10::GradMode::is_enabled() && !x.requires_grad()) x.requires_grad_(true);
   for (Unit<LlamaDecoderLayerImpl> layer : units) {
     if (options.checkpoint_layers) {
-      x = checkpoint([layer, cos, sin, allowed](const at::Tensor& h) mutable { return layer(h, cos, sin, allowed); }, x);
+      x = checkpoint([layer, cos, sin, allowed](const at::Tensor& h) mutable { return layer(h, cos, sin, allowed); },
+                     x);
     } else {
       x = layer(x, cos, sin, allowed);
     }
@@ -253,8 +256,8 @@ at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& ids, const at::Tensor
 
 at::Tensor rope_inverse_frequencies(const LlamaConfig& c) {
   const int64_t dim = c.head_dim;
-  at::Tensor inv = at::pow(c.rope_theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim))
-                       .reciprocal();
+  at::Tensor inv =
+      at::pow(c.rope_theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim)).reciprocal();
   const RopeScaling& r = c.rope_scaling;
   if (r.type == RopeScaling::Type::kLinear) return inv / r.factor;
   if (r.type != RopeScaling::Type::kLlama3) return inv;

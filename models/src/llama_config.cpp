@@ -18,6 +18,7 @@ namespace {
 
 using Json = nlohmann::json;
 
+// clang-format off
 // Keys that do not change the forward or backward math of the model: bookkeeping, generation
 // defaults, output switches, token ids (read where they matter).
 const std::set<std::string> kHarmless = {
@@ -42,10 +43,14 @@ const std::set<std::string> kMathKeys = {
 const std::set<std::string> kLlamaKeys = {"attention_bias", "mlp_bias"};
 const std::set<std::string> kMistralKeys = {"sliding_window"};
 const std::set<std::string> kQwen2Keys = {"use_sliding_window", "sliding_window", "max_window_layers"};
+// clang-format on
 
+// The members of one JSON object, read with checks; errors name the file and the key (under
+// `prefix`, e.g. "rope_scaling.").
 class Keys {
  public:
-  Keys(const Json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  Keys(const Json& j, std::string path, std::string prefix = "")
+      : j_(j), path_(std::move(path)), prefix_(std::move(prefix)) {}
   const std::string& path() const { return path_; }
 
   const Json* find(const std::string& key) const {
@@ -57,7 +62,7 @@ class Keys {
     return v != nullptr && !v->is_null();
   }
   [[noreturn]] void bad(const std::string& key, const std::string& what) const {
-    ZS_THROW(ConfigError, "'", path_, "': key '", key, "' ", what);
+    ZS_THROW(ConfigError, "'", path_, "': key '", prefix_, key, "' ", what);
   }
   int64_t positive(const std::string& key) const {
     const Json* v = find(key);
@@ -65,7 +70,9 @@ class Keys {
     if (!v->is_number_integer() || v->get<int64_t>() <= 0) bad(key, "must be a positive integer, got " + v->dump());
     return v->get<int64_t>();
   }
-  int64_t positive_or(const std::string& key, int64_t fallback) const { return present(key) ? positive(key) : fallback; }
+  int64_t positive_or(const std::string& key, int64_t fallback) const {
+    return present(key) ? positive(key) : fallback;
+  }
   double number_or(const std::string& key, double fallback, bool must_be_positive = true) const {
     if (!present(key)) return fallback;
     const Json& v = *find(key);
@@ -89,20 +96,22 @@ class Keys {
 
  private:
   const Json& j_;
-  std::string path_;
+  std::string path_, prefix_;
 };
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
 void check_keys(const Json& j, const std::string& path, const std::string& model_type, const LlamaConfigOptions& o) {
-  const std::set<std::string>& own = model_type == "llama" ? kLlamaKeys : model_type == "mistral" ? kMistralKeys : kQwen2Keys;
+  const std::set<std::string>& own =
+      model_type == "llama" ? kLlamaKeys : (model_type == "mistral" ? kMistralKeys : kQwen2Keys);
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     if (kHarmless.count(k) || kMathKeys.count(k) || own.count(k)) continue;
     if (std::find(o.ignore_keys.begin(), o.ignore_keys.end(), k) != o.ignore_keys.end()) continue;
     ZS_THROW(ConfigError, "'", path, "': key '", k, "' is not one zeroshard knows for model_type ", quoted(model_type),
              ": it may change the model's math (if it does not, accept it with LlamaConfigOptions::ignore_keys, "
-             "--ignore-config-key ", k, ")");
+             "--ignore-config-key ",
+             k, ")");
   }
 }
 
@@ -110,23 +119,18 @@ void check_keys(const Json& j, const std::string& path, const std::string& model
 // rope_theta). `where` is the key, for messages.
 void read_rope(const Json& r, const std::string& where, const std::string& path, LlamaConfig& c) {
   if (r.is_null()) return;
-  if (!r.is_object()) ZS_THROW(ConfigError, "'", path, "': key '", where, "' must be an object or null, got ", r.dump());
-  const Json empty;
-  Keys k(r, path);
-  const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
-  const std::string full = where + "." + type_key;
-  const Json& t = r.contains(type_key) ? r.at(type_key) : empty;
-  if (!t.is_null() && !t.is_string()) ZS_THROW(ConfigError, "'", path, "': key '", full, "' must be a string, got ", t.dump());
-  const std::string type = t.is_string() ? t.get<std::string>() : "default";
+  if (!r.is_object())
+    ZS_THROW(ConfigError, "'", path, "': key '", where, "' must be an object or null, got ", r.dump());
+  Keys k(r, path, where + ".");
+  const std::string type_key = r.contains("rope_type") ? "rope_type" : "type";
+  const Json* t = k.find(type_key);
+  if (t != nullptr && !t->is_null() && !t->is_string()) k.bad(type_key, "must be a string, got " + t->dump());
+  const std::string type = t != nullptr && t->is_string() ? t->get<std::string>() : "default";
   std::set<std::string> known = {"rope_type", "type", "rope_theta"};
   auto param = [&](const std::string& name, double fallback, bool required) {
     known.insert(name);
-    if (required && !k.present(name)) ZS_THROW(ConfigError, "'", path, "': key '", where, ".", name, "' is missing (rope type ", quoted(type), " needs it)");
-    try {
-      return k.number_or(name, fallback);
-    } catch (const ConfigError&) {
-      ZS_THROW(ConfigError, "'", path, "': key '", where, ".", name, "' must be a positive number, got ", r.at(name).dump());
-    }
+    if (required && !k.present(name)) k.bad(name, "is missing (rope type " + quoted(type) + " needs it)");
+    return k.number_or(name, fallback);
   };
   if (r.contains("rope_theta")) c.rope_theta = param("rope_theta", c.rope_theta, false);
   if (type == "default") {
@@ -142,16 +146,15 @@ void read_rope(const Json& r, const std::string& where, const std::string& path,
     c.rope_scaling.original_max_position_embeddings =
         static_cast<int64_t>(param("original_max_position_embeddings", 0, true));
     if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor) {
-      ZS_THROW(ConfigError, "'", path, "': key '", where, ".high_freq_factor' must be above low_freq_factor");
+      k.bad("high_freq_factor", "must be above low_freq_factor");
     }
   } else {
-    ZS_THROW(ConfigError, "'", path, "': key '", full, "' = ", quoted(type),
-             " is not implemented (zeroshard implements \"default\", \"linear\" and \"llama3\")");
+    k.bad(type_key,
+          "= " + quoted(type) + " is not implemented (zeroshard implements \"default\", \"linear\" and \"llama3\")");
   }
   for (auto it = r.begin(); it != r.end(); ++it) {
     if (!known.count(it.key())) {
-      ZS_THROW(ConfigError, "'", path, "': key '", where, ".", it.key(), "' is not one zeroshard knows for rope type ",
-               quoted(type), ": it may change the model's math");
+      k.bad(it.key(), "is not one zeroshard knows for rope type " + quoted(type) + ": it may change the model's math");
     }
   }
 }
@@ -181,13 +184,14 @@ void read_sliding_window(const Keys& k, LlamaConfig& c, const Json& j) {
   // qwen2: layers from max_window_layers on use the window when use_sliding_window is set.
   const bool use = k.flag_or("use_sliding_window", false);
   const int64_t first = k.present("max_window_layers") ? k.positive("max_window_layers") : 28;
-  if (use && !null_window && first < c.num_hidden_layers) c.sliding_window = window, c.sliding_window_key = "use_sliding_window";
+  if (use && !null_window && first < c.num_hidden_layers)
+    c.sliding_window = window, c.sliding_window_key = "use_sliding_window";
 }
 
 void check_shapes(const LlamaConfig& c, const Keys& k) {
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    k.bad("num_key_value_heads", "= " + std::to_string(c.num_key_value_heads) + " must divide num_attention_heads = " +
-                                     std::to_string(c.num_attention_heads));
+    k.bad("num_key_value_heads", "= " + std::to_string(c.num_key_value_heads) +
+                                     " must divide num_attention_heads = " + std::to_string(c.num_attention_heads));
   }
   if (!k.present("head_dim") && c.hidden_size % c.num_attention_heads != 0) {
     k.bad("num_attention_heads", "= " + std::to_string(c.num_attention_heads) + " must divide hidden_size = " +
@@ -218,7 +222,8 @@ LlamaConfig LlamaConfig::parse(const std::string& text, const std::string& path,
   Keys k(j, path);
   LlamaConfig c;
   c.path = path;
-  if (!k.present("model_type")) k.bad("model_type", "is missing (zeroshard implements \"llama\", \"mistral\" and \"qwen2\")");
+  if (!k.present("model_type"))
+    k.bad("model_type", "is missing (zeroshard implements \"llama\", \"mistral\" and \"qwen2\")");
   if (!j.at("model_type").is_string()) k.bad("model_type", "must be a string, got " + j.at("model_type").dump());
   c.model_type = j.at("model_type").get<std::string>();
   if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2") {
@@ -231,7 +236,9 @@ LlamaConfig LlamaConfig::parse(const std::string& text, const std::string& path,
   c.intermediate_size = k.positive("intermediate_size");
   c.num_hidden_layers = k.positive("num_hidden_layers");
   c.num_attention_heads = k.positive("num_attention_heads");
-  c.num_key_value_heads = k.positive_or("num_key_value_heads", c.model_type == "mistral" && !k.find("num_key_value_heads") ? 8 : c.num_attention_heads);
+  // MistralConfig's default is 8 key/value heads; null (and the other families' default): one per head.
+  const bool mistral_default = c.model_type == "mistral" && k.find("num_key_value_heads") == nullptr;
+  c.num_key_value_heads = k.positive_or("num_key_value_heads", mistral_default ? 8 : c.num_attention_heads);
   c.head_dim = k.positive_or("head_dim", c.hidden_size / c.num_attention_heads);
   check_shapes(c, k);
   const int64_t default_positions = c.model_type == "llama" ? 2048 : c.model_type == "mistral" ? 4096 * 32 : 32768;
@@ -244,7 +251,8 @@ LlamaConfig LlamaConfig::parse(const std::string& text, const std::string& path,
     k.bad("hidden_act", "= " + j.at("hidden_act").dump() + " is not implemented (zeroshard implements \"silu\")");
   }
   if (k.number_or("attention_dropout", 0.0, false) != 0.0) {
-    k.bad("attention_dropout", "= " + j.at("attention_dropout").dump() + " is not implemented (zeroshard implements 0)");
+    k.bad("attention_dropout",
+          "= " + j.at("attention_dropout").dump() + " is not implemented (zeroshard implements 0)");
   }
   if (k.find("rope_scaling") != nullptr) read_rope(j.at("rope_scaling"), "rope_scaling", path, c);
   if (k.find("rope_parameters") != nullptr) read_rope(j.at("rope_parameters"), "rope_parameters", path, c);

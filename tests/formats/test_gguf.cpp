@@ -57,7 +57,7 @@ TEST(Gguf, Q8_0RoundsHalfAwayFromZeroWithAnFp16Scale) {
   std::copy(std::begin(b0), std::end(b0), x.begin());
   // Block 1: zeros (scale 0). Block 2: absmax 1, scale 1/127 stored as fp16, values x * 127.
   x[64] = 1.0f;
-  x[65] = 0.5f;   // 63.5 -> 64
+  x[65] = 0.5f;    // 63.5 -> 64
   x[66] = -0.25f;  // -31.75 -> -32
   std::vector<uint8_t> q(3 * 34);
   gguf::quantize_q8_0(x.data(), 96, q.data());
@@ -78,8 +78,8 @@ TEST(Gguf, LayoutIsVersion3WithAlignedData) {
   {
     gguf::Writer w(path);
     w.add("general.architecture", gguf::Value::string("llama"));
-    w.declare("a", {2, 3}, gguf::TensorType::kF32);             // 24 bytes
-    w.declare("b", {3}, gguf::TensorType::kF16);                // 6 bytes, at 32
+    w.declare("a", {2, 3}, gguf::TensorType::kF32);                             // 24 bytes
+    w.declare("b", {3}, gguf::TensorType::kF16);                                // 6 bytes, at 32
     w.write("b", at::tensor({1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, -2.0f}));  // halfway cases: to even
     w.write("a", at::arange(6, at::kFloat).view({2, 3}));
     w.finish();
@@ -107,7 +107,7 @@ TEST(Gguf, LayoutIsVersion3WithAlignedData) {
   EXPECT_EQ(text(), "llama");
   EXPECT_EQ(text(), "a");
   EXPECT_EQ(at_offset<uint32_t>(b, p), 2u);
-  EXPECT_EQ(at_offset<uint64_t>(b, p + 4), 3u);   // innermost dimension first
+  EXPECT_EQ(at_offset<uint64_t>(b, p + 4), 3u);  // innermost dimension first
   EXPECT_EQ(at_offset<uint64_t>(b, p + 12), 2u);
   EXPECT_EQ(at_offset<uint32_t>(b, p + 20), 0u);  // F32
   EXPECT_EQ(at_offset<uint64_t>(b, p + 24), 0u);
@@ -115,7 +115,7 @@ TEST(Gguf, LayoutIsVersion3WithAlignedData) {
   EXPECT_EQ(text(), "b");
   EXPECT_EQ(at_offset<uint32_t>(b, p), 1u);
   EXPECT_EQ(at_offset<uint64_t>(b, p + 4), 3u);
-  EXPECT_EQ(at_offset<uint32_t>(b, p + 12), 1u);  // F16
+  EXPECT_EQ(at_offset<uint32_t>(b, p + 12), 1u);   // F16
   EXPECT_EQ(at_offset<uint64_t>(b, p + 16), 32u);  // 24 bytes padded to the alignment
   p += 24;
   const size_t data = (p + 31) / 32 * 32;
@@ -149,8 +149,8 @@ TEST(Gguf, NodeLlamaCppReadsEveryValueType) {
     w.add("t.i64", gguf::Value::int64(-123456789012345ll));
     w.add("t.f64", gguf::Value::float64(0.1));
     w.add("t.ints", gguf::Value::int32s({1, -2, 3}));
-    w.add("t.nested", gguf::Value::array(gguf::ValueType::kArray,
-                                         {gguf::Value::strings({"a", "b"}), gguf::Value::strings({})}));
+    w.add("t.nested",
+          gguf::Value::array(gguf::ValueType::kArray, {gguf::Value::strings({"a", "b"}), gguf::Value::strings({})}));
     gguf::Vocabulary v = gguf::byte_level_vocabulary(258);
     v.eos_id = 257;
     v.write_to(w);
@@ -161,8 +161,8 @@ TEST(Gguf, NodeLlamaCppReadsEveryValueType) {
     w.finish();
   }
   const std::string out = fs::absolute("gguf-types.json").string();
-  const std::string cmd = "node " + std::string(ZS_SOURCE_DIR) + "/tests/models/llama_cpp_nll.mjs --modules " + modules +
-                          " --info " + path + " > " + out;
+  const std::string cmd = "node " + std::string(ZS_SOURCE_DIR) + "/tests/models/llama_cpp_nll.mjs --modules " +
+                          modules + " --info " + path + " > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const zs::JsonValue j = zs::parse_json(bytes_of(out), out);
   EXPECT_EQ(j.find("version")->number, 3);
@@ -189,7 +189,7 @@ TEST(Gguf, NodeLlamaCppReadsEveryValueType) {
   const zs::JsonValue& tok = *j.find("metadata")->find("tokenizer")->find("ggml");
   EXPECT_EQ(tok.find("model")->string, "gpt2");
   ASSERT_EQ(tok.find("tokens")->items.size(), 258u);
-  EXPECT_EQ(tok.find("tokens")->items[32].string, "\xc4\xa0");   // ' ' is GPT-2's 'Ġ' (U+0120)
+  EXPECT_EQ(tok.find("tokens")->items[32].string, "\xc4\xa0");  // ' ' is GPT-2's 'Ġ' (U+0120)
   EXPECT_EQ(tok.find("tokens")->items[65].string, "A");
   EXPECT_EQ(tok.find("tokens")->items[257].string, "<|unused_257|>");
   EXPECT_EQ(tok.find("token_type")->items[257].number, 5);  // unused
@@ -201,7 +201,7 @@ TEST(Gguf, NodeLlamaCppReadsEveryValueType) {
   EXPECT_EQ(tensors[0].find("name")->string, "x.weight");
   EXPECT_EQ(tensors[0].find("dims")->items[0].number, 32);
   EXPECT_EQ(tensors[0].find("dims")->items[1].number, 64);
-  EXPECT_EQ(tensors[0].find("type")->number, 8);  // Q8_0
+  EXPECT_EQ(tensors[0].find("type")->number, 8);          // Q8_0
   EXPECT_EQ(tensors[1].find("offset")->number, 64 * 34);  // 2176, already a multiple of 32
   EXPECT_EQ(tensors[1].find("type")->number, 0);
 }
@@ -211,10 +211,14 @@ TEST(Gguf, MisuseIsAUsageErrorNamingTheFileAndTensor) {
   {
     gguf::Writer w(path);
     w.add("k", gguf::Value::uint32(1));
-    EXPECT_EQ(usage_error([&] { w.add("k", gguf::Value::uint32(2)); }), "GGUF writer 'gguf-misuse.gguf': key 'k' added twice");
+    EXPECT_EQ(usage_error([&] { w.add("k", gguf::Value::uint32(2)); }),
+              "GGUF writer 'gguf-misuse.gguf': key 'k' added twice");
     EXPECT_EQ(usage_error([&] { w.add("general.alignment", gguf::Value::uint32(64)); }),
-              "GGUF writer 'gguf-misuse.gguf': general.alignment is written by the writer (its constructor takes the alignment)");
-    EXPECT_EQ(usage_error([&] { w.declare("q", {4, 48}, gguf::TensorType::kQ8_0); }),
+              "GGUF writer 'gguf-misuse.gguf': general.alignment is written by the writer (its constructor takes the "
+              "alignment)");
+    EXPECT_EQ(usage_error([&] {
+                w.declare("q", {4, 48}, gguf::TensorType::kQ8_0);
+              }),
               "GGUF writer 'gguf-misuse.gguf': tensor 'q' cannot be Q8_0: its innermost dimension 48 is not a multiple "
               "of 32 (store it as F16 or F32)");
     EXPECT_EQ(usage_error([&] { w.declare(std::string(64, 'n'), {4}, gguf::TensorType::kF32); }),

@@ -1,9 +1,9 @@
 #include "llama_test_util.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <c10/core/GradMode.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
 #include <fstream>
@@ -19,24 +19,32 @@ namespace fs = std::filesystem;
 
 std::string TinySpec::config_json() const {
   std::ostringstream s;
-  s << "{\n  \"architectures\": [\"" << (model_type == "qwen2" ? "Qwen2ForCausalLM" : model_type == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM")
-    << "\"],\n  \"model_type\": \"" << model_type << "\",\n  \"vocab_size\": " << vocab << ",\n  \"hidden_size\": " << hidden
-    << ",\n  \"intermediate_size\": " << intermediate << ",\n  \"num_hidden_layers\": " << layers
-    << ",\n  \"num_attention_heads\": " << heads << ",\n  \"num_key_value_heads\": " << kv_heads
+  s << "{\n  \"architectures\": [\""
+    << (model_type == "qwen2"     ? "Qwen2ForCausalLM"
+        : model_type == "mistral" ? "MistralForCausalLM"
+                                  : "LlamaForCausalLM")
+    << "\"],\n  \"model_type\": \"" << model_type << "\",\n  \"vocab_size\": " << vocab
+    << ",\n  \"hidden_size\": " << hidden << ",\n  \"intermediate_size\": " << intermediate
+    << ",\n  \"num_hidden_layers\": " << layers << ",\n  \"num_attention_heads\": " << heads
+    << ",\n  \"num_key_value_heads\": " << kv_heads
     << ",\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": " << max_positions
     << ",\n  \"rms_norm_eps\": " << zs::json_number(rms_eps) << ",\n  \"rope_theta\": " << zs::json_number(rope_theta)
     << ",\n  \"rope_scaling\": " << rope_scaling << ",\n  \"tie_word_embeddings\": " << (tied ? "true" : "false")
-    << ",\n  \"initializer_range\": 0.02,\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": \"float32\""
+    << ",\n  \"initializer_range\": 0.02,\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": "
+       "\"float32\""
     << ",\n  \"transformers_version\": \"4.45.0\"";
   if (model_type == "llama") {
-    s << ",\n  \"attention_bias\": " << (attention_bias ? "true" : "false") << ",\n  \"mlp_bias\": " << (mlp_bias ? "true" : "false");
+    s << ",\n  \"attention_bias\": " << (attention_bias ? "true" : "false")
+      << ",\n  \"mlp_bias\": " << (mlp_bias ? "true" : "false");
   }
   if (!extra.empty()) s << ",\n  " << extra;
   s << "\n}\n";
   return s.str();
 }
 
-zs::models::LlamaConfig TinySpec::config() const { return zs::models::LlamaConfig::parse(config_json(), "config.json"); }
+zs::models::LlamaConfig TinySpec::config() const {
+  return zs::models::LlamaConfig::parse(config_json(), "config.json");
+}
 
 State random_state(const zs::models::LlamaConfig& c, uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -76,7 +84,8 @@ void write_hf_dir(const std::string& dir, const std::string& config_json, const 
       weight_map.add(state[i].first, file);
     }
     zs::SafetensorsWriter w(dir + "/" + file, infos, {{"format", "pt"}});
-    for (size_t i = k * per; i < std::min(state.size(), (k + 1) * per); ++i) w.write(state[i].first, state[i].second.to(dtype));
+    for (size_t i = k * per; i < std::min(state.size(), (k + 1) * per); ++i)
+      w.write(state[i].first, state[i].second.to(dtype));
     w.finish();
   }
   if (shards > 1) {

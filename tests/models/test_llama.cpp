@@ -112,7 +112,8 @@ TEST(LlamaConfig, ReadsEveryKeyThatChangesTheMath) {
     "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "tie_word_embeddings": true,
     "attention_bias": false, "attention_dropout": 0.0, "mlp_bias": false, "pretraining_tp": 1,
     "initializer_range": 0.02, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
-    "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0", "use_cache": true})", "m/config.json");
+    "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0", "use_cache": true})",
+                                                   "m/config.json");
   EXPECT_EQ(c.model_type, "llama");
   EXPECT_EQ(c.vocab_size, 128256);
   EXPECT_EQ(c.hidden_size, 3072);
@@ -137,7 +138,8 @@ TEST(LlamaConfig, ReadsEveryKeyThatChangesTheMath) {
 }
 
 TEST(LlamaConfig, DefaultsAreHuggingFacesPerModelType) {
-  const std::string shape = R"("vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4)";
+  const std::string shape =
+      R"("vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4)";
   const zm::LlamaConfig llama = zm::LlamaConfig::parse("{\"model_type\": \"llama\", " + shape + "}", "c");
   EXPECT_EQ(llama.num_key_value_heads, 4);
   EXPECT_EQ(llama.head_dim, 16);
@@ -145,7 +147,8 @@ TEST(LlamaConfig, DefaultsAreHuggingFacesPerModelType) {
   EXPECT_EQ(llama.rms_norm_eps, 1e-6);
   EXPECT_EQ(llama.rope_theta, 10000.0);
   EXPECT_FALSE(llama.tie_word_embeddings);
-  const std::string wide = R"("vocab_size": 100, "hidden_size": 128, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 16)";
+  const std::string wide =
+      R"("vocab_size": 100, "hidden_size": 128, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 16)";
   const zm::LlamaConfig mistral = zm::LlamaConfig::parse("{\"model_type\": \"mistral\", " + wide + "}", "c");
   EXPECT_EQ(mistral.num_key_value_heads, 8);
   EXPECT_EQ(mistral.sliding_window.value_or(0), 4096);
@@ -156,12 +159,14 @@ TEST(LlamaConfig, DefaultsAreHuggingFacesPerModelType) {
 }
 
 TEST(LlamaConfig, BadKeysAreErrorsNamingTheFileAndTheKey) {
-  const std::string shape = R"("vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4)";
+  const std::string shape =
+      R"("vocab_size": 100, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4)";
   auto with = [&](const std::string& type, const std::string& more) {
     return "{\"model_type\": \"" + type + "\", " + shape + (more.empty() ? "" : ", " + more) + "}";
   };
   EXPECT_EQ(config_error(with("gemma", "")),
-            "'m/config.json': model_type \"gemma\" is not supported (zeroshard implements \"llama\", \"mistral\" and \"qwen2\")");
+            "'m/config.json': model_type \"gemma\" is not supported (zeroshard implements \"llama\", \"mistral\" and "
+            "\"qwen2\")");
   EXPECT_EQ(config_error("{" + shape + "}"),
             "'m/config.json': key 'model_type' is missing (zeroshard implements \"llama\", \"mistral\" and \"qwen2\")");
   EXPECT_EQ(config_error(with("llama", R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})")),
@@ -184,8 +189,10 @@ TEST(LlamaConfig, BadKeysAreErrorsNamingTheFileAndTheKey) {
             "'m/config.json': key 'attention_bias' is not one zeroshard knows for model_type \"mistral\": it may "
             "change the model's math (if it does not, accept it with LlamaConfigOptions::ignore_keys, "
             "--ignore-config-key attention_bias)");
-  EXPECT_EQ(config_error(R"({"model_type": "llama", "vocab_size": 100, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4})"),
-            "'m/config.json': key 'hidden_size' is missing");
+  EXPECT_EQ(
+      config_error(
+          R"({"model_type": "llama", "vocab_size": 100, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4})"),
+      "'m/config.json': key 'hidden_size' is missing");
   EXPECT_EQ(config_error(with("llama", R"("num_key_value_heads": 3)")),
             "'m/config.json': key 'num_key_value_heads' = 3 must divide num_attention_heads = 4");
   EXPECT_EQ(config_error(with("llama", R"("rms_norm_eps": "small")")),
@@ -208,9 +215,10 @@ TEST(LlamaConfig, SlidingWindowIsRefusedWhereItWouldApply) {
   TinySpec qwen;
   qwen.model_type = "qwen2";
   qwen.extra = "\"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 1";
-  EXPECT_EQ(message_of<zs::ConfigError>([&] { qwen.config().check_sequence_length(17); }),
-            "'config.json': key 'use_sliding_window' turns on sliding-window attention over 16 tokens, which would "
-            "apply to this sequence of 17 tokens; zeroshard runs full attention only (use sequences of at most 16 tokens)");
+  EXPECT_EQ(
+      message_of<zs::ConfigError>([&] { qwen.config().check_sequence_length(17); }),
+      "'config.json': key 'use_sliding_window' turns on sliding-window attention over 16 tokens, which would "
+      "apply to this sequence of 17 tokens; zeroshard runs full attention only (use sequences of at most 16 tokens)");
   qwen.extra = "\"use_sliding_window\": true, \"sliding_window\": 16, \"max_window_layers\": 3";  // no layer uses it
   qwen.config().check_sequence_length(1000);
 }
@@ -232,7 +240,9 @@ TEST(LlamaModel, ParameterNamesAndShapesAreHuggingFaces) {
     EXPECT_EQ(got, want);
     if (tied) EXPECT_TRUE(m->lm_head_weight().is_same(m->model->embed_tokens->weight));
   }
-  EXPECT_EQ(message_of<zs::UsageError>([] { zm::LlamaForCausalLM m(zm::LlamaOptions{TinySpec().config(), c10::kMeta}); }),
+  EXPECT_EQ(message_of<zs::UsageError>([] {
+              zm::LlamaForCausalLM m(zm::LlamaOptions{TinySpec().config(), c10::kMeta});
+            }),
             "a Llama model cannot be built on the meta device (LibTorch moves parameters with set_data, which cannot "
             "turn a CPU tensor into a meta one); build it under a zeroshard::ShardedInit so no rank holds the whole "
             "model, or use hf_tensors(config) for its names and shapes");
@@ -299,7 +309,8 @@ TEST(LlamaModel, LowPrecisionAndSingleFileCheckpoints) {
     if (zs::test::rank() == 0) EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
     Sharded m(c, dir);
     const auto full = m.engine->full_state_dict();
-    for (const auto& [k, v] : state) EXPECT_EQ(zs::test::max_abs_diff(full.at(k), v.to(dtype).to(at::kFloat)), 0.0) << k;
+    for (const auto& [k, v] : state)
+      EXPECT_EQ(zs::test::max_abs_diff(full.at(k), v.to(dtype).to(at::kFloat)), 0.0) << k;
     EXPECT_EQ(zs::test::max_abs_diff(full.at("lm_head.weight"), full.at("model.embed_tokens.weight")), 0.0);
     zs::test::barrier();
   }
@@ -313,7 +324,8 @@ TEST(LlamaModel, PackedDocumentsEqualSeparateSequences) {
   torch::NoGradGuard no_grad;
   const at::Tensor a = ids_tensor(11, 1), b = ids_tensor(7, 2), d = ids_tensor(5, 3);
   const at::Tensor packed = at::cat({a, b, d}, 1);
-  const at::Tensor docs = at::cat({at::zeros({1, 11}, at::kLong), at::ones({1, 7}, at::kLong), at::full({1, 5}, 4, at::kLong)}, 1);
+  const at::Tensor docs =
+      at::cat({at::zeros({1, 11}, at::kLong), at::ones({1, 7}, at::kLong), at::full({1, 5}, 4, at::kLong)}, 1);
   const at::Tensor got = m->forward(packed, {}, docs);
   const at::Tensor want = at::cat({m->forward(a), m->forward(b), m->forward(d)}, 1);
   EXPECT_LE(zs::test::max_abs_diff(got, want), 2e-5);
@@ -378,20 +390,24 @@ TEST(HfCheckpoint, EveryProblemIsListedWithItsFileInOneError) {
   const TinySpec spec;
   const zm::LlamaConfig c = spec.config();
   State state = zs_llama_test::random_state(c, 15);
-  state.erase(std::remove_if(state.begin(), state.end(), [](const auto& kv) {
-    return kv.first == "model.layers.1.mlp.up_proj.weight" || kv.first == "model.norm.weight";
-  }), state.end());
+  state.erase(std::remove_if(state.begin(), state.end(),
+                             [](const auto& kv) {
+                               return kv.first == "model.layers.1.mlp.up_proj.weight" ||
+                                      kv.first == "model.norm.weight";
+                             }),
+              state.end());
   for (auto& [k, v] : state) {
     if (k == "model.layers.0.self_attn.k_proj.weight") v = at::zeros({64, 64});  // as if num_key_value_heads were 4
   }
   state.emplace_back("model.layers.0.extra.weight", at::zeros({3}));
   write_model(dir, spec, state, 2);
   const std::string text = message_of<zs::CheckpointError>([&] { Sharded m(c, dir); });
-  EXPECT_EQ(text, "Hugging Face checkpoint '" + dir + "' does not fit its config 'config.json': 2 missing "
-                  "(model.layers.1.mlp.up_proj.weight [96, 64]; model.norm.weight [64]); 1 unexpected "
-                  "(model.layers.0.extra.weight [3] in model-00002-of-00002.safetensors); 1 of another shape "
-                  "(model.layers.0.self_attn.k_proj.weight in model-00001-of-00002.safetensors: file [64, 64], "
-                  "config.json [32, 64])");
+  EXPECT_EQ(text, "Hugging Face checkpoint '" + dir +
+                      "' does not fit its config 'config.json': 2 missing "
+                      "(model.layers.1.mlp.up_proj.weight [96, 64]; model.norm.weight [64]); 1 unexpected "
+                      "(model.layers.0.extra.weight [3] in model-00002-of-00002.safetensors); 1 of another shape "
+                      "(model.layers.0.self_attn.k_proj.weight in model-00001-of-00002.safetensors: file [64, 64], "
+                      "config.json [32, 64])");
 }
 
 TEST(HfCheckpoint, BadDirectoriesAreIoErrorsWithTheExactText) {
@@ -411,7 +427,8 @@ TEST(HfCheckpoint, BadDirectoriesAreIoErrorsWithTheExactText) {
     {
       std::ifstream in(dir + "/ghost/model.safetensors.index.json");
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      text.replace(text.find("\"weight_map\":{"), 14, "\"weight_map\":{\"model.ghost.weight\":\"model-00001-of-00002.safetensors\",");
+      text.replace(text.find("\"weight_map\":{"), 14,
+                   "\"weight_map\":{\"model.ghost.weight\":\"model-00001-of-00002.safetensors\",");
       std::ofstream(dir + "/ghost/model.safetensors.index.json") << text;
     }
     // A truncated shard.
@@ -421,21 +438,29 @@ TEST(HfCheckpoint, BadDirectoriesAreIoErrorsWithTheExactText) {
     fs::create_directories(dir + "/empty");
   }
   zs::test::barrier();
-  EXPECT_EQ(open_error(dir + "/missing"),
-            "model index '" + dir + "/missing/model.safetensors.index.json' names shard file "
-            "'model-00002-of-00002.safetensors', which does not exist in '" + dir + "/missing' (15 tensors are "
-            "mapped to it, e.g. 'model.layers.1.post_attention_layernorm.weight')");
-  EXPECT_EQ(open_error(dir + "/ghost"), "model index '" + dir + "/ghost/model.safetensors.index.json' maps tensor "
-            "'model.ghost.weight' to 'model-00001-of-00002.safetensors', which does not hold it (no shard does)");
+  EXPECT_EQ(open_error(dir + "/missing"), "model index '" + dir +
+                                              "/missing/model.safetensors.index.json' names shard file "
+                                              "'model-00002-of-00002.safetensors', which does not exist in '" +
+                                              dir +
+                                              "/missing' (15 tensors are "
+                                              "mapped to it, e.g. 'model.layers.1.post_attention_layernorm.weight')");
+  EXPECT_EQ(open_error(dir + "/ghost"),
+            "model index '" + dir +
+                "/ghost/model.safetensors.index.json' maps tensor "
+                "'model.ghost.weight' to 'model-00001-of-00002.safetensors', which does not hold it (no shard does)");
   EXPECT_EQ(open_error(dir + "/truncated"),
-            "safetensors file '" + dir + "/truncated/model-00002-of-00002.safetensors' is truncated: tensor "
-            "'lm_head.weight' ends at data byte 279552 but the file holds 279452 data bytes");
-  EXPECT_EQ(open_error(dir + "/empty"), "'" + dir + "/empty' holds no model weights: expected model.safetensors, "
-            "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json");
+            "safetensors file '" + dir +
+                "/truncated/model-00002-of-00002.safetensors' is truncated: tensor "
+                "'lm_head.weight' ends at data byte 279552 but the file holds 279452 data bytes");
+  EXPECT_EQ(open_error(dir + "/empty"),
+            "'" + dir +
+                "/empty' holds no model weights: expected model.safetensors, "
+                "model.safetensors.index.json, pytorch_model.bin or pytorch_model.bin.index.json");
   // Through the loader, the same text, on every rank.
   EXPECT_EQ(message_of<zs::IoError>([&] { Sharded m(c, dir + "/truncated"); }),
-            "safetensors file '" + dir + "/truncated/model-00002-of-00002.safetensors' is truncated: tensor "
-            "'lm_head.weight' ends at data byte 279552 but the file holds 279452 data bytes");
+            "safetensors file '" + dir +
+                "/truncated/model-00002-of-00002.safetensors' is truncated: tensor "
+                "'lm_head.weight' ends at data byte 279552 but the file holds 279452 data bytes");
 }
 
 TEST(HfCheckpoint, UnsupportedConfigsInADirectoryNameTheFile) {
@@ -447,8 +472,9 @@ TEST(HfCheckpoint, UnsupportedConfigsInADirectoryNameTheFile) {
   }
   zs::test::barrier();
   EXPECT_EQ(message_of<zs::ConfigError>([&] { zm::LlamaConfig::read(dir); }),
-            "'" + dir + "/config.json': model_type \"gemma\" is not supported (zeroshard implements \"llama\", "
-            "\"mistral\" and \"qwen2\")");
+            "'" + dir +
+                "/config.json': model_type \"gemma\" is not supported (zeroshard implements \"llama\", "
+                "\"mistral\" and \"qwen2\")");
   if (zs::test::rank() == 0) {
     TinySpec yarn;
     yarn.rope_scaling = R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})";
@@ -456,8 +482,9 @@ TEST(HfCheckpoint, UnsupportedConfigsInADirectoryNameTheFile) {
   }
   zs::test::barrier();
   EXPECT_EQ(message_of<zs::ConfigError>([&] { zm::LlamaConfig::read(dir); }),
-            "'" + dir + "/config.json': key 'rope_scaling.rope_type' = \"yarn\" is not implemented (zeroshard "
-            "implements \"default\", \"linear\" and \"llama3\")");
+            "'" + dir +
+                "/config.json': key 'rope_scaling.rope_type' = \"yarn\" is not implemented (zeroshard "
+                "implements \"default\", \"linear\" and \"llama3\")");
   EXPECT_EQ(message_of<zs::ConfigError>([&] { zm::LlamaConfig::read(dir + "/nowhere"); }),
             "model config '" + dir + "/nowhere' cannot be read (no such file)");
 }

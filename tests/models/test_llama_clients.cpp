@@ -55,7 +55,8 @@ std::vector<Variant> variants() {
   tied.rope_scaling = R"({"rope_type": "linear", "factor": 2.0})";
   v.push_back({"llama-tied-bias-linear", tied, false});
   TinySpec llama3;
-  llama3.rope_scaling = R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 128})";
+  llama3.rope_scaling =
+      R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 128})";
   v.push_back({"llama3-scaled", llama3, false});
   TinySpec qwen;
   qwen.model_type = "qwen2";

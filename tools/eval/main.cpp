@@ -71,17 +71,20 @@ std::optional<Args> parse(const zs::Session& s) {
 
 // Summed NLL and count of this rank's windows. Every rank runs the same number of forwards (the
 // sharded model needs all of them): a rank out of windows scores window 0 with every label ignored.
-std::pair<double, double> score(zs::ShardingEngine& engine, zm::LlamaForCausalLM& model, const std::vector<int64_t>& ids,
-                                int64_t context, int rank, int ranks, c10::Device device) {
+std::pair<double, double> score(zs::ShardingEngine& engine, zm::LlamaForCausalLM& model,
+                                const std::vector<int64_t>& ids, int64_t context, int rank, int ranks,
+                                c10::Device device) {
   const int64_t n = static_cast<int64_t>(ids.size()), step = context - 1;
   const int64_t windows = std::max<int64_t>(1, (n - 1 + step - 1) / step);
   double sum = 0, count = 0;
   for (int64_t first = 0; first < windows; first += ranks) {
     const int64_t w = first + rank;
     const int64_t begin = w < windows ? w * step : 0, len = std::min(context, n - begin);
-    at::Tensor x = at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + begin + len), at::kLong).view({1, -1});
+    at::Tensor x =
+        at::tensor(std::vector<int64_t>(ids.begin() + begin, ids.begin() + begin + len), at::kLong).view({1, -1});
     at::Tensor labels = w < windows ? x.clone() : at::full_like(x, -100);
-    at::Tensor nll = engine.forward([&] { return zm::causal_lm_token_nll(model->forward(x.to(device)), labels.to(device)); });
+    at::Tensor nll =
+        engine.forward([&] { return zm::causal_lm_token_nll(model->forward(x.to(device)), labels.to(device)); });
     sum += nll.sum().item<double>();
     count += static_cast<double>((labels.narrow(1, 1, len - 1) != -100).sum().item<int64_t>());
   }
@@ -110,9 +113,11 @@ int run(zs::Session& s) {
   co.ignore_keys = a.ignore_keys;
   const zm::LlamaConfig cfg = zm::LlamaConfig::read(a.model, co);
   const int64_t context = std::min(a.context, cfg.max_position_embeddings);
-  std::vector<int64_t> ids = a.generate > 0 ? zs_eval::token_ids_argument("--prompt-ids", a.prompt_ids, a.ids_dtype, cfg.vocab_size)
-                                            : zs_eval::read_token_ids(a.ids, a.ids_dtype, cfg.vocab_size);
-  ZS_REQUIRE(a.generate > 0 || ids.size() >= 2, zs::UsageError, "--ids '", a.ids, "': scoring needs at least 2 token ids");
+  std::vector<int64_t> ids =
+      a.generate > 0 ? zs_eval::token_ids_argument("--prompt-ids", a.prompt_ids, a.ids_dtype, cfg.vocab_size)
+                     : zs_eval::read_token_ids(a.ids, a.ids_dtype, cfg.vocab_size);
+  ZS_REQUIRE(a.generate > 0 || ids.size() >= 2, zs::UsageError, "--ids '", a.ids,
+             "': scoring needs at least 2 token ids");
   ZS_REQUIRE(a.generate == 0 || static_cast<int64_t>(ids.size()) + a.generate <= context, zs::UsageError, "--generate ",
              a.generate, " after a prompt of ", ids.size(), " ids exceeds the context of ", context, " tokens");
   cfg.check_sequence_length(a.generate > 0 ? static_cast<int64_t>(ids.size()) + a.generate

@@ -79,8 +79,8 @@ std::vector<int64_t> read_token_ids(const std::string& path, const std::string& 
   return ids;
 }
 
-std::vector<int64_t> token_ids_argument(const std::string& flag, const std::string& text,
-                                        const std::string& bin_dtype, int64_t vocab_size) {
+std::vector<int64_t> token_ids_argument(const std::string& flag, const std::string& text, const std::string& bin_dtype,
+                                        int64_t vocab_size) {
   if (text.find_first_not_of("0123456789, ") != std::string::npos) return read_token_ids(text, bin_dtype, vocab_size);
   std::vector<int64_t> ids;
   std::stringstream s(text);

@@ -12,7 +12,7 @@ namespace zs_eval {
 // `path`: *.json (a JSON array) or *.bin (`bin_dtype` "uint16" or "uint32", required for .bin).
 std::vector<int64_t> read_token_ids(const std::string& path, const std::string& bin_dtype, int64_t vocab_size);
 // "1,2,3" (spaces allowed), or the name of a file read as above.
-std::vector<int64_t> token_ids_argument(const std::string& flag, const std::string& text,
-                                        const std::string& bin_dtype, int64_t vocab_size);
+std::vector<int64_t> token_ids_argument(const std::string& flag, const std::string& text, const std::string& bin_dtype,
+                                        int64_t vocab_size);
 
 }  // namespace zs_eval

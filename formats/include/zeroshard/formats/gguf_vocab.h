@@ -22,9 +22,9 @@ struct Vocabulary {
   std::string model = "gpt2";  // tokenizer.ggml.model
   std::string pre;             // tokenizer.ggml.pre (empty: not written; llama.cpp then uses its default)
   std::vector<std::string> tokens;
-  std::vector<TokenType> types;      // one per token
-  std::vector<float> scores;         // empty, or one per token
-  std::vector<std::string> merges;   // "gpt2": "a b" pairs (written even when empty)
+  std::vector<TokenType> types;     // one per token
+  std::vector<float> scores;        // empty, or one per token
+  std::vector<std::string> merges;  // "gpt2": "a b" pairs (written even when empty)
   std::optional<uint32_t> bos_id, eos_id, unk_id, pad_id;
   std::optional<bool> add_bos, add_eos;
 

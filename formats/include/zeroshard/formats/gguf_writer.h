@@ -30,8 +30,19 @@ namespace zeroshard::gguf {
 
 // GGUF's metadata value types (the numbers are the format's).
 enum class ValueType : uint32_t {
-  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
 };
 const char* to_string(ValueType t);
 
@@ -63,9 +74,9 @@ class Value {
 
   ValueType type() const { return type_; }
   ValueType element_type() const { return element_; }  // arrays
-  int64_t as_int() const { return int_; }               // integer types and bool
-  uint64_t as_uint64() const { return uint_; }          // kUint64
-  double as_double() const { return real_; }            // kFloat32, kFloat64
+  int64_t as_int() const { return int_; }              // integer types and bool
+  uint64_t as_uint64() const { return uint_; }         // kUint64
+  double as_double() const { return real_; }           // kFloat32, kFloat64
   const std::string& as_string() const { return text_; }
   const std::vector<Value>& items() const { return items_; }
 

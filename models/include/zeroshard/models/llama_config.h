@@ -55,7 +55,7 @@ struct LlamaConfig {
   // The window of sliding-window attention where the config enables it (mistral's sliding_window,
   // qwen2's use_sliding_window): zeroshard runs full attention, so sequences must fit in it.
   std::optional<int64_t> sliding_window;
-  std::string sliding_window_key;  // the key that enables it, for messages
+  std::string sliding_window_key;                                   // the key that enables it, for messages
   std::optional<int64_t> pad_token_id, bos_token_id, eos_token_id;  // eos: the first of a list
 
   // `path`: config.json or the directory holding it.
