@@ -65,6 +65,7 @@ std::vector<Variant> variants() {
   TinySpec mistral;
   mistral.model_type = "mistral";
   mistral.extra = "\"sliding_window\": 4096";  // wider than the run: full attention is exact
+  mistral.kv_heads = 1;                          // multi-query attention
   v.push_back({"mistral", mistral, false});
   return v;
 }
