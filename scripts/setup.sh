@@ -54,7 +54,7 @@ packages=(
   libprotobuf-dev protobuf-compiler     # config schema
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev                          # command lines (CLI11, header-only)
-  nlohmann-json3-dev                    # JSONL datasets (zs_data; header-only)
+  nlohmann-json3-dev                    # JSONL datasets (zs_data), config.json of Hugging Face models (header-only)
   liburing-dev libaio-dev               # async I/O for offload
   libpng-dev                            # zeroshard-plot's PNG output
   libpcre2-dev libutf8proc-dev          # tokenizers (zs_text): split regexes, Unicode normalization

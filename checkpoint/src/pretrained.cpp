@@ -19,6 +19,7 @@
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/engine/flat_param.h"
 #include "zeroshard/optim/param_groups.h"
+#include "zeroshard/formats/tensor_dir.h"
 
 namespace zeroshard {
 namespace {
@@ -178,7 +179,7 @@ int64_t load_buffer(const Target& t, TensorFile& file) {
 
 PretrainedReport load_local(ShardingEngine& engine, const std::string& path, const PretrainedOptions& o) {
   at::NoGradGuard no_grad;
-  std::unique_ptr<TensorFile> file = open_tensor_file(path);
+  std::unique_ptr<TensorFile> file = open_tensor_path(path);  // a file, or a model directory
   Match m = match(engine, *file, o);
   if (o.strict) check_strict(m, path);
   PretrainedReport r;

@@ -8,6 +8,9 @@
 //                                                  weights for inference (default bf16; safetensors
 //                                                  when OUT ends in .safetensors) + OUT.config.txt;
 //                                                  --merge-lora folds LoRA adapters into the weights
+//   zeroshard-ckpt export HF_DIR OUT.gguf --format gguf [--dtype f32|f16|q8_0]
+//                                                  a Hugging Face Llama-family directory as one GGUF
+//                                                  file for llama.cpp (default f32)
 //
 // PATH is a step directory (step-N) or a checkpoint root (its `latest`). Exit code 0 on success,
 // 1 with a one-line error otherwise, 2 for a bad command line.
@@ -22,6 +25,7 @@
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/models/gguf_export.h"
 
 namespace zs = zeroshard;
 
@@ -44,12 +48,16 @@ bool parse(int argc, char** argv, Args& a) {
       "                         (default float32)\n"
       "  export PATH OUT        weights for inference (default bfloat16; safetensors when OUT ends in\n"
       "                         .safetensors) and OUT.config.txt, the run's config\n"
+      "  export HF_DIR OUT --format gguf\n"
+      "                         a Hugging Face Llama-family directory (config.json + weights) as one GGUF\n"
+      "                         file for llama.cpp (--dtype f32 (default), f16 or q8_0)\n"
       "PATH: a checkpoint step directory or a checkpoint root (uses its `latest`).");
   app.add_choice("COMMAND", &a.command, {"info", "verify", "consolidate", "export"}, "what to do (below)")->required();
   app.add_text("PATH", &a.path, "checkpoint step directory or root", "")->required();
   app.add_text("OUT", &a.out, "output file (consolidate, export)", "");
-  app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16"}, "dtype of the written weights");
-  app.add_choice("--format", &a.format, {"torch", "safetensors"}, "export's file format (default: by OUT's name)");
+  app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16", "f32", "f16", "q8_0"},
+                 "dtype of the written weights (gguf: f32, f16, q8_0)");
+  app.add_choice("--format", &a.format, {"torch", "safetensors", "gguf"}, "export's file format (default: by OUT's name)");
   app.add_flag("--merge-lora", &a.merge_lora,
                "export: fold LoRA adapters into their weights (W + B A alpha/r, the run's lora.*); safetensors only");
   app.then([&] {
@@ -59,12 +67,26 @@ bool parse(int argc, char** argv, Args& a) {
     if (!writes && !a.dtype.empty()) app.fail("--dtype applies to consolidate and export");
     if (a.command != "export" && !a.format.empty()) app.fail("--format applies to export");
     if (a.command != "export" && a.merge_lora) app.fail("--merge-lora applies to export");
+    const bool gguf_dtype = a.dtype == "f32" || a.dtype == "f16" || a.dtype == "q8_0";
+    if (a.format == "gguf" && !a.dtype.empty() && !gguf_dtype) app.fail("--format gguf takes --dtype f32, f16 or q8_0");
+    if (a.format != "gguf" && gguf_dtype) app.fail("--dtype " + a.dtype + " applies to --format gguf");
+    if (a.format == "gguf" && a.merge_lora) app.fail("--merge-lora does not apply to --format gguf");
   });
   return app.parse(argc, argv);
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// export HF_DIR OUT --format gguf
+int export_gguf(const Args& a) {
+  zs::models::GgufExportOptions o;
+  o.dtype = zs::models::gguf_dtype_from_string(a.dtype.empty() ? "f32" : a.dtype);
+  const zs::models::GgufExportReport r = zs::models::export_gguf(a.path, a.out, o);
+  std::printf("wrote %s (GGUF, architecture %s, %s): %lld tensors, %lld bytes\n", a.out.c_str(), r.architecture.c_str(),
+              a.dtype.empty() ? "f32" : a.dtype.c_str(), static_cast<long long>(r.tensors), static_cast<long long>(r.bytes));
+  return 0;
 }
 
 int run(const Args& a) {
@@ -79,6 +101,7 @@ int run(const Args& a) {
     return 0;
   }
   const bool exporting = a.command == "export";
+  if (exporting && a.format == "gguf") return export_gguf(a);
   const std::string dtype_name = a.dtype.empty() ? (exporting ? "bfloat16" : "float32") : a.dtype;
   const c10::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
   const bool safetensors = exporting && (a.format.empty() ? ends_with(a.out, ".safetensors") : a.format == "safetensors");

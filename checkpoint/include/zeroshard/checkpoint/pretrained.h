@@ -3,7 +3,8 @@
 // each tensor that fall into its own shards (and the buffers, which every rank keeps whole), so no
 // rank ever holds the whole model. Formats: whatever open_tensor_file reads (zeroshard/io/
 // tensor_file.h): Python's torch.save(model.state_dict()), safetensors, TorchScript/LibTorch
-// archives such as zeroshard-ckpt consolidate writes.
+// archives such as zeroshard-ckpt consolidate writes; or a Hugging Face model directory
+// (zeroshard/formats/tensor_dir.h: the weights of several files read as one).
 //
 //   zeroshard::ShardedInit init(session, options);      // the model is sharded as it is built
 //   MyModel model(...);

@@ -1,0 +1,156 @@
+// A model directory as one TensorFile (tensor_dir.h): find the weights and the index, open every
+// shard, check the index against what the shards hold, route each read to its shard.
+
+#include "zeroshard/formats/tensor_dir.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/json.h"
+
+namespace zeroshard {
+namespace fs = std::filesystem;
+namespace {
+
+// The directory's layouts, in the order they are looked for: {index, single file}.
+constexpr std::pair<const char*, const char*> kLayouts[] = {
+    {"model.safetensors.index.json", "model.safetensors"},
+    {"pytorch_model.bin.index.json", "pytorch_model.bin"},
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ZS_REQUIRE(in.good(), IoError, "cannot read '", path, "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// weight_map of an index file, in file order: (tensor, shard file name).
+std::vector<std::pair<std::string, std::string>> read_weight_map(const std::string& index) {
+  JsonValue root;
+  try {
+    root = parse_json(read_text(index), index);
+  } catch (const IoError&) {
+    throw;
+  } catch (const Error& e) {
+    ZS_THROW(IoError, "model index '", index, "' is not valid JSON: ", e.message());
+  }
+  const JsonValue* map = root.is_object() ? root.find("weight_map") : nullptr;
+  ZS_REQUIRE(map != nullptr && map->is_object(), IoError, "model index '", index,
+             "' has no \"weight_map\" object ({\"weight_map\": {tensor: file}})");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [tensor, file] : map->members) {
+    ZS_REQUIRE(
+        file.type == JsonValue::Type::kString && !file.string.empty() && file.string.find('/') == std::string::npos,
+        IoError, "model index '", index, "' maps tensor '", tensor,
+        "' to something that is not a file name in the directory");
+    out.emplace_back(tensor, file.string);
+  }
+  ZS_REQUIRE(!out.empty(), IoError, "model index '", index, "' maps no tensors");
+  return out;
+}
+
+}  // namespace
+
+TensorDirectory::~TensorDirectory() = default;
+
+std::unique_ptr<TensorDirectory> TensorDirectory::open(const std::string& dir) {
+  ZS_REQUIRE(fs::is_directory(dir), IoError, "'", dir, "' is not a directory");
+  std::unique_ptr<TensorDirectory> d(new TensorDirectory(dir));
+  for (const auto& [index, single] : kLayouts) {
+    const std::string index_path = dir + "/" + index;
+    if (fs::exists(index_path)) {
+      d->index_ = index_path;
+      const auto weight_map = read_weight_map(index_path);
+      std::vector<std::string> names;
+      std::set<std::string> seen;
+      for (const auto& [tensor, file] : weight_map) {
+        if (seen.insert(file).second) names.push_back(file);
+      }
+      for (const std::string& f : names) {
+        if (fs::exists(dir + "/" + f)) continue;
+        size_t mapped = 0;
+        std::string example;
+        for (const auto& [tensor, file] : weight_map) {
+          if (file == f) ++mapped, example = example.empty() ? tensor : example;
+        }
+        ZS_THROW(IoError, "model index '", index_path, "' names shard file '", f, "', which does not exist in '", dir,
+                 "' (", mapped, " tensors are mapped to it, e.g. '", example, "')");
+      }
+      d->open_files(names);
+      d->check_against_index(weight_map);
+      return d;
+    }
+    if (fs::exists(dir + "/" + single)) {
+      d->open_files({single});
+      return d;
+    }
+  }
+  ZS_THROW(IoError, "'", dir,
+           "' holds no model weights: expected model.safetensors, model.safetensors.index.json, "
+           "pytorch_model.bin or pytorch_model.bin.index.json");
+}
+
+void TensorDirectory::open_files(const std::vector<std::string>& names) {
+  names_ = names;
+  for (size_t i = 0; i < names.size(); ++i) {
+    files_.push_back(open_tensor_file(dir_ + "/" + names[i]));
+    for (const TensorInfo& t : files_.back()->tensors()) {
+      auto [it, fresh] = file_index_.emplace(t.name, i);
+      ZS_REQUIRE(fresh, IoError, "model directory '", dir_, "': tensor '", t.name, "' is in both '", names[it->second],
+                 "' and '", names[i], "'");
+      infos_.push_back(t);
+    }
+  }
+}
+
+void TensorDirectory::check_against_index(const std::vector<std::pair<std::string, std::string>>& weight_map) {
+  std::map<std::string, std::string> mapped(weight_map.begin(), weight_map.end());
+  for (const auto& [tensor, file] : weight_map) {
+    auto it = file_index_.find(tensor);
+    ZS_REQUIRE(it != file_index_.end() && names_[it->second] == file, IoError, "model index '", index_,
+               "' maps tensor '", tensor, "' to '", file, "', which does not hold it",
+               it == file_index_.end() ? std::string(" (no shard does)") : " (it is in '" + names_[it->second] + "')");
+  }
+  for (const TensorInfo& t : infos_) {
+    ZS_REQUIRE(mapped.count(t.name), IoError, "model directory '", dir_, "': shard '", names_[file_index_.at(t.name)],
+               "' holds tensor '", t.name, "', which the index '", index_, "' does not map");
+  }
+}
+
+const char* TensorDirectory::format() const { return files_.front()->format(); }
+
+const std::string& TensorDirectory::file_of(const std::string& name) const {
+  auto it = file_index_.find(name);
+  ZS_REQUIRE(it != file_index_.end(), UsageError, "model directory '", dir_, "' has no tensor '", name, "'");
+  return names_[it->second];
+}
+
+void TensorDirectory::read(const std::string& name, int64_t begin, int64_t count, const at::Tensor& dst) {
+  auto it = file_index_.find(name);
+  ZS_REQUIRE(it != file_index_.end(), UsageError, "model directory '", dir_, "' has no tensor '", name, "' (it has ",
+             infos_.size(), " tensors)");
+  TensorFile& f = *files_[it->second];
+  const int64_t before = f.bytes_read();
+  f.read(name, begin, count, dst);
+  bytes_read_ += f.bytes_read() - before;
+}
+
+std::map<std::string, std::string> TensorDirectory::aliases() const {
+  std::map<std::string, std::string> out;
+  for (const auto& f : files_) {
+    for (const auto& kv : f->aliases()) out.insert(kv);
+  }
+  return out;
+}
+
+std::unique_ptr<TensorFile> open_tensor_path(const std::string& path) {
+  if (fs::is_directory(path)) return TensorDirectory::open(path);
+  return open_tensor_file(path);
+}
+
+}  // namespace zeroshard

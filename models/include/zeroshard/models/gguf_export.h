@@ -1,0 +1,58 @@
+#pragma once
+// A Hugging Face Llama-family directory (config.json + weights, hf_checkpoint.h) to one GGUF file
+// that llama.cpp loads, streamed tensor by tensor (host memory near the largest tensor).
+//
+// Names and layout as llama.cpp's converter writes them: token_embd, blk.N.{attn_norm, attn_q,
+// attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down} (.weight, and .bias where
+// the model has biases), output_norm, output (left out when the head is tied); architecture
+// "llama" for llama and mistral, "qwen2" for qwen2, with <arch>.context_length, embedding_length,
+// block_count, feed_forward_length, attention.head_count, attention.head_count_kv,
+// attention.key_length, attention.value_length, attention.layer_norm_rms_epsilon, rope.freq_base,
+// rope.dimension_count, vocab_size, rope.scaling.type/factor (linear) or the rope_freqs tensor
+// (llama3). For "llama", the q and k rows are permuted per head from Hugging Face's rotate-half
+// layout to the interleaved pairs llama.cpp rotates (w.reshape(heads, 2, head_dim / 2, in)
+// .swapaxes(1, 2), heads = the key/value heads for k); qwen2 keeps Hugging Face's layout.
+// Weight matrices are stored as `dtype`; norms, biases and rope factors as F32.
+//
+//   zeroshard::models::export_gguf("Llama-3.2-1B", "model.gguf", {GgufDtype::kQ8_0});
+//
+// Errors: the checkpoint's (hf_checkpoint.h); UsageError for a vocabulary whose size differs from
+// the model's or a Q8_0 matrix whose rows are not a multiple of 32; IoError for the output file.
+
+#include <optional>
+#include <string>
+
+#include "zeroshard/formats/gguf_vocab.h"
+#include "zeroshard/formats/gguf_writer.h"
+#include "zeroshard/models/llama_config.h"
+
+namespace zeroshard::models {
+
+enum class GgufDtype { kF32, kF16, kQ8_0 };
+// "f32", "f16", "q8_0"; UsageError naming the allowed values otherwise.
+GgufDtype gguf_dtype_from_string(const std::string& s);
+
+struct GgufExportOptions {
+  GgufDtype dtype = GgufDtype::kF32;
+  // The tokenizer to embed; by default gguf::byte_level_vocabulary(vocab_size) with the config's
+  // bos/eos ids.
+  std::optional<gguf::Vocabulary> vocabulary;
+  std::string name;  // general.name (default: the directory's name)
+  LlamaConfigOptions config;
+};
+
+struct GgufExportReport {
+  int64_t tensors = 0;
+  int64_t bytes = 0;
+  std::string architecture;
+};
+
+GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, const GgufExportOptions& options = {});
+
+// Rows of a q or k projection (weight [heads * head_dim, in] or bias [heads * head_dim]) from Hugging
+// Face's rotate-half layout to llama.cpp's interleaved one.
+at::Tensor permute_for_interleaved_rope(const at::Tensor& w, int64_t heads);
+// llama.cpp's rope_freqs for rope_scaling llama3: the divisor of each inverse frequency, fp32 [head_dim / 2].
+at::Tensor llama3_rope_factors(const LlamaConfig& c);
+
+}  // namespace zeroshard::models
