@@ -365,17 +365,18 @@ TEST(LlamaModel, LoraTargetsHuggingFaceModuleNames) {
   const State state = zs_llama_test::random_state(c, 14);
   write_model(dir, spec, state, 2);
   const zs::lora::Options lo{4, 8.0, 0.0, {"*.q_proj", "*.v_proj", "*.down_proj"}};
-  zs::ShardedInit init(zs::test::session(), {});
-  init.apply_lora(lo);
+  zs::ShardingOptions so;
+  so.unit_hooks.push_back(zs::lora::unit_hook(lo));
+  zs::ShardedInit init(zs::test::session(), so);
   zm::LlamaForCausalLM model(zm::LlamaOptions{c});
-  const std::vector<std::string> adapted = zs::lora::apply(*model, lo);
+  zs::ShardingEngine engine(init, model.ptr());
+  const std::vector<std::string> adapted = zs::lora::adapted_layers(*model);
   std::vector<std::string> want;
   for (int l = 0; l < 3; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     want.insert(want.end(), {p + "self_attn.q_proj", p + "self_attn.v_proj", p + "mlp.down_proj"});
   }
   EXPECT_EQ(std::set<std::string>(adapted.begin(), adapted.end()), std::set<std::string>(want.begin(), want.end()));
-  zs::ShardingEngine engine(init, model.ptr());
   zm::load_hf_weights(engine, c, dir);  // adapters start from zero: not required from the files
   const at::Tensor ids = ids_tensor(16, 6);
   torch::NoGradGuard no_grad;
