@@ -26,7 +26,7 @@
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/engine/engine.h"
@@ -79,7 +79,8 @@ std::pair<double, double> raw_bandwidth(const std::string& path, int64_t bytes) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [&](zs::Session& session) {
+  const zs::Program program{"bench_ckpt", {}};
+  return zs::run_main(argc, argv, program, [&](zs::Session& session, const zs::Run&) {
     std::string dir = (fs::current_path() / "bench_ckpt_dir").string();
     zs_test::GptConfig cfg;
     cfg.dim = 1024, cfg.layers = 8, cfg.heads = 8, cfg.vocab = 8192, cfg.seq = 64;

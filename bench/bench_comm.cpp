@@ -31,7 +31,7 @@
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 
 namespace zs = zeroshard;
@@ -103,7 +103,8 @@ double memcpy_gbps(int64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& s) {
+  const zs::Program program{"bench_comm", {}};
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run&) {
     const std::optional<Args> parsed = parse(s.args(), s.rank() == 0);
     if (!parsed) return 0;  // --help, --version
     const Args& args = *parsed;

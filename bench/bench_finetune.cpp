@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "gpt/gpt_model.h"
+#include "zeroshard/models/gpt.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -40,7 +40,7 @@
 #include "zeroshard/checkpoint/pretrained.h"
 
 namespace zs = zeroshard;
-namespace ex = zs_examples;
+namespace zm = zeroshard::models;
 namespace fs = std::filesystem;
 
 namespace {
@@ -84,14 +84,14 @@ struct Row {
   double step_s = 0;
 };
 
-ex::GptOptions model_options(const Args& a, bool checkpointing) {
-  ex::GptOptions o;
+zm::GptOptions model_options(const Args& a, bool checkpointing) {
+  zm::GptOptions o;
   o.d_model = a.dim;
   o.n_layer = a.layers;
   o.n_head = a.heads;
   o.seq_len = a.seq;
   o.dropout = 0;
-  o.checkpointing.set_enabled(checkpointing);
+  o.checkpointing.enabled = checkpointing;
   return o;
 }
 
@@ -105,7 +105,7 @@ int64_t max_over_ranks(zs::Session& s, int64_t v, const char* tag) {
 void export_base(zs::Session& s, const Args& a, const std::string& path) {
   if (s.rank() == 0) {
     torch::manual_seed(1);
-    ex::Gpt model(model_options(a, false));
+    zm::Gpt model(model_options(a, false));
     std::vector<zs::TensorInfo> infos;
     std::vector<std::pair<std::string, at::Tensor>> tensors;
     for (const auto& p : model->named_parameters()) {
@@ -124,7 +124,7 @@ void export_base(zs::Session& s, const Args& a, const std::string& path) {
 
 void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   torch::manual_seed(2);
-  ex::Gpt model(model_options(a, r.checkpointing));
+  zm::Gpt model(model_options(a, r.checkpointing));
   if (r.lora) {
     zs::lora::Options lo;
     lo.rank = a.lora_rank;
@@ -140,8 +140,8 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   zs::PretrainedOptions po;
   po.not_required = {"*lora_A", "*lora_B"};
   zs::load_pretrained(engine, base, po);
-  zs::config::OptimizerConfig oc;
-  oc.set_lr(1e-4);
+  zs::OptimizerOptions oc;  // AdamW
+  oc.lr = 1e-4;
   std::unique_ptr<zs::ShardedOptimizer> opt;
   if (r.nvme) {
     zs::OffloadOptions oo;
@@ -175,7 +175,8 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
 
 int main(int argc, char** argv) {
   zs::install_host_memory_tracking();  // before any tensor we want to count
-  return zs::run_main(argc, argv, [](zs::Session& s) {
+  const zs::Program program{"bench_finetune", {}};
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run&) {
     ZS_REQUIRE(zs::host_memory_tracking_installed(), zs::UsageError,
                "this LibTorch's CPU allocator cannot be wrapped for measurement (no raw deleter)");
     ZS_REQUIRE(s.device().is_cpu(), zs::UsageError, "bench_finetune measures host memory: run it with runtime.device=CPU");

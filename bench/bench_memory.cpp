@@ -27,7 +27,7 @@
 #include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/engine/engine.h"
 
@@ -143,7 +143,8 @@ std::pair<Result, Result> measure_pair(zs::Session& s, const Args& a, c10::Scala
 
 int main(int argc, char** argv) {
   zs::install_host_memory_tracking();  // before any tensor we want to count
-  return zs::run_main(argc, argv, [](zs::Session& s) {
+  const zs::Program program{"bench_memory", {}};
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run&) {
     ZS_REQUIRE(zs::host_memory_tracking_installed(), zs::UsageError,
                "this LibTorch's CPU allocator cannot be wrapped for measurement (no raw deleter)");
     const std::optional<Args> parsed = parse(s.args(), s.rank() == 0);

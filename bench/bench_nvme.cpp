@@ -33,7 +33,6 @@
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/io/aio.h"
 #include "zeroshard/offload/offload_optimizer.h"
 
@@ -265,8 +264,8 @@ void measure_swapper_during_step(const Args& args, const DriveFigures& drive, Js
   torch::manual_seed(0);
   at::Tensor p0 = torch::randn({n});
   at::Tensor g = torch::randn({n}) * 1e-3;
-  zs::config::OptimizerConfig oc;
-  oc.set_type(zs::config::OptimizerConfig::ADAMW);
+  zs::OptimizerOptions oc;
+  oc.type = zs::OptimizerOptions::Type::kAdamW;
   auto time_steps = [&](zs::ShardedOptimizer& opt, at::Tensor& p) {
     std::vector<zs::ParamShard> shards{{p, g, "bench"}};
     opt.step(shards);  // first step: state created (NVMe: files initialised)

@@ -29,12 +29,12 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "gpt/gpt_model.h"
+#include "zeroshard/models/gpt.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/resolve.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/io/aio.h"
@@ -45,7 +45,7 @@
 #include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
-namespace ex = zs_examples;
+namespace zm = zeroshard::models;
 
 namespace {
 
@@ -86,7 +86,10 @@ DriveFigures measure_drive(const std::string& dir, int rank, int64_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& session) {
+  const zs::Program program{"bench_offload_gpt",
+                            {zs::keys::engine(), {"model", "activation_checkpointing", "optimizer", "offload",
+                                                  "train.batch_size"}}};
+  return zs::run_main(argc, argv, program, [](zs::Session& session, const zs::Run& run) {
     int steps = 3;
     int64_t drive_mib = 4096;
     std::string nvme_path;
@@ -98,9 +101,9 @@ int main(int argc, char** argv) {
     app.add_int("--steps", &steps, "optimizer steps (default 3)", 1);
     app.add_int("--drive-mib", &drive_mib, "MiB written and read to measure the drive (default 4096)", 64);
     app.add_config_options();
-    if (!app.parse(session.args(), session.rank() == 0)) return 0;
+    if (!app.parse(run.args, session.rank() == 0)) return 0;
     ZS_REQUIRE(!nvme_path.empty(), zs::UsageError, "bench_offload_gpt needs --nvme-path DIR (a folder on the drive)");
-    zs::config::Config cfg = session.config();
+    zs::Config cfg = run.config;  // with the benchmark's defaults where it sets nothing
     auto& m = *cfg.mutable_model();
     if (!m.has_n_layer()) m.set_n_layer(24);
     if (!m.has_d_model()) m.set_d_model(2048);
@@ -118,6 +121,8 @@ int main(int argc, char** argv) {
     if (!off.has_params()) off.set_params(zs::config::OffloadConfig::NVME);
     if (!off.has_grads()) off.set_grads(zs::config::OffloadConfig::NVME);
     off.set_nvme_path(nvme_path);
+    zs::validate_config(cfg);
+    const zs::RunOptions o = zs::resolve(cfg);
     const int rank = session.rank(), world = session.world_size();
     const int64_t batch = cfg.train().has_batch_size() ? cfg.train().batch_size() / world : 1;
 
@@ -132,13 +137,14 @@ int main(int argc, char** argv) {
 
     // 2. The model, sharded into its files block by block.
     auto t_build = Clock::now();
-    const zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg);
-    auto init = std::make_unique<zs::ShardedInit>(session, sharding);
-    at::manual_seed(cfg.runtime().seed());
-    ex::Gpt model(ex::GptOptions::from_config(cfg, session.device()));
+    auto init = std::make_unique<zs::ShardedInit>(session, o.sharding);
+    at::manual_seed(o.session.seed);
+    zm::GptOptions model_options = o.model;
+    model_options.device = session.device();
+    zm::Gpt model(model_options);
     zs::ShardingEngine engine(*init, model.ptr());
     const double build_s = seconds_since(t_build);
-    auto opt = zs::make_engine_optimizer(cfg, rank, &engine.memory());
+    auto opt = zs::make_engine_optimizer(o.optimizer, o.offload, rank, &engine.memory());
     auto* offloaded = dynamic_cast<zs::OffloadedOptimizer*>(opt.get());
     const int64_t params = engine.num_params();
     if (rank == 0) {

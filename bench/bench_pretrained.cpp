@@ -19,7 +19,7 @@
 #include "engine/models.h"
 #include "zeroshard/base/json.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
@@ -47,7 +47,7 @@ void write_weights(const zs_test::GptConfig& c, const std::string& path, int64_t
   w.finish();
 }
 
-int run(zs::Session& s) {
+int run(zs::Session& s, const zs::Run&) {
   zs_bench::GptBenchArgs a;
   a.model = zs_test::GptConfig{4096, 256, 4, 12, 256};
   zs::cli::App app("bench_pretrained",
@@ -115,4 +115,4 @@ int run(zs::Session& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return zs::run_main(argc, argv, run); }
+int main(int argc, char** argv) { return zs::run_main(argc, argv, zs::Program{"bench_pretrained", {}}, run); }

@@ -35,10 +35,9 @@
 
 #include "bench_step.h"
 #include "bench_util.h"
-#include "zeroshard/core/config.h"
 #include "engine/models.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/engine/engine.h"
@@ -135,15 +134,16 @@ std::pair<torch::Tensor, torch::Tensor> batch_for(const Args& a, int rank, int s
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& s) {
-    const std::optional<Args> parsed = zs_bench::parse_step_args(s.args(), s.device().is_cuda(), s.rank() == 0);
+  const zs::Program program{"bench_step", {zs::keys::engine(), {"optimizer", "offload"}}};
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run& run) {
+    const std::optional<Args> parsed = zs_bench::parse_step_args(run.args, s.device().is_cuda(), s.rank() == 0);
     if (!parsed) return 0;  // --help, --version
     const Args& a = *parsed;
     const bool cuda = a.cuda;
     ZS_REQUIRE(!cuda || s.device().is_cuda(), zs::UsageError, "--device cuda but this session's device is ",
-               s.device().str(), " (runtime.device = ", zs::config::RuntimeConfig::Device_Name(s.config().runtime().device()),
+               s.device().str(), " (runtime.device = ", zs::to_string(run.options.session.device),
                "); run on a GPU machine with a CUDA-enabled LibTorch, or pass --set runtime.device=CUDA");
-    if (cuda) return zs_bench::run_gpu_step_bench(s, a);
+    if (cuda) return zs_bench::run_gpu_step_bench(s, run.options, a);
     const int n = s.world_size(), rank = s.rank();
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     at::set_num_threads(std::max(1, static_cast<int>(cores) / s.local_world_size()));
@@ -174,10 +174,8 @@ int main(int argc, char** argv) {
     torch::manual_seed(1);
     zs_test::Gpt model(a.model);
     zs::ShardingOptions o;
-    zs::config::ShardingConfig::Strategy strategy;
-    ZS_REQUIRE(zs::config::ShardingConfig::Strategy_Parse(a.strategy, &strategy), zs::UsageError, "--strategy '",
-               a.strategy, "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
-    o.strategy = static_cast<zs::ShardingStrategy>(strategy);
+    const zs::ShardingStrategy strategy = zs_bench::parse_strategy(a.strategy);
+    o.strategy = strategy;
     zs::ShardingEngine engine(s, model.ptr(), o);
     zs::AdamOptions ao;
     auto opt = zs::make_adamw(ao);
@@ -213,7 +211,7 @@ int main(int argc, char** argv) {
     const int64_t padded = engine.num_padded_trainable_params();
     const int group = engine.shard_group_size();
     const double formula_bytes = 16.0 * padded / group;
-    const bool three = strategy == zs::config::ShardingConfig::FULL_SHARD || strategy == zs::config::ShardingConfig::HYBRID_SHARD;
+    const bool three = strategy == zs::ShardingStrategy::kFullShard || strategy == zs::ShardingStrategy::kHybridShard;
     const double formula_elements = n == 1 ? 0.0 : (three ? 3.0 : 2.0) * padded;
     const double overhead = median(ratios) - 1.0;
     if (rank == 0) {

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "gpt_bench_args.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/config/run_options.h"
 #include "zeroshard/core/session.h"
 
 namespace zs_bench {
@@ -27,7 +29,17 @@ struct StepArgs : GptBenchArgs {
 // nullopt after --help/--version (printed when `print`). Throws UsageError naming the bad argument.
 std::optional<StepArgs> parse_step_args(const std::vector<std::string>& args, bool session_cuda, bool print);
 
-// The CUDA benchmark (bench_step_gpu.cpp). Returns the exit code.
-int run_gpu_step_bench(zeroshard::Session& s, const StepArgs& a);
+// --strategy's value: a ShardingStrategy by its config name (FULL_SHARD, ...); UsageError otherwise.
+inline zeroshard::ShardingStrategy parse_strategy(const std::string& name) {
+  using S = zeroshard::ShardingStrategy;
+  for (S st : {S::kFullShard, S::kShardGradOp, S::kNoShard, S::kHybridShard}) {
+    if (name == zeroshard::to_string(st)) return st;
+  }
+  ZS_THROW(zeroshard::UsageError, "--strategy '", name, "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
+}
+
+// The CUDA benchmark (bench_step_gpu.cpp), with the run's optimizer, offload and sharding options.
+// Returns the exit code.
+int run_gpu_step_bench(zeroshard::Session& s, const zeroshard::RunOptions& run, const StepArgs& a);
 
 }  // namespace zs_bench

@@ -45,7 +45,6 @@
 
 #include "bench_step.h"
 #include "bench_util.h"
-#include "zeroshard/core/config.h"
 #include "engine/models.h"
 #include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/engine/autocast.h"
@@ -55,7 +54,7 @@
 #if ZS_BENCH_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
-// The offload optimizer (offload issue): compiled in when its header is there.
+// The offload optimizer: compiled in when its header is there.
 #if __has_include("zeroshard/offload/offload_optimizer.h")
 #include "zeroshard/offload/offload_optimizer.h"
 #define ZS_BENCH_HAVE_OFFLOAD 1
@@ -70,7 +69,6 @@ namespace zs_bench {
 namespace {
 
 using namespace zeroshard;  // NOLINT: this file is one benchmark
-using config::OffloadConfig;
 
 struct Variant {
   explicit Variant(std::string n, std::string why_not = {}) : name(std::move(n)), error(std::move(why_not)) {}
@@ -202,11 +200,11 @@ void finish(Variant& v, const StepArgs& a, const Model& m, int world, double pea
 }
 
 // (a) plain LibTorch.
-Variant run_plain(Session& s, const StepArgs& a, const Model& m, double peak_flops,
+Variant run_plain(Session& s, const RunOptions& run, const StepArgs& a, const Model& m, double peak_flops,
                   const std::vector<std::pair<torch::Tensor, torch::Tensor>>& batches) {
   Variant v("plain LibTorch");
   const c10::Device device = s.device();
-  const auto& oc = s.config().optimizer();
+  const OptimizerOptions& oc = run.optimizer;
   try {
     reset_device_peak(device);
     torch::manual_seed(1);
@@ -217,10 +215,10 @@ Variant run_plain(Session& s, const StepArgs& a, const Model& m, double peak_flo
     for (auto& p : model->parameters()) {
       if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
     }
-    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(oc.lr())
-                                        .betas({oc.beta1(), oc.beta2()})
-                                        .eps(oc.eps())
-                                        .weight_decay(oc.weight_decay()));
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(oc.lr)
+                                        .betas({oc.beta1, oc.beta2})
+                                        .eps(oc.eps)
+                                        .weight_decay(oc.weight_decay));
     const double t = time_steps(s, a, [&](int i) {
       opt.zero_grad();
       torch::Tensor loss;
@@ -241,20 +239,19 @@ Variant run_plain(Session& s, const StepArgs& a, const Model& m, double peak_flo
   return v;
 }
 
-std::shared_ptr<ShardedOptimizer> make_zs_optimizer(Session& s, ShardingEngine& engine) {
-  const auto target = s.config().offload().optimizer();
-  if (target == OffloadConfig::DEVICE) return make_optimizer(s.config().optimizer());
+std::shared_ptr<ShardedOptimizer> make_zs_optimizer(Session& s, const RunOptions& run, ShardingEngine& engine) {
+  if (run.offload.target == OffloadTarget::kDevice) return make_optimizer(run.optimizer);
 #if ZS_BENCH_HAVE_OFFLOAD
-  return std::shared_ptr<ShardedOptimizer>(make_engine_optimizer(s.config(), s.rank(), &engine.memory()));
+  return std::shared_ptr<ShardedOptimizer>(make_engine_optimizer(run.optimizer, run.offload, s.rank(), &engine.memory()));
 #else
   (void)engine;
-  ZS_THROW(UsageError, "offload.optimizer = ", OffloadConfig::Target_Name(target),
+  ZS_THROW(UsageError, "offload.optimizer = ", to_string(run.offload.target),
            " but this build has no offload optimizer (zeroshard/offload/offload_optimizer.h is missing)");
 #endif
 }
 
 // (b) zeroshard.
-Variant run_zeroshard(Session& s, const StepArgs& a, const Model& m, double peak_flops,
+Variant run_zeroshard(Session& s, const RunOptions& run, const StepArgs& a, const Model& m, double peak_flops,
                       const std::vector<std::pair<torch::Tensor, torch::Tensor>>& batches, std::string* report) {
   Variant v("zeroshard");
   const c10::Device device = s.device();
@@ -263,14 +260,11 @@ Variant run_zeroshard(Session& s, const StepArgs& a, const Model& m, double peak
     torch::manual_seed(1);
     zs_test::Gpt model(m.cfg);
     model->to(device);
-    ShardingOptions o = ShardingOptions::from_config(s.config());
-    config::ShardingConfig::Strategy strategy;
-    ZS_REQUIRE(config::ShardingConfig::Strategy_Parse(a.strategy, &strategy), UsageError, "--strategy '", a.strategy,
-               "' is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
-    o.strategy = static_cast<ShardingStrategy>(strategy);
+    ShardingOptions o = run.sharding;
+    o.strategy = parse_strategy(a.strategy);
     if (a.dtype == "bf16" && !o.autocast) o.param_dtype = o.reduce_dtype = torch::kBFloat16;
     ShardingEngine engine(s, model.ptr(), o);
-    auto opt = make_zs_optimizer(s, engine);
+    auto opt = make_zs_optimizer(s, run, engine);
     const double t = time_steps(s, a, [&](int i) {
       engine.forward([&] { return loss_of(gpt_forward(*model, batches[i].first, a.checkpoint), batches[i].second); })
           .backward();
@@ -328,14 +322,14 @@ std::vector<zs_test::GptConfig> offload_ladder(const zs_test::GptConfig& base) {
 
 }  // namespace
 
-int run_gpu_step_bench(Session& s, const StepArgs& a) {
+int run_gpu_step_bench(Session& s, const RunOptions& run, const StepArgs& a) {
   const c10::Device device = s.device();
   const bool bf16 = a.dtype == "bf16";
   const double peak_tflops = a.peak_tflops > 0 ? a.peak_tflops : (bf16 ? 989.0 : 67.0);
   const char* peak_source = a.peak_tflops > 0 ? "--peak-tflops"
                                                : (bf16 ? "H100/H200 SXM dense bf16, datasheet"
                                                        : "H100/H200 SXM fp32 without tensor cores, datasheet");
-  const bool offload = s.config().offload().optimizer() != OffloadConfig::DEVICE;
+  const bool offload = run.offload.target != OffloadTarget::kDevice;
   ZS_REQUIRE(a.preset != "gpt-offload" || offload, UsageError,
              "--preset gpt-offload trains with the optimizer state off the GPU: add --set offload.optimizer=CPU");
   std::vector<zs_test::GptConfig> candidates =
@@ -356,13 +350,13 @@ int run_gpu_step_bench(Session& s, const StepArgs& a) {
     }
     const auto batches = make_batches(a, cfg, s.rank(), device);
     const double peak_flops = peak_tflops * 1e12;
-    zs = run_zeroshard(s, a, m, peak_flops, batches, &report);
+    zs = run_zeroshard(s, run, a, m, peak_flops, batches, &report);
     if (!a.plain) {
       plain = Variant("plain LibTorch", "not run (--plain 0)");
     } else if (!zs.ran) {
       plain = Variant("plain LibTorch", "not run (zeroshard did not fit)");
     } else {
-      plain = run_plain(s, a, m, peak_flops, batches);
+      plain = run_plain(s, run, a, m, peak_flops, batches);
     }
     tried.push_back(size + ": zeroshard " + (zs.ran ? "trained" : zs.error) + ", plain LibTorch " +
                     (plain.ran ? "trained" : plain.error));
@@ -376,7 +370,7 @@ int run_gpu_step_bench(Session& s, const StepArgs& a) {
                 (long long)c.dim, (long long)c.layers, (long long)c.heads, (long long)c.seq, (long long)c.vocab,
                 (long long)m.params, (long long)a.batch, s.world_size(), a.strategy.c_str(), a.dtype.c_str(),
                 a.checkpoint ? ", every block checkpointed" : "", c.fused_attention ? "fused (SDPA)" : "naive",
-                offload ? config::OffloadConfig::Target_Name(s.config().offload().optimizer()).c_str() : "on the GPU");
+                offload ? to_string(run.offload.target) : "on the GPU");
     for (const std::string& t : tried) std::printf("  tried %s\n", t.c_str());
     std::printf("  model FLOPs/token = 6*N + 12*L*d*T = %.4g (N = %lld block and output-projection parameters)\n",
                 m.flops_per_token, (long long)m.flop_params);
@@ -393,7 +387,7 @@ int run_gpu_step_bench(Session& s, const StepArgs& a) {
        << ",\"strategy\":\"" << a.strategy << "\",\"dtype\":\"" << a.dtype
        << "\",\"checkpointing\":" << (a.checkpoint ? "true" : "false")
        << ",\"fused_attention\":" << (c.fused_attention ? "true" : "false") << ",\"offload_optimizer\":\""
-       << config::OffloadConfig::Target_Name(s.config().offload().optimizer()) << "\",\"params\":" << m.params
+       << to_string(run.offload.target) << "\",\"params\":" << m.params
        << ",\"dim\":" << c.dim << ",\"layers\":" << c.layers << ",\"seq\":" << c.seq
        << ",\"tokens_per_step\":" << a.batch * c.seq * s.world_size() << ",\"flops_per_token\":" << m.flops_per_token
        << ",\"peak_tflops\":" << peak_tflops << ",\"plain\":" << json_variant(plain)

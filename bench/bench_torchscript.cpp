@@ -28,8 +28,7 @@
 #include "gpt_bench_args.h"
 #include "engine/models.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/models/torchscript.h"
@@ -86,7 +85,8 @@ struct Variant {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& s) {
+  const zs::Program program{"bench_torchscript", {}};
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run&) {
     zs_bench::GptBenchArgs a;
     a.model = zs_test::GptConfig{4096, 256, 4, 12, 256};
     a.batch = 4;
@@ -113,9 +113,10 @@ int main(int argc, char** argv) {
     auto& world = *s.world();
 
     zs::ShardingOptions o;
-    zs::config::ShardingConfig::Strategy st;
-    ZS_REQUIRE(zs::config::ShardingConfig::Strategy_Parse(strategy, &st), zs::UsageError, "--strategy '", strategy, "'");
-    o.strategy = static_cast<zs::ShardingStrategy>(st);
+    for (auto st : {zs::ShardingStrategy::kFullShard, zs::ShardingStrategy::kShardGradOp, zs::ShardingStrategy::kNoShard,
+                    zs::ShardingStrategy::kHybridShard}) {
+      if (strategy == zs::to_string(st)) o.strategy = st;  // add_choice allowed only these names
+    }
 
     // (a) the scripted GPT, its blocks the units.
     zs::TorchScriptOptions script_options;

@@ -11,7 +11,7 @@ What runs:
   Its tokens/s: train_gpt's --metrics-out step lines carry a throughput averaged over the last 20
   steps' busy time (train/src/progress.cpp); the busy time of every step is recovered from them
   exactly, and the rate is (steps after warm-up x tokens per step) / their busy time.
-- PyTorch: the same GPT (tests/python/zs_gpt.py, the Python copy of examples/gpt) under
+- PyTorch: the same GPT (tests/python/zs_gpt.py, the Python copy of the built-in GPT, models/src/gpt.cpp) under
   DistributedDataParallel over gloo, one process per rank started with torch.multiprocessing,
   torch.set_num_threads(cores // ranks) and OPENBLAS_NUM_THREADS the same (as train_gpt sets both),
   AdamW with train_gpt's hyperparameters and param groups (no decay on 1-D parameters and embedding

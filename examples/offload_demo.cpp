@@ -22,8 +22,8 @@
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
+#include "zeroshard/config/resolve.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/engine/engine.h"
@@ -54,7 +54,11 @@ TORCH_MODULE(Net);
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& session) {
+  const zs::Program program{"offload_demo",
+                            {zs::keys::engine(),
+                             {"offload", "optimizer.type", "optimizer.lr", "optimizer.beta1", "optimizer.beta2",
+                              "optimizer.eps", "optimizer.weight_decay", "optimizer.momentum", "optimizer.nesterov"}}};
+  return zs::run_main(argc, argv, program, [](zs::Session& session, const zs::Run& run) {
     double budget_mb = 40;
     int64_t dim = 1024;
     int blocks = 8, steps = 20;
@@ -71,20 +75,23 @@ int main(int argc, char** argv) {
     app.add_int("--steps", &steps, "optimizer steps (default 20)", 1);
     app.add_text("--nvme-path", &nvme_path, "folder for the state files (default ./offload_demo_nvme)", "DIR");
     app.add_config_options();
-    if (!app.parse(session.args(), session.rank() == 0)) return 0;
-    zs::config::Config cfg = session.config();
+    if (!app.parse(run.args, session.rank() == 0)) return 0;
+    // The demo's defaults where the config leaves them: the optimizer state on NVMe, in --nvme-path.
+    zs::Config cfg = run.config;
     if (!cfg.offload().has_optimizer()) cfg.mutable_offload()->set_optimizer(zs::config::OffloadConfig::NVME);
     if (cfg.offload().nvme_path().empty()) {
       if (session.world()->rank() == 0) std::filesystem::create_directories(nvme_path);
       session.world()->barrier("demo.dir")->wait();
       cfg.mutable_offload()->set_nvme_path(nvme_path);
     }
+    zs::validate_config(cfg);
+    const zs::RunOptions o = zs::resolve(cfg);
     const int rank = session.world()->rank(), world = session.world()->size();
     torch::manual_seed(1);
     Net model(dim, blocks);
     Net teacher(dim, blocks);
-    zs::ShardingEngine engine(session, model.ptr(), zs::ShardingOptions::from_config(cfg));
-    auto opt = zs::make_engine_optimizer(cfg, rank, &engine.memory());
+    zs::ShardingEngine engine(session, model.ptr(), o.sharding);
+    auto opt = zs::make_engine_optimizer(o.optimizer, o.offload, rank, &engine.memory());
     const double budget = budget_mb * 1048576.0;
     const double adam_state = 12.0 * engine.num_padded_trainable_params() / engine.shard_group_size();
     if (rank == 0) {
@@ -120,7 +127,7 @@ int main(int argc, char** argv) {
                   "(two generations: the step writes the new state beside the previous one)\n",
                   in_memory / 1048576.0, budget_mb, on_nvme / 1048576.0);
     }
-    const bool ok = last < first && in_memory <= budget && (cfg.offload().optimizer() != zs::config::OffloadConfig::NVME || on_nvme > budget);
+    const bool ok = last < first && in_memory <= budget && (o.offload.target != zs::OffloadTarget::kNvme || on_nvme > budget);
     if (rank == 0) std::printf("%s: loss %.6f -> %.6f\n", ok ? "OK" : "FAILED", first, last);
     return ok ? 0 : 1;
   });

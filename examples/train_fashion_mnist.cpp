@@ -26,10 +26,9 @@
 #include <cstdio>
 #include <sstream>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/train/images.h"
 #include "zeroshard/engine/sharded_init.h"
@@ -99,25 +98,25 @@ double min_accuracy(const zs::TrainFlags& flags) {
   return it == flags.program.end() ? -1 : std::stod(it->second);
 }
 
-int run(zs::Session& s) {
-  const std::optional<zs::TrainStart> start = zs::start_training(s, kUsage, {kMinAccuracy});
+int run(zs::Session& s, const zs::Run& run) {
+  const std::optional<zs::TrainStart> start = zs::start_training(s, run, kUsage, {kMinAccuracy});
   if (!start) return 0;  // --help
   const double required_accuracy = min_accuracy(start->flags);
-  const zs::Config& cfg = s.config();
+  const zs::RunOptions& o = run.options;
 
   // Data first: missing files fail before any model memory. (Memory phases label what each
   // allocation is for in memory summaries and out-of-memory reports, docs/memory.md.)
   zs::set_memory_phase(zs::memory_phase_id("dataset, loaded into memory"));
-  const std::string dir = cfg.data().path().empty() ? zs::kFashionMnistDir : cfg.data().path();
+  const std::string dir = o.data.path.empty() ? zs::kFashionMnistDir : o.data.path;
   auto train_set = std::make_shared<zs::ImageClassificationDataset>(zs::load_fashion_mnist(dir, true),
                                                                    zs::kFashionMnistMean, zs::kFashionMnistStd);
   auto test_set = std::make_shared<zs::ImageClassificationDataset>(zs::load_fashion_mnist(dir, false),
                                                                   zs::kFashionMnistMean, zs::kFashionMnistStd);
 
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
-  zs::ShardedInit init(s, zs::ShardingOptions::from_config(cfg));
-  at::manual_seed(cfg.runtime().seed());
-  Cnn model(cfg.model().dropout(), s.device());
+  zs::ShardedInit init(s, o.sharding);
+  at::manual_seed(o.session.seed);
+  Cnn model(o.model.dropout, s.device());
   zs::ShardingEngine engine(init, model.ptr());
   zs::set_memory_phase(0);
 
@@ -137,7 +136,7 @@ int run(zs::Session& s) {
   };
   task.sample_noun = "images";
   std::ostringstream model_line;
-  model_line << "model: conv32-bn-pool, conv64-bn-pool, fc128, fc10 (dropout " << cfg.model().dropout() << ")";
+  model_line << "model: conv32-bn-pool, conv64-bn-pool, fc128, fc10 (dropout " << o.model.dropout << ")";
   task.describe = {model_line.str(), "data: " + dir + ": " + std::to_string(train_set->size()) + " training images, " +
                                          std::to_string(test_set->size()) + " test images"};
   if (required_accuracy >= 0) task.checks.push_back(zs::at_least_check(s, 1, "test accuracy", required_accuracy));
@@ -146,4 +145,8 @@ int run(zs::Session& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return zs::run_main(argc, argv, run); }
+int main(int argc, char** argv) {
+  const zs::Program program{"train_fashion_mnist",
+                            {zs::keys::engine(), zs::keys::trainer(), {"model.dropout", "data.path"}}};
+  return zs::run_main(argc, argv, program, run);
+}

@@ -31,21 +31,19 @@
 #include <memory>
 #include <sstream>
 
-#include "gpt/gpt_model.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/adapt/lora.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/core/main.h"
 #include "zeroshard/core/memory_report.h"
-#include "zeroshard/train/text.h"
-#include "zeroshard/adapt/lora.h"
-#include "zeroshard/adapt/nf4.h"
 #include "zeroshard/engine/sharded_init.h"
+#include "zeroshard/models/gpt.h"
+#include "zeroshard/train/text.h"
 #include "zeroshard/train/trainer.h"
 
 namespace zs = zeroshard;
-namespace ex = zs_examples;
+namespace zm = zeroshard::models;
 namespace F = torch::nn::functional;
 
 namespace {
@@ -66,27 +64,27 @@ at::Tensor per_window_loss(const at::Tensor& logits, const at::Tensor& targets) 
   return per_token.view({targets.size(0), -1}).mean(1);
 }
 
-// Continues the prompt by `cfg.tokens()` bytes. Every rank runs the forward (the sharded model
-// needs all of them); rank 0 draws each byte and broadcasts it. Collective.
-std::string generate(zs::Session& s, zs::ShardingEngine& engine, ex::Gpt& model, const zs::config::SampleConfig& cfg) {
-  std::string prompt = cfg.prompt().empty() ? std::string("\n") : cfg.prompt();
+// Continues the prompt by `o.tokens` bytes. Every rank runs the forward (the sharded model needs
+// all of them); rank 0 draws each byte and broadcasts it. Collective.
+std::string generate(zs::Session& s, zs::ShardingEngine& engine, zm::Gpt& model, const zs::SampleOptions& o) {
+  std::string prompt = o.prompt.empty() ? std::string("\n") : o.prompt;
   at::Tensor encoded = zs::ByteTokenizer::encode(prompt);
   std::vector<int64_t> tokens(encoded.data_ptr<int64_t>(), encoded.data_ptr<int64_t>() + encoded.numel());
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed());
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   const int64_t context = model->options.seq_len;
   std::string out;
   model->eval();
   torch::NoGradGuard no_grad;
-  for (int i = 0; i < cfg.tokens(); ++i) {
+  for (int i = 0; i < o.tokens; ++i) {
     const auto first = tokens.end() - std::min<int64_t>(context, static_cast<int64_t>(tokens.size()));
     at::Tensor ctx = at::tensor(std::vector<int64_t>(first, tokens.end()), at::kLong).view({1, -1}).to(s.device());
     at::Tensor logits = engine.forward([&] { return model->forward(ctx); });
     at::Tensor next = at::zeros({1}, at::kLong);
     if (s.rank() == 0) {
       // Only the 256 byte values: padded vocabulary entries never occur in the data.
-      at::Tensor l = logits[0][-1].narrow(0, 0, zs::ByteTokenizer::kVocabSize).to(at::kFloat).cpu() / cfg.temperature();
-      if (cfg.top_k() > 0 && cfg.top_k() < l.numel()) {
-        at::Tensor kth = std::get<0>(at::topk(l, cfg.top_k())).min();
+      at::Tensor l = logits[0][-1].narrow(0, 0, zs::ByteTokenizer::kVocabSize).to(at::kFloat).cpu() / o.temperature;
+      if (o.top_k > 0 && o.top_k < l.numel()) {
+        at::Tensor kth = std::get<0>(at::topk(l, o.top_k)).min();
         l = l.masked_fill(l < kth, -std::numeric_limits<float>::infinity());
       }
       next = at::multinomial(at::softmax(l, -1), 1, /*replacement=*/false, gen);
@@ -99,41 +97,39 @@ std::string generate(zs::Session& s, zs::ShardingEngine& engine, ex::Gpt& model,
   return prompt + out;
 }
 
-int run(zs::Session& s) {
-  const std::optional<zs::TrainStart> start = zs::start_training(s, kUsage);
+int run(zs::Session& s, const zs::Run& run) {
+  const std::optional<zs::TrainStart> start = zs::start_training(s, run, kUsage);
   if (!start) return 0;  // --help
-  const zs::Config& cfg = s.config();
-  const int64_t seq_len = cfg.model().seq_len();
+  const zs::RunOptions& o = run.options;
+  const int64_t seq_len = o.model.seq_len;
 
   // 1. Data, before any model memory: a missing corpus fails here. (Memory phases label what each
   // allocation is for in memory summaries and out-of-memory reports, docs/memory.md.)
   zs::set_memory_phase(zs::memory_phase_id("dataset, loaded into memory"));
-  const std::string path = cfg.data().path().empty() ? zs::kFortunesDir : cfg.data().path();
-  const zs::TextCorpus corpus = zs::load_text_corpus(path, cfg.data().val_fraction());
+  const std::string path = o.data.path.empty() ? zs::kFortunesDir : o.data.path;
+  const zs::TextCorpus corpus = zs::load_text_corpus(path, o.data.val_fraction);
   auto train_set = std::make_shared<zs::TokenWindowDataset>(corpus.train, seq_len);
   auto val_set = std::make_shared<zs::TokenWindowDataset>(corpus.val, seq_len);
 
   // 2. The model, sharded block by block as it is built (the same initial weights on every rank).
   // With LoRA (lora.rank > 0) each block gets its adapters as it is sharded (the rest frozen; with
-  // precision.frozen_linear = NF4 its Linear weights are quantised then), and lora::apply adapts
-  // what lies outside the blocks: the whole base never exists on a rank.
+  // precision.frozen_linear = NF4 its Linear weights are quantised then): both are unit hooks in
+  // o.sharding, and the engine adapts what lies outside the blocks: the whole base never exists
+  // on a rank.
   zs::set_memory_phase(zs::memory_phase_id("model construction"));
-  const bool lora = cfg.lora().rank() > 0;
-  zs::ShardingOptions sharding = zs::ShardingOptions::from_config(cfg);
-  if (cfg.precision().frozen_linear() == zs::config::PrecisionConfig::NF4) {
-    sharding.unit_hooks.push_back(zs::nf4::frozen_linear_hook());
-  }
-  if (lora) sharding.unit_hooks.push_back(zs::lora::unit_hook(zs::lora::options_from_config(cfg.lora())));
-  auto init = std::make_unique<zs::ShardedInit>(s, sharding);
-  at::manual_seed(cfg.runtime().seed());
-  ex::Gpt model(ex::GptOptions::from_config(cfg, s.device()));
+  const bool lora = o.lora.rank > 0;
+  auto init = std::make_unique<zs::ShardedInit>(s, o.sharding);
+  at::manual_seed(o.session.seed);
+  zm::GptOptions model_options = o.model;
+  model_options.device = s.device();
+  zm::Gpt model(model_options);
   auto engine_ptr = std::make_unique<zs::ShardingEngine>(*init, model.ptr());
   zs::ShardingEngine& engine = *engine_ptr;
   std::string lora_line;
   if (lora) {
     const std::vector<std::string> adapted = zs::lora::adapted_layers(*model);
-    lora_line = "LoRA: rank " + std::to_string(cfg.lora().rank()) + ", alpha " + zs::format_double(cfg.lora().alpha()) +
-                ", dropout " + zs::format_double(cfg.lora().dropout()) + " on " + std::to_string(adapted.size()) +
+    lora_line = "LoRA: rank " + std::to_string(o.lora.rank) + ", alpha " + zs::format_double(o.lora.alpha) +
+                ", dropout " + zs::format_double(o.lora.dropout) + " on " + std::to_string(adapted.size()) +
                 " layers (" + adapted.front() + (adapted.size() > 1 ? ", ..." : "") + "); the rest frozen";
   }
   zs::set_memory_phase(0);
@@ -153,29 +149,33 @@ int run(zs::Session& s) {
   task.sample_noun = "sequences x " + std::to_string(seq_len) + " tokens";
   task.items = "tok";
   task.items_per_sample = seq_len;
-  const auto& m = cfg.model();
+  const zm::GptOptions& m = o.model;
   std::ostringstream model_line, data_line;
-  model_line << "model: " << m.n_layer() << " layers, d_model " << m.d_model() << ", " << m.n_head() << " heads, context "
-             << seq_len << ", vocab " << m.vocab_size() << ", dropout " << m.dropout() << ", activation checkpointing "
-             << (cfg.activation_checkpointing().enabled()
-                     ? "every " + std::to_string(cfg.activation_checkpointing().every_n_blocks()) + " block(s)"
-                     : std::string("off"));
+  model_line << "model: " << m.n_layer << " layers, d_model " << m.d_model << ", " << m.n_head << " heads, context "
+             << seq_len << ", vocab " << m.vocab_size << ", dropout " << m.dropout << ", activation checkpointing "
+             << (m.checkpointing.enabled ? "every " + std::to_string(m.checkpointing.every_n_blocks) + " block(s)"
+                                         : std::string("off"));
   data_line << "data: " << path << ": " << corpus.files.size() << " file(s), " << corpus.train.numel()
             << " train bytes (" << train_set->size() << " windows), " << corpus.val.numel() << " validation bytes ("
             << val_set->size() << " windows)";
   task.describe = {model_line.str(), data_line.str()};
   if (lora) task.describe.push_back(lora_line);
   task.after_training = [&] {
-    if (cfg.sample().tokens() == 0) return;
-    const std::string text = generate(s, engine, model, cfg.sample());
+    if (o.sample.tokens == 0) return;
+    const std::string text = generate(s, engine, model, o.sample);
     if (s.rank() != 0) return;
     std::printf("--- sample: %d bytes, temperature %g, top-k %d, seed %lld ---\n%s\n--- end of sample ---\n",
-                cfg.sample().tokens(), cfg.sample().temperature(), cfg.sample().top_k(),
-                static_cast<long long>(cfg.sample().seed()), text.c_str());
+                o.sample.tokens, o.sample.temperature, o.sample.top_k, static_cast<long long>(o.sample.seed),
+                text.c_str());
   };
   return trainer.fit(task).exit_status;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return zs::run_main(argc, argv, run); }
+int main(int argc, char** argv) {
+  const zs::Program program{"train_gpt",
+                            {zs::keys::engine(), zs::keys::adapters(), zs::keys::trainer(),
+                             {"model", "activation_checkpointing", "data.path", "data.val_fraction", "sample"}}};
+  return zs::run_main(argc, argv, program, run);
+}

@@ -26,8 +26,7 @@
 #include <sstream>
 
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/models/torchscript.h"
@@ -75,9 +74,9 @@ at::Tensor mean_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return F::cross_entropy(logits.to(at::kFloat).reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
-int run(zs::Session& s) {
+int run(zs::Session& s, const zs::Run& run) {
   const std::optional<zs::TrainStart> start =
-      zs::start_training(s, kUsage,
+      zs::start_training(s, run, kUsage,
                          {{"--model", true, "FILE.pt", "the TorchScript module to train (torch.jit.script/trace + save)"},
                           {"--units", true, "PATTERNS",
                            "comma-separated submodule paths that become sharded units, '*' within one component"},
@@ -86,7 +85,7 @@ int run(zs::Session& s) {
                           {"--export", true, "FILE.pt", "write the trained module there (torch.jit.load reads it)"},
                           kMinAccuracy});
   if (!start) return 0;  // --help
-  const zs::Config& cfg = s.config();
+  const zs::RunOptions& o = run.options;
   const zs::TrainFlags& flags = start->flags;
   const std::string model_path = flag(flags, "--model"), task_name = flag(flags, "--task", "fashion_mnist");
   const std::string export_path = flag(flags, "--export");
@@ -103,7 +102,7 @@ int run(zs::Session& s) {
   task.name = "train_torchscript";
   std::string data_line;
   if (task_name == "fashion_mnist") {
-    const std::string dir = cfg.data().path().empty() ? zs::kFashionMnistDir : cfg.data().path();
+    const std::string dir = o.data.path.empty() ? zs::kFashionMnistDir : o.data.path;
     task.train = std::make_shared<zs::ImageClassificationDataset>(zs::load_fashion_mnist(dir, true),
                                                                  zs::kFashionMnistMean, zs::kFashionMnistStd);
     task.eval.data = std::make_shared<zs::ImageClassificationDataset>(zs::load_fashion_mnist(dir, false),
@@ -113,9 +112,9 @@ int run(zs::Session& s) {
     data_line = "data: " + dir + ": " + std::to_string(task.train->size()) + " training images, " +
                 std::to_string(task.eval.data->size()) + " test images";
   } else {
-    const std::string path = cfg.data().path().empty() ? zs::kFortunesDir : cfg.data().path();
-    const int64_t seq_len = cfg.model().seq_len();
-    const zs::TextCorpus corpus = zs::load_text_corpus(path, cfg.data().val_fraction());
+    const std::string path = o.data.path.empty() ? zs::kFortunesDir : o.data.path;
+    const int64_t seq_len = o.model.seq_len;
+    const zs::TextCorpus corpus = zs::load_text_corpus(path, o.data.val_fraction);
     task.train = std::make_shared<zs::TokenWindowDataset>(corpus.train, seq_len);
     task.eval.data = std::make_shared<zs::TokenWindowDataset>(corpus.val, seq_len);
     task.eval.metrics = {{"val_loss", "validation loss"}};
@@ -132,10 +131,10 @@ int run(zs::Session& s) {
   ZS_REQUIRE(!units.units.empty() || !units.unit_types.empty(), zs::UsageError,
              "--units PATTERNS or --unit-types NAMES is required: which submodules of '", model_path,
              "' are sharded units (e.g. --units 'blocks.*')");
-  units.checkpoint = cfg.activation_checkpointing().enabled();
-  units.checkpoint_every = cfg.activation_checkpointing().every_n_blocks();
+  units.checkpoint = o.model.checkpointing.enabled;
+  units.checkpoint_every = o.model.checkpointing.every_n_blocks;
   zs::TorchScriptModel model(model_path, units, s.device());
-  zs::ShardingEngine engine(s, model.module(), zs::ShardingOptions::from_config(cfg));
+  zs::ShardingEngine engine(s, model.module(), o.sharding);
 
   zs::Trainer trainer(s, engine, *start);
   task.loss = [&](const zs::Batch& b) { return mean_loss(model.forward(b.data), b.target); };
@@ -176,4 +175,9 @@ int run(zs::Session& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return zs::run_main(argc, argv, run); }
+int main(int argc, char** argv) {
+  const zs::Program program{"train_torchscript",
+                            {zs::keys::engine(), zs::keys::trainer(),
+                             {"activation_checkpointing", "data.path", "data.val_fraction", "model.seq_len"}}};
+  return zs::run_main(argc, argv, program, run);
+}

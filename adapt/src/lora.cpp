@@ -15,7 +15,6 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/optim/param_groups.h"
 #include "zeroshard/engine/sharded_init.h"
 #include "zeroshard/engine/unit.h"
@@ -84,13 +83,13 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& na
 namespace detail {
 
 void check_options(const Options& o) {
-  ZS_REQUIRE(o.rank >= 1, ConfigError, "lora.rank = ", o.rank, " must be >= 1");
-  ZS_REQUIRE(std::isfinite(o.alpha) && o.alpha > 0, ConfigError, "lora.alpha = ", format_double(o.alpha),
+  ZS_REQUIRE(o.rank >= 1, UsageError, "lora::Options.rank = ", o.rank, " must be >= 1");
+  ZS_REQUIRE(std::isfinite(o.alpha) && o.alpha > 0, UsageError, "lora::Options.alpha = ", format_double(o.alpha),
              " must be finite and > 0");
-  ZS_REQUIRE(std::isfinite(o.dropout) && o.dropout >= 0 && o.dropout < 1, ConfigError, "lora.dropout = ",
+  ZS_REQUIRE(std::isfinite(o.dropout) && o.dropout >= 0 && o.dropout < 1, UsageError, "lora::Options.dropout = ",
              format_double(o.dropout), " must be in [0, 1)");
   for (size_t i = 0; i < o.targets.size(); ++i) {
-    ZS_REQUIRE(!o.targets[i].empty(), ConfigError, "lora.targets[", i, "] is empty; give a glob over module names");
+    ZS_REQUIRE(!o.targets[i].empty(), UsageError, "lora::Options.targets[", i, "] is empty; give a glob over module names");
   }
 }
 
@@ -113,7 +112,7 @@ bool matches_some_path(const std::vector<std::string>& targets, const std::strin
 namespace {
 
 void check_rank_fits(const Options& o, const LinearImpl& l, const std::string& name) {
-  ZS_REQUIRE(o.rank <= std::min(l.options.in_features(), l.options.out_features()), ConfigError, "lora.rank = ",
+  ZS_REQUIRE(o.rank <= std::min(l.options.in_features(), l.options.out_features()), UsageError, "lora::Options.rank = ",
              o.rank, " exceeds the smaller side of '", name, "' (", l.options.out_features(), " x ",
              l.options.in_features(), "): the update would not be low-rank");
 }
@@ -195,7 +194,7 @@ std::vector<std::string> apply_to(torch::nn::Module& model, const Options& o,
       ZS_REQUIRE(hooked, UsageError, "lora::apply: '", item.key(),
                  "' was sharded as it was built (ShardedInit) before an adapter could be added: put "
                  "lora::unit_hook(options) into the ShardingOptions' unit_hooks before building the model");
-      ZS_REQUIRE(wanted == l->has_adapter(), ConfigError, "lora.targets: '", item.key(), "' ",
+      ZS_REQUIRE(wanted == l->has_adapter(), UsageError, "lora::Options.targets: '", item.key(), "' ",
                  wanted ? "matches by its full name but got no adapter when its unit was sharded"
                         : "got an adapter when its unit was sharded but matches no pattern by its full name",
                  " (under a ShardedInit a unit's path is not known when it is sharded: use patterns that hold "
@@ -209,17 +208,17 @@ std::vector<std::string> apply_to(torch::nn::Module& model, const Options& o,
       check_rank_fits(o, *l, item.key());
       picked.emplace_back(item.key(), l);
     } else if (!o.targets.empty() && dynamic_cast<torch::nn::LinearImpl*>(m) != nullptr) {
-      ZS_THROW(ConfigError, "lora.targets match '", item.key(),
+      ZS_THROW(UsageError, "lora::Options.targets match '", item.key(),
                "', a torch::nn::Linear: declare it as zeroshard::lora::Linear (the same parameters and state "
-               "dict; LibTorch cannot re-route a torch::nn::Linear's forward from outside), or narrow lora.targets");
+               "dict; LibTorch cannot re-route a torch::nn::Linear's forward from outside), or narrow the targets");
     }
   }
   for (size_t i = 0; i < o.targets.size(); ++i) {
-    ZS_REQUIRE(used[i], ConfigError, "lora.targets[", i, "] = '", o.targets[i], "' matches no module of the model");
+    ZS_REQUIRE(used[i], UsageError, "lora::Options.targets[", i, "] = '", o.targets[i], "' matches no module of the model");
   }
-  ZS_REQUIRE(!picked.empty(), ConfigError, "lora: ",
+  ZS_REQUIRE(!picked.empty(), UsageError, "lora::apply: ",
              o.targets.empty() ? std::string("the model has no zeroshard::lora::Linear layer")
-                               : "lora.targets match no zeroshard::lora::Linear layer",
+                               : "lora::Options.targets match no zeroshard::lora::Linear layer",
              "; nothing would train");
   for (const auto& item : model.named_modules()) {
     if (sharded(item.value().get())) continue;  // frozen but for its adapters when it was sharded
@@ -296,23 +295,6 @@ std::map<std::string, at::Tensor> merged(const std::map<std::string, at::Tensor>
     out.erase(prefix + kB);
   }
   return out;
-}
-
-Options options_from_config(const config::LoraConfig& cfg) {
-  Options o;
-  o.rank = cfg.rank();
-  o.alpha = cfg.alpha();
-  o.dropout = cfg.dropout();
-  std::string item;
-  for (char c : cfg.targets() + ",") {
-    if (c != ',') {
-      if (c != ' ') item += c;
-      continue;
-    }
-    if (!item.empty()) o.targets.push_back(item);
-    item.clear();
-  }
-  return o;
 }
 
 }  // namespace zeroshard::lora

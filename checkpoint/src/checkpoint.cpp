@@ -12,19 +12,10 @@
 #include "checkpoint_internal.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/io/rank_file.h"
 #include "zeroshard/checkpoint/checkpoint_manifest.h"
 
 namespace zeroshard {
-
-CheckpointOptions CheckpointOptions::from_config(const config::CheckpointConfig& cfg) {
-  CheckpointOptions o;
-  o.dir = cfg.dir();
-  o.keep_last = cfg.keep_last();
-  o.async_save = cfg.async_save();
-  return o;
-}
 
 namespace detail {
 
@@ -43,7 +34,7 @@ Checkpointer::Impl::Impl(ShardingEngine& e, CheckpointOptions opts, std::string 
 
 Checkpointer::Checkpointer(ShardingEngine& engine, CheckpointOptions options, std::string config_text)
     : impl_(std::make_unique<Impl>(engine, std::move(options), std::move(config_text))) {
-  ZS_REQUIRE(impl_->o.keep_last >= 1, ConfigError, "checkpoint.keep_last = ", impl_->o.keep_last, " must be >= 1");
+  ZS_REQUIRE(impl_->o.keep_last >= 1, UsageError, "CheckpointOptions.keep_last = ", impl_->o.keep_last, " must be >= 1");
   impl_->comm = engine.session().world();
   if (impl_->o.async_save) impl_->bg_comm = impl_->comm->split(0, impl_->comm->rank());
 }
@@ -81,7 +72,7 @@ int64_t Checkpointer::last_durable_step() const {
 
 std::string Checkpointer::save(ShardedOptimizer& optimizer, const TrainingState& state) {
   Impl& im = *impl_;
-  ZS_REQUIRE(!im.o.dir.empty(), ConfigError, "checkpoint.dir is empty: set it to save checkpoints");
+  ZS_REQUIRE(!im.o.dir.empty(), UsageError, "CheckpointOptions.dir is empty: set it to save checkpoints");
   im.join();  // one save at a time; a failed async save reports here
   im.check_no_pending_grads("save");
   auto snap = std::make_shared<detail::Snapshot>(im.snapshot(optimizer, state));
@@ -101,7 +92,7 @@ TrainingState Checkpointer::load(ShardedOptimizer& optimizer, const std::string&
   Impl& im = *impl_;
   im.join();
   const std::string where = path.empty() ? im.o.dir : path;
-  ZS_REQUIRE(!where.empty(), ConfigError, "nothing to load: no path given and checkpoint.dir is empty");
+  ZS_REQUIRE(!where.empty(), UsageError, "nothing to load: no path given and CheckpointOptions.dir is empty");
   im.check_no_pending_grads("load");
   TrainingState out;
   const detail::StepOutcome step = detail::run_step(*im.comm, true, "zs.ckpt.load", [&] {

@@ -4,14 +4,13 @@
 #include <ATen/ops/empty.h>
 #include <torch/serialize/output-archive.h>
 
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
 
-#include <google/protobuf/text_format.h>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/checkpoint/checkpoint_manifest.h"
 #include "zeroshard/adapt/lora.h"
 #include "zeroshard/base/error.h"
@@ -147,28 +146,20 @@ namespace {
 
 bool is_lora_name(const std::string& name) { return lora::has_leaf(name, "lora_A") || lora::has_leaf(name, "lora_B"); }
 
-// The LoRA scale (alpha / rank) of the run that saved `m`, from its config.
-double lora_scale_of(const Manifest& m, const std::string& dir) {
-  config::Config cfg;
-  ZS_REQUIRE(google::protobuf::TextFormat::ParseFromString(m.config_text(), &cfg), CheckpointError, "checkpoint '", dir,
-             "': its run's config does not parse, so the LoRA scale (lora.alpha / lora.rank) is unknown");
-  ZS_REQUIRE(cfg.lora().rank() > 0, CheckpointError, "checkpoint '", dir, "' was saved by a run with lora.rank = ",
-             cfg.lora().rank(), ": it has no adapters to merge");
-  return cfg.lora().alpha() / cfg.lora().rank();
-}
-
 }  // namespace
 
 ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype,
-                                    bool merge_lora) {
+                                    double merge_lora_scale) {
   check_export_dtype(dtype, "export to safetensors");
   OpenCheckpoint c(ckpt_path);
   // Merging: the adapters (small: they are what trained) are read first, then folded into their
   // layer's weight as that is written; they are not written themselves.
   std::map<std::string, at::Tensor> adapters;
-  double scale = 0;
+  ZS_REQUIRE(std::isfinite(merge_lora_scale) && merge_lora_scale >= 0, UsageError,
+             "export_safetensors: merge_lora_scale = ", merge_lora_scale, " must be finite and >= 0 (0: no merge)");
+  const bool merge_lora = merge_lora_scale > 0;
+  const double scale = merge_lora_scale;
   if (merge_lora) {
-    scale = lora_scale_of(c.m, c.dir);
     for (const FlatEntry& fe : c.m.flats()) {
       at::Tensor flat;
       for (const ParamEntry& p : fe.params()) {

@@ -14,7 +14,6 @@
 #include "zeroshard/comm/collective_step.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/engine/flat_param.h"
@@ -208,28 +207,6 @@ PretrainedReport load_local(ShardingEngine& engine, const std::string& path, con
 }
 
 }  // namespace
-
-PretrainedOptions PretrainedOptions::from_config(const config::ModelConfig& cfg) {
-  PretrainedOptions o;
-  o.strict = cfg.init_strict();
-  o.strip_prefix = cfg.init_strip_prefix();
-  o.add_prefix = cfg.init_add_prefix();
-  const std::string& text = cfg.init_rename();
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find(',', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(pos, end - pos);
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    const size_t eq = item.find('=');
-    ZS_REQUIRE(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), ConfigError, "model.init_rename = '", text,
-               "': '", item, "' is not file_name=model_name (pairs are separated by commas)");
-    o.rename[item.substr(0, eq)] = item.substr(eq + 1);
-    pos = end + 1;
-  }
-  return o;
-}
 
 std::string PretrainedReport::summary() const {
   std::ostringstream os;

@@ -15,7 +15,7 @@ namespace zeroshard::detail {
 // Makes `device` this process's current CUDA device (c10::cuda::set_device: LibTorch's streams,
 // NCCL and cudaMalloc then use it) and initialises LibTorch's CUDA caching allocator, which
 // set_cuda_memory_limit and set_cuda_oom_observer need. Creates the CUDA context on `device` only.
-// CPU-only builds: ConfigError (runtime.device cannot resolve to CUDA there).
+// CPU-only builds: ConfigError (the device cannot resolve to CUDA there).
 void activate_cuda_device(int device);
 
 // The PCI bus id of `device` ("0000:41:00.0"), to tell whether two processes were given the same
@@ -34,9 +34,9 @@ struct CudaAllocatorStats {
 CudaAllocatorStats cuda_allocator_stats(int device);
 
 // Sets the caching allocator's per-process memory fraction to `bytes` of the device's memory.
-// ConfigError (naming memory.limit_mib) when `bytes` exceeds the device's memory. Needs
+// ConfigError (naming `source`, where the limit came from) when `bytes` exceeds the device's memory. Needs
 // activate_cuda_device first (the allocator must be initialised).
-void set_cuda_memory_limit(int device, int64_t bytes);
+void set_cuda_memory_limit(int device, int64_t bytes, const std::string& source);
 
 struct CudaBlock {
   int64_t bytes = 0;      // block size

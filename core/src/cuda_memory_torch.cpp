@@ -62,9 +62,9 @@ CudaAllocatorStats cuda_allocator_stats(int device) {
   return s;
 }
 
-void set_cuda_memory_limit(int device, int64_t bytes) {
+void set_cuda_memory_limit(int device, int64_t bytes, const std::string& source) {
   const int64_t total = device_memory(device);
-  ZS_REQUIRE(bytes <= total, ConfigError, "memory.limit_mib = ", bytes / 1048576, " is more than cuda:", device,
+  ZS_REQUIRE(bytes <= total, ConfigError, "the memory limit (", source, ") is more than cuda:", device,
              " has (", total / 1048576, " MiB)");
   c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(bytes) / static_cast<double>(total),
                                                      static_cast<c10::DeviceIndex>(device));

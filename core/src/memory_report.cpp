@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "cuda_memory.h"
-#include "zeroshard.pb.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 
@@ -30,7 +29,7 @@ std::map<int, std::pair<std::string, MemoryRowsFn>>& sources() {
 }
 int g_next_handle = 1;
 MemoryReportOptions g_options;
-std::string g_limit_source;  // "memory.limit_mib = N", for the summary
+std::string g_limit_source;  // MemoryOptions::limit_source, for the summary
 int64_t g_limit_bytes = 0;
 
 std::string mib(int64_t bytes) {
@@ -190,17 +189,18 @@ MemoryReportOptions memory_report_options() {
   return g_options;
 }
 
-void apply_memory_config(const config::MemoryConfig& cfg, c10::Device device, int rank, int world_size) {
-  if (!cfg.snapshot_dir().empty()) {
+void apply_memory_options(const MemoryOptions& options, c10::Device device, int rank, int world_size) {
+  const std::string& dir = options.snapshot_dir;
+  if (!dir.empty()) {
     struct stat st {};
-    ZS_REQUIRE(::stat(cfg.snapshot_dir().c_str(), &st) == 0 && S_ISDIR(st.st_mode), ConfigError,
-               "memory.snapshot_dir = '", cfg.snapshot_dir(), "' is not an existing directory");
-    ZS_REQUIRE(::access(cfg.snapshot_dir().c_str(), W_OK) == 0, ConfigError, "memory.snapshot_dir = '",
-               cfg.snapshot_dir(), "' is not writable by this process: ", detail::errno_string(errno));
+    ZS_REQUIRE(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), ConfigError, "MemoryOptions.snapshot_dir = '",
+               dir, "' is not an existing directory");
+    ZS_REQUIRE(::access(dir.c_str(), W_OK) == 0, ConfigError, "MemoryOptions.snapshot_dir = '", dir,
+               "' is not writable by this process: ", detail::errno_string(errno));
   }
   MemoryReportOptions o;
-  o.snapshot_dir = cfg.snapshot_dir();
-  o.top_allocations = cfg.top_allocations();
+  o.snapshot_dir = dir;
+  o.top_allocations = options.top_allocations;
   o.device = device;
   o.rank = rank;
   o.world_size = world_size;
@@ -209,17 +209,19 @@ void apply_memory_config(const config::MemoryConfig& cfg, c10::Device device, in
   // On CUDA the Session has made the device current and initialised LibTorch's allocator first
   // (the observer attaches to the allocators that exist).
   if (device.is_cuda()) detail::set_cuda_oom_observer(&capture_report);
-  const int64_t limit = cfg.limit_mib() * 1048576;
-  if (cfg.track_allocations() || (limit > 0 && device.is_cpu())) install_host_memory_tracking();
+  const int64_t limit = options.limit_mib * 1048576;
+  if (options.track_allocations || (limit > 0 && device.is_cpu())) install_host_memory_tracking();
   if (limit <= 0) return;
-  const std::string source = "memory.limit_mib = " + std::to_string(cfg.limit_mib());
+  const std::string source = options.limit_source.empty()
+                                 ? "MemoryOptions.limit_mib = " + std::to_string(options.limit_mib)
+                                 : options.limit_source;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_limit_source = source;
     g_limit_bytes = limit;
   }
   if (device.is_cuda()) {
-    detail::set_cuda_memory_limit(device.index(), limit);
+    detail::set_cuda_memory_limit(device.index(), limit, source);
   } else {
     ZS_REQUIRE(host_memory_tracking_installed(), ConfigError, source,
                " cannot be enforced: LibTorch's CPU allocator here frees by context, so zeroshard cannot wrap it");

@@ -1,5 +1,4 @@
 #include "zeroshard/core/session.h"
-#include "zeroshard/core/config.h"
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
@@ -52,19 +51,32 @@ std::string share_blas_threads(int local_world_size) {
 
 }  // namespace
 
-Session::Session(int argc, char** argv) : config_(std::make_unique<Config>(default_config())) {
-  start(argc, argv);  // reads the config from argv after MPI is up, so errors carry the rank
+const char* to_string(DevicePolicy d) {
+  switch (d) {
+    case DevicePolicy::kAuto: return "AUTO";
+    case DevicePolicy::kCpu: return "CPU";
+    case DevicePolicy::kCuda: return "CUDA";
+  }
+  return "unknown device policy";
 }
 
-Session::Session(int argc, char** argv, const Config& config) : config_(std::make_unique<Config>(config)) {
-  validate_config(*config_);
-  for (int i = 0; i < argc; ++i) args_.emplace_back(argv[i]);
-  start(0, nullptr);
+const char* to_string(CommBackend b) {
+  switch (b) {
+    case CommBackend::kAuto: return "AUTO";
+    case CommBackend::kMpi: return "MPI";
+    case CommBackend::kNccl: return "NCCL";
+  }
+  return "unknown comm backend";
+}
+
+Session::Session(int argc, char** argv, const SessionOptions& options) : options_(options) {
+  for (int i = 0; i < argc; ++i) args_.emplace_back(argv[i] != nullptr ? argv[i] : "");
+  start();
 }
 
 Session* Session::current() { return g_current; }
 
-void Session::start(int argc, char** argv) {
+void Session::start() {
   ZS_REQUIRE(g_current == nullptr, UsageError, "a zeroshard::Session already exists in this process; "
              "create exactly one (run_main creates it for you)");
   // Read before MPI_Init: a process started without a launcher becomes an MPI singleton, and
@@ -76,15 +88,7 @@ void Session::start(int argc, char** argv) {
   host_ = hostname();
   detail::set_process_identity(rank_, world_size_, host_);
 
-  if (argc > 0) {
-    CommandLine cl = parse_command_line(argc, argv);
-    *config_ = build_config(cl);
-    args_ = cl.rest;
-  }
-  LogSettings log;
-  log.level = parse_log_level(config_->logging().level(), "config field logging.level");
-  log = parse_log_ranks(config_->logging().ranks(), log, "config field logging.ranks");
-  set_log_settings(apply_log_env(log));
+  set_log_settings(apply_log_env(options_.log));
 
   MpiCommunicators comms = open_mpi_communicators([this](const std::string& name, int local_world_size) {
     local_world_size_ = local_world_size;  // comm_options reads it
@@ -101,10 +105,10 @@ void Session::start(int argc, char** argv) {
   if (device_.is_cuda()) detail::activate_cuda_device(device_.index());
   const std::string blas = share_blas_threads(local_world_size_);
   // Before the program allocates anything: the tracking allocator counts only what comes after.
-  apply_memory_config(config_->memory(), device_, rank_, world_size_);
-  // runtime.seed: the same initial weights on every rank and in every run, unless the program
-  // seeds again (the examples reseed per rank for training, so dropout masks differ).
-  at::manual_seed(config_->runtime().seed());
+  apply_memory_options(options_.memory, device_, rank_, world_size_);
+  // The same initial weights on every rank and in every run, unless the program seeds again (the
+  // training library reseeds per rank for training, so dropout masks differ).
+  at::manual_seed(options_.seed);
   g_current = this;
 
   ZS_LOG(kInfo) << "zeroshard " << ZS_VERSION << ": " << world_size_ << " rank(s), " << local_world_size_
@@ -127,9 +131,8 @@ void Session::check_launch_env() const {
 }
 
 void Session::pick_device() {
-  using Dev = config::RuntimeConfig;
-  const auto want = config_->runtime().device();
-  if (want == Dev::CPU) {
+  const DevicePolicy want = options_.device;
+  if (want == DevicePolicy::kCpu) {
     device_ = c10::Device(c10::kCPU);
     return;
   }
@@ -140,13 +143,13 @@ void Session::pick_device() {
   std::vector<int> counts;
   for (const HostGpuView& v : views) counts.push_back(v.visible);
   detail::check_same_gpu_counts(counts, host_);
-  if (want == Dev::AUTO && gpus == 0) {
+  if (want == DevicePolicy::kAuto && gpus == 0) {
     device_ = c10::Device(c10::kCPU);
     return;
   }
-  ZS_REQUIRE(gpus > 0, ConfigError, "runtime.device = CUDA but no CUDA device is visible on host ", host_,
+  ZS_REQUIRE(gpus > 0, ConfigError, "SessionOptions.device = CUDA but no CUDA device is visible on host ", host_,
              " (this LibTorch ", torch::cuda::is_available() ? "sees no GPU" : "has no CUDA support or no GPU",
-             "); use runtime.device=CPU or AUTO");
+             "); choose the device CPU or AUTO");
   const detail::DeviceChoice choice = detail::select_cuda_device(local_rank_, local_world_size_, gpus, host_);
   if (choice.one_per_rank) {
     std::vector<std::string> ids;
@@ -181,12 +184,8 @@ std::vector<Session::HostGpuView> Session::exchange_gpu_views(int gpus) const {
 }
 
 CommOptions Session::comm_options(const std::string& name) const {
-  CommOptions o;
+  CommOptions o = options_.comm;
   o.name = name;
-  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(config_->comm().timeout_s() * 1000.0));
-  o.abort_on_timeout = config_->comm().abort_on_timeout();
-  o.check_signatures = config_->comm().check_signatures();
-  o.reduce_scatter_ring = config_->comm().reduce_scatter_ring();
   // Polling before sleeping only pays when every rank has a core for it.
   const unsigned cores = std::thread::hardware_concurrency();
   const bool oversubscribed = cores > 0 && static_cast<unsigned>(local_world_size_) > cores;
@@ -195,15 +194,14 @@ CommOptions Session::comm_options(const std::string& name) const {
 }
 
 std::shared_ptr<Communicator> Session::device_world() {
-  using Backend = config::CommConfig;
-  const auto backend = config_->comm().backend();
+  const CommBackend backend = options_.comm_backend;
   if (device_.is_cpu()) {
-    ZS_REQUIRE(backend != Backend::NCCL, ConfigError, "comm.backend = NCCL but the device is CPU "
-               "(runtime.device resolved to cpu); NCCL needs CUDA tensors. Use comm.backend=AUTO or MPI");
+    ZS_REQUIRE(backend != CommBackend::kNccl, ConfigError, "SessionOptions.comm_backend = NCCL but the device is "
+               "cpu; NCCL needs CUDA tensors. Use the backend AUTO or MPI");
     return world_;
   }
-  ZS_REQUIRE(backend != Backend::MPI, ConfigError, "comm.backend = MPI but the device is ", device_.str(),
-             "; the MPI backend takes CPU tensors only. Use comm.backend=AUTO or NCCL");
+  ZS_REQUIRE(backend != CommBackend::kMpi, ConfigError, "SessionOptions.comm_backend = MPI but the device is ",
+             device_.str(), "; the MPI backend takes CPU tensors only. Use the backend AUTO or NCCL");
   if (!device_world_) device_world_ = make_nccl_communicator(world_, device_.index(), comm_options("world/nccl"));
   return device_world_;
 }

@@ -17,7 +17,6 @@
 #include <mutex>
 #include <utility>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/engine/autocast.h"
 #include "zeroshard/base/error.h"
 
@@ -229,14 +228,6 @@ at::Tensor checkpoint_sequential(torch::nn::Sequential& seq, int segments, const
     x = checkpoint([impl, begin, end](const at::Tensor& t) { return run_modules(*impl, begin, end, t); }, x);
   }
   return run_modules(*impl, begin, n, x);  // the last segment: its activations are needed at once
-}
-
-bool should_checkpoint(const config::ActivationCheckpointingConfig& cfg, int block_index) {
-  ZS_REQUIRE(cfg.every_n_blocks() >= 1, ConfigError, "activation_checkpointing.every_n_blocks = ",
-             cfg.every_n_blocks(), " is out of range; allowed: >= 1");
-  ZS_REQUIRE(block_index >= 0, UsageError, "should_checkpoint: block_index = ", block_index,
-             " is negative; blocks are numbered from 0");
-  return cfg.enabled() && block_index % cfg.every_n_blocks() == 0;
 }
 
 uint64_t detail::checkpoint_forwards_on_this_thread() { return t_checkpoint_forwards; }

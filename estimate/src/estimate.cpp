@@ -7,7 +7,6 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/engine/plan.h"
 
 namespace zeroshard {
@@ -41,8 +40,8 @@ int64_t largest_units(const ModelShape& m, int n, size_t k, std::function<int64_
 }
 
 ShardingPlan plan_for(const EstimateOptions& o) {
-  ZS_REQUIRE(o.world_size >= 1, ConfigError, "world size ", o.world_size, " is not a rank count; at least 1");
-  ZS_REQUIRE(o.ranks_per_node >= 1, ConfigError, "ranks per node ", o.ranks_per_node, " must be at least 1");
+  ZS_REQUIRE(o.world_size >= 1, UsageError, "EstimateOptions.world_size = ", o.world_size, " must be at least 1");
+  ZS_REQUIRE(o.ranks_per_node >= 1, UsageError, "EstimateOptions.ranks_per_node = ", o.ranks_per_node, " must be at least 1");
   // One rank: a shard group of one whatever the hybrid group size says (as the engine).
   if (o.world_size == 1) return plan_sharding(o.sharding.strategy, 1, 1, 1);
   return plan_sharding(o.sharding.strategy, o.sharding.hybrid_group_size, o.world_size,
@@ -162,7 +161,7 @@ int64_t ModelShape::largest_unit() const {
 int64_t GptShape::effective_heads() const { return heads > 0 ? heads : std::max<int64_t>(1, d_model / 64); }
 
 ModelShape gpt_model_shape(const GptShape& g) {
-  ZS_REQUIRE(g.layers >= 1 && g.d_model >= 1 && g.vocab >= 1 && g.seq >= 1, ConfigError,
+  ZS_REQUIRE(g.layers >= 1 && g.d_model >= 1 && g.vocab >= 1 && g.seq >= 1, UsageError,
              "GPT shape layers=", g.layers, " d_model=", g.d_model, " vocab=", g.vocab, " seq=", g.seq,
              ": every value must be at least 1");
   ModelShape m;
@@ -174,8 +173,8 @@ ModelShape gpt_model_shape(const GptShape& g) {
 }
 
 ModelShape uniform_model_shape(int64_t params, int64_t unit_params) {
-  ZS_REQUIRE(params >= 1, ConfigError, "parameter count ", params, " must be at least 1");
-  ZS_REQUIRE(unit_params >= 0, ConfigError, "unit size ", unit_params, " must not be negative");
+  ZS_REQUIRE(params >= 1, UsageError, "parameter count ", params, " must be at least 1");
+  ZS_REQUIRE(unit_params >= 0, UsageError, "unit size ", unit_params, " must not be negative");
   ModelShape m;
   if (unit_params == 0 || unit_params >= params) {
     m.unit_params.push_back(params);
@@ -185,26 +184,9 @@ ModelShape uniform_model_shape(int64_t params, int64_t unit_params) {
   return m;
 }
 
-EstimateOptions EstimateOptions::from_config(const Config& cfg, int world_size, int ranks_per_node) {
-  EstimateOptions o;
-  o.world_size = world_size;
-  o.ranks_per_node = ranks_per_node;
-  o.sharding = ShardingOptions::from_config(cfg.sharding(), cfg.precision());
-  const auto& opt = cfg.optimizer();
-  o.optimizer = config::OptimizerConfig::Type_Name(opt.type());
-  o.optimizer_state_bytes = opt.type() == config::OptimizerConfig::SGD ? (opt.momentum() > 0 ? 4 : 0) : 8;
-  o.offload_optimizer = static_cast<OffloadTarget>(cfg.offload().optimizer());
-  o.offload_params = static_cast<OffloadTarget>(cfg.offload().params());
-  o.offload_grads = static_cast<OffloadTarget>(cfg.offload().grads());
-  o.keep_param_dtype_shard = cfg.offload().keep_param_dtype_shard();
-  o.offload_staging_bytes = static_cast<int64_t>(cfg.offload().buffer_count()) * cfg.offload().block_size();
-  o.nvme_generations = cfg.offload().nvme_generations();
-  return o;
-}
-
 MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o) {
   const std::vector<int64_t> f = flats(model);
-  ZS_REQUIRE(!f.empty(), ConfigError, "the model has no parameters to estimate");
+  ZS_REQUIRE(!f.empty(), UsageError, "the model has no parameters to estimate");
   MemoryEstimate e;
   const ShardingPlan plan = plan_for(o);
   const int n = plan.shard_group_size;
@@ -316,8 +298,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
 }
 
 ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t b, int bytes, int every_n_blocks) {
-  ZS_REQUIRE(b >= 1, ConfigError, "micro-batch ", b, " must be at least 1");
-  ZS_REQUIRE(every_n_blocks >= 1, ConfigError, "every_n_blocks ", every_n_blocks, " must be at least 1");
+  ZS_REQUIRE(b >= 1, UsageError, "micro-batch ", b, " must be at least 1");
+  ZS_REQUIRE(every_n_blocks >= 1, UsageError, "every_n_blocks ", every_n_blocks, " must be at least 1");
   const int64_t s = g.seq, d = g.d_model, h = g.effective_heads(), v = g.vocab;
   ActivationEstimate a;
   a.per_block = (16 * b * s * d + h * b * s * s) * bytes + s * s /* bool causal mask */;

@@ -1,12 +1,12 @@
 // A complete training program built against an installed zeroshard (find_package(zeroshard)):
 // a two-layer classifier of Fashion-MNIST images, sharded as the config says (FULL_SHARD by
-// default), trained, evaluated and checkpointed by zeroshard::Trainer.
+// default; precision, offload and parameter groups as well), trained, evaluated and checkpointed
+// by zeroshard::Trainer. A key it does not act on (lora.rank) is refused before anything starts.
 //   mpirun -n 2 fashion_mlp --set train.steps=100 --check-loss-decreases
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/linear.h>
 
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/engine/sharded_init.h"
 #include "zeroshard/train/images.h"
 #include "zeroshard/train/trainer.h"
@@ -31,17 +31,18 @@ struct NetImpl : torch::nn::Module {
 TORCH_MODULE(Net);
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& s) {
-    auto start = zs::start_training(s, "An MLP on Fashion-MNIST, trained with zeroshard.");
+  const zs::Program program{"fashion_mlp", {zs::keys::engine(), zs::keys::trainer()}};
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run& run) {
+    auto start = zs::start_training(s, run, "An MLP on Fashion-MNIST, trained with zeroshard.");
     if (!start) return 0;
     auto images = [](bool train) {
       return std::make_shared<zs::ImageClassificationDataset>(
           zs::load_fashion_mnist(zs::kFashionMnistDir, train), zs::kFashionMnistMean, zs::kFashionMnistStd);
     };
-    zs::ShardedInit init(s, zs::ShardingOptions::from_config(s.config()));
+    zs::ShardedInit init(s, run.options.sharding);  // strategy, precision, offloaded shards
     Net net;
     zs::ShardingEngine engine(init, net.ptr());
-    zs::Trainer trainer(s, engine, *start);  // optimizer, schedule, checkpoints: the config's
+    zs::Trainer trainer(s, engine, *start);  // optimizer, groups, schedule, scaler, checkpoints
     zs::TrainTask task;
     task.train = images(true);
     task.loss = [&](const zs::Batch& b) { return F::cross_entropy(net->forward(b.data), b.target); };

@@ -23,7 +23,7 @@ std::string offload_file_stem(const std::string& name) {
 
 OffloadDir::OffloadDir(const std::string& nvme_path, const std::string& name, int rank,
                        const std::string& stale_marker, const std::string& what) {
-  ZS_REQUIRE(!nvme_path.empty(), ConfigError, "offload.nvme_path is empty; offloading the ", what,
+  ZS_REQUIRE(!nvme_path.empty(), UsageError, "nvme_path is empty; offloading the ", what,
              " to NVME needs a directory on the NVMe drive");
   struct stat st{};
   if (::stat(nvme_path.c_str(), &st) != 0) {

@@ -11,10 +11,10 @@
 #include "adam_update.h"
 #include "cpu_common.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard {
 
-using cpu_optim::format_double;
 
 namespace {
 

@@ -1,6 +1,6 @@
 #pragma once
 // Host-side helpers shared by the fused CPU optimizers (cpu_adam.cpp, cpu_sgd.cpp): option checks,
-// number formatting, the low-precision output's kind, and the split of a shard into tiles over
+// the low-precision output's kind, and the split of a shard into tiles over
 // OpenMP threads. Never include this from a file compiled with ISA flags (cpu_kernels_*.cpp).
 
 #include <ATen/core/Tensor.h>
@@ -12,9 +12,6 @@
 #include "cpu_kernels.h"
 
 namespace zeroshard::cpu_optim {
-
-// The shortest "%g" text that reads back as `v` ("0.001", "1e-08", "0.9").
-std::string format_double(double v);
 
 // Throws UsageError "<options>.<field> = <v> is out of range; allowed: [lo, hi)" unless `v` is
 // finite and within the bounds (an open end excludes the bound; hi = inf: no upper bound).

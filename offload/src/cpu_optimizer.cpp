@@ -3,7 +3,6 @@
 // and make_cpu_optimizer.
 
 #include "zeroshard/offload/cpu_optimizer.h"
-#include "zeroshard/core/config.h"
 
 #include <ATen/core/grad_mode.h>
 
@@ -142,24 +141,16 @@ void FusedCpuOptimizer::import_state(std::vector<ShardOptimizerState> state, int
 
 // Validation is make_optimizer's (one set of rules and messages for both); the optimizer it
 // builds is dropped (it holds no state before its first step).
-std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const config::OptimizerConfig& cfg) {
-  (void)make_optimizer(cfg);
-  if (cfg.type() == config::OptimizerConfig::SGD) return std::make_unique<FusedCpuSgd>(sgd_options_from_config(cfg));
-  return std::make_unique<FusedCpuAdam>(CpuAdamOptions::from_config(cfg));
+std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const OptimizerOptions& options) {
+  (void)make_optimizer(options);
+  if (options.type == OptimizerOptions::Type::kSgd) return std::make_unique<FusedCpuSgd>(sgd_options(options));
+  return std::make_unique<FusedCpuAdam>(cpu_adam_options(options));
 }
 
-CpuAdamOptions CpuAdamOptions::from_config(const config::OptimizerConfig& cfg) {
-  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::ADAM || cfg.type() == config::OptimizerConfig::ADAMW,
-             ConfigError, "optimizer.type = ", config::OptimizerConfig::Type_Name(cfg.type()),
-             " is not Adam; CpuAdamOptions come from ADAM or ADAMW");
-  (void)make_optimizer(cfg);  // the same validation and messages as the device optimizers
+CpuAdamOptions cpu_adam_options(const OptimizerOptions& options) {
   CpuAdamOptions o;
-  o.lr = cfg.lr();
-  o.beta1 = cfg.beta1();
-  o.beta2 = cfg.beta2();
-  o.eps = cfg.eps();
-  o.weight_decay = cfg.weight_decay();
-  o.adamw = cfg.type() == config::OptimizerConfig::ADAMW;
+  static_cast<AdamOptions&>(o) = adam_options(options);  // UsageError for SGD
+  o.adamw = options.type == OptimizerOptions::Type::kAdamW;
   return o;
 }
 

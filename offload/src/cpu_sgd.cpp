@@ -2,7 +2,6 @@
 // them, and the choice of kernel (shard checks and tiling: cpu_optimizer.cpp, cpu_simd.cpp).
 
 #include "zeroshard/offload/cpu_sgd.h"
-#include "zeroshard/core/config.h"
 
 #include <ATen/ops/empty_like.h>
 
@@ -12,10 +11,10 @@
 #include "cpu_common.h"
 #include "sgd_update.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard {
 
-using cpu_optim::format_double;
 
 namespace {
 
@@ -42,18 +41,6 @@ cpu_optim::SgdFn kernel_for(SimdPath path) {
 }
 
 }  // namespace
-
-SgdOptions sgd_options_from_config(const config::OptimizerConfig& cfg) {
-  (void)make_optimizer(cfg);  // one set of rules and messages
-  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::SGD, ConfigError, "optimizer.type = ",
-             config::OptimizerConfig::Type_Name(cfg.type()), " is not SGD");
-  SgdOptions o;
-  o.lr = cfg.lr();
-  o.momentum = cfg.momentum();
-  o.nesterov = cfg.nesterov();
-  o.weight_decay = cfg.weight_decay();
-  return o;
-}
 
 namespace detail {
 

@@ -16,6 +16,7 @@
 
 #include "cpu_common.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard {
 
@@ -96,15 +97,6 @@ int cpu_optimizer_threads() {
 // ---- shared host-side helpers ----
 
 namespace cpu_optim {
-
-std::string format_double(double v) {
-  char buf[64];
-  for (int precision = 6; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 
 void check_range(const char* options, const char* field, double v, double lo, bool lo_open,
                  double hi, bool hi_open) {

@@ -15,7 +15,6 @@
 #include "sgd_update.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/comm/streams.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/io/offload_dir.h"
 #include "zeroshard/io/pinned_pool.h"
 #include "zeroshard/offload/cpu_sgd.h"
@@ -24,15 +23,20 @@
 namespace zeroshard {
 namespace detail {
 
-inline bool is_sgd(const config::OptimizerConfig& cfg) { return cfg.type() == config::OptimizerConfig::SGD; }
+inline bool is_sgd(const OptimizerOptions& o) { return o.type == OptimizerOptions::Type::kSgd; }
 
-// Adam's options for ADAM/ADAMW (validated there); unused defaults for SGD, and the reverse below.
-inline CpuAdamOptions adam_options(const config::OptimizerConfig& cfg) {
-  return is_sgd(cfg) ? CpuAdamOptions{} : CpuAdamOptions::from_config(cfg);
+// Adam's options for ADAM/ADAMW (checked as make_optimizer checks them); unused defaults for SGD,
+// and the reverse below.
+inline CpuAdamOptions checked_adam_options(const OptimizerOptions& o) {
+  if (is_sgd(o)) return CpuAdamOptions{};
+  (void)make_optimizer(o);
+  return cpu_adam_options(o);
 }
 
-inline SgdOptions sgd_options(const config::OptimizerConfig& cfg) {
-  return is_sgd(cfg) ? sgd_options_from_config(cfg) : SgdOptions{};
+inline SgdOptions checked_sgd_options(const OptimizerOptions& o) {
+  if (!is_sgd(o)) return SgdOptions{};
+  (void)make_optimizer(o);
+  return sgd_options(o);
 }
 
 inline float* data_at(const at::Tensor& t, int64_t offset) { return t.defined() ? t.data_ptr<float>() + offset : nullptr; }
@@ -49,12 +53,12 @@ inline bool host_fp32(const at::Tensor& t) {
 
 }  // namespace detail
 
-using detail::adam_options;
+using detail::checked_adam_options;
+using detail::checked_sgd_options;
 using detail::data_at;
 using detail::describe_names;
 using detail::host_fp32;
 using detail::is_sgd;
-using detail::sgd_options;
 
 // The gradient of a shard on a GPU, chunk by chunk through two pinned buffers on the copy stream:
 // fetch(off) starts bringing the chunk at element `off` down (nothing past the end), get(off) waits
@@ -131,11 +135,11 @@ struct OffloadedOptimizer::Impl {
   // false) or `host_side` (the host memory the new values go up from) not pinned.
   DeviceStreams* copy_streams_for(const ParamShard& s, const at::Tensor& host_side);
 
-  Impl(const config::OptimizerConfig& opt, const OffloadOptions& opts, int r, MemoryStats* m,
+  Impl(const OptimizerOptions& opt, const OffloadOptions& opts, int r, MemoryStats* m,
        std::shared_ptr<IoEngine> engine)
       : sgd(is_sgd(opt)),
-        adam(adam_options(opt)),
-        sgdo(sgd_options(opt)),
+        adam(checked_adam_options(opt)),
+        sgdo(checked_sgd_options(opt)),
         state_arrays(sgd ? (sgdo.momentum != 0 ? 1 : 0) : 2),
         o(opts),
         rank(r),
@@ -143,14 +147,13 @@ struct OffloadedOptimizer::Impl {
         state_pool(opts.pin_memory, nullptr),
         staging_pool(opts.pin_memory, m),
         io(std::move(engine)) {
-    ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme,
-               ConfigError, "OffloadedOptimizer needs offload.optimizer = CPU or NVME, got ",
-               to_string(o.target));
-    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
-               "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
-    ZS_REQUIRE(o.buffer_count >= 2, ConfigError, "offload.buffer_count = ", o.buffer_count,
+    ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme, UsageError,
+               "OffloadedOptimizer needs OffloadOptions.target = CPU or NVME, got ", to_string(o.target));
+    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, UsageError,
+               "OffloadOptions.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
+    ZS_REQUIRE(o.buffer_count >= 2, UsageError, "OffloadOptions.buffer_count = ", o.buffer_count,
                " must be at least 2 (one chunk read while another is written)");
-    ZS_REQUIRE(o.nvme_generations == 1 || o.nvme_generations == 2, ConfigError, "offload.nvme_generations = ",
+    ZS_REQUIRE(o.nvme_generations == 1 || o.nvme_generations == 2, UsageError, "OffloadOptions.nvme_generations = ",
                o.nvme_generations, " must be 1 or 2");
     path = o.simd == SimdPath::kAuto ? detect_simd() : o.simd;
     ZS_REQUIRE(simd_supported(path), UsageError, "OffloadOptions.simd = ", to_string(path),

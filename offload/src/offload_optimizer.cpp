@@ -2,7 +2,6 @@
 // state and the public interface. The NVMe pipeline is in offload_nvme.cpp. See offload_optimizer.h.
 
 #include "zeroshard/offload/offload_optimizer.h"
-#include "zeroshard/core/config.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -17,6 +16,7 @@
 #include "offload_impl.h"
 #include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/io/pinned_pool.h"
 #include "cpu_common.h"
@@ -25,15 +25,6 @@
 namespace zeroshard {
 
 namespace {
-
-IoBackend io_backend_from(config::OffloadConfig::IoBackend b) {
-  switch (b) {
-    case config::OffloadConfig::IO_URING: return IoBackend::kIoUring;
-    case config::OffloadConfig::LIBAIO: return IoBackend::kLibaio;
-    case config::OffloadConfig::THREADS: return IoBackend::kThreads;
-    default: return IoBackend::kAuto;
-  }
-}
 
 // The pager of a step over resident shards: nothing to load or write back.
 class ResidentPager final : public ShardPager {
@@ -55,26 +46,6 @@ class ResidentPager final : public ShardPager {
 };
 
 }  // namespace
-
-OffloadOptions OffloadOptions::from_config(const config::OffloadConfig& cfg) {
-  OffloadOptions o;
-  o.target = static_cast<OffloadTarget>(cfg.optimizer());  // the same values (engine/src/options.cpp)
-  o.params = static_cast<OffloadTarget>(cfg.params());
-  ZS_REQUIRE(o.params == OffloadTarget::kDevice || o.target != OffloadTarget::kDevice, ConfigError,
-             "offload.params = ", to_string(o.params),
-             " needs offload.optimizer = CPU or NVME: the fp32 master and the moments live with the offloaded "
-             "optimizer, whose step streams the parameter shards one at a time");
-  o.nvme_path = cfg.nvme_path();
-  o.pin_memory = cfg.pin_memory();
-  o.block_size = cfg.block_size();
-  o.queue_depth = cfg.queue_depth();
-  o.buffer_count = cfg.buffer_count();
-  o.io_backend = io_backend_from(cfg.io_backend());
-  o.nvme_generations = cfg.nvme_generations();
-  ZS_REQUIRE(o.target != OffloadTarget::kNvme || !o.nvme_path.empty(), ConfigError,
-             "offload.optimizer = NVME needs offload.nvme_path (a directory on the NVMe drive)");
-  return o;
-}
 
 void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shards, ShardPager& pager) {
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -275,9 +246,9 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
 
 // ---- the optimizer ----
 
-OffloadedOptimizer::OffloadedOptimizer(const config::OptimizerConfig& optimizer, const OffloadOptions& options,
-                                       int rank, MemoryStats* mem, std::shared_ptr<IoEngine> io)
-    : ShardedOptimizer(optimizer.lr()),
+OffloadedOptimizer::OffloadedOptimizer(const OptimizerOptions& optimizer, const OffloadOptions& options, int rank,
+                                       MemoryStats* mem, std::shared_ptr<IoEngine> io)
+    : ShardedOptimizer(optimizer.lr),
       impl_(std::make_unique<Impl>(optimizer, options, rank, mem, std::move(io))) {}
 
 OffloadedOptimizer::~OffloadedOptimizer() {
@@ -356,9 +327,9 @@ ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
 std::string OffloadedOptimizer::describe() const {
   const auto& o = impl_->o;
   std::string s = std::string("Offloaded") + (impl_->sgd ? "Sgd" : impl_->adam.adamw ? "AdamW" : "Adam") +
-                  "(lr=" + cpu_optim::format_double(lr_);
+                  "(lr=" + format_double(lr_);
   if (impl_->sgd) {
-    s += ", momentum=" + cpu_optim::format_double(impl_->sgdo.momentum) +
+    s += ", momentum=" + format_double(impl_->sgdo.momentum) +
          ", nesterov=" + (impl_->sgdo.nesterov ? "true" : "false");
   }
   s += std::string(", state=") + to_string(o.target) + ", simd=" + to_string(impl_->path);
@@ -432,13 +403,10 @@ std::string OffloadedOptimizer::rank_dir() const { return impl_->dir ? impl_->di
 
 OffloadedOptimizer::IoStats OffloadedOptimizer::io_stats() const { return impl_->io_stats; }
 
-std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const config::Config& cfg, int rank, MemoryStats* mem) {
-  const config::OffloadConfig& off = cfg.offload();
-  if (off.optimizer() == config::OffloadConfig::DEVICE) {
-    (void)OffloadOptions::from_config(off);  // rejects offload.params without an offloaded optimizer
-    return make_optimizer(cfg.optimizer());
-  }
-  return std::make_unique<OffloadedOptimizer>(cfg.optimizer(), OffloadOptions::from_config(off), rank, mem);
+std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const OptimizerOptions& optimizer, const OffloadOptions& offload,
+                                                        int rank, MemoryStats* mem) {
+  if (offload.target == OffloadTarget::kDevice) return make_optimizer(optimizer);
+  return std::make_unique<OffloadedOptimizer>(optimizer, offload, rank, mem);
 }
 
 }  // namespace zeroshard

@@ -19,18 +19,16 @@
 #include <utility>
 
 #include "zeroshard/base/format.h"
-#include "zeroshard/core/config.h"
 
 namespace zeroshard {
 namespace {
 
 using LossScale = LossScaleOptions;
 
-// The schema's ranges (config validation normally catches these first; a LossScaleConfig built in
-// code is checked here too), and the one rule between fields.
-void check_config(const LossScale& c, LossScaleMode mode) {
+// What the scaler needs to be defined (a valid config gives it: config/src/config_rules.cpp).
+void check_options(const LossScale& c, LossScaleMode mode) {
   auto bad = [](const char* field, const std::string& value, const char* allowed) {
-    ZS_THROW(ConfigError, "precision.loss_scale.", field, " = ", value, " is out of range; allowed: ", allowed);
+    ZS_THROW(UsageError, "LossScaleOptions.", field, " = ", value, " is out of range; allowed: ", allowed);
   };
   if (!(c.initial_scale >= 1 && c.initial_scale <= 1e30)) bad("initial_scale", format_double(c.initial_scale), "[1, 1e30]");
   if (!(c.growth_factor >= 1 && c.growth_factor <= 1000)) bad("growth_factor", format_double(c.growth_factor), "[1, 1000]");
@@ -38,10 +36,10 @@ void check_config(const LossScale& c, LossScaleMode mode) {
   if (c.growth_interval < 1) bad("growth_interval", std::to_string(c.growth_interval), ">= 1");
   if (c.hysteresis < 1 || c.hysteresis > 1000) bad("hysteresis", std::to_string(c.hysteresis), "[1, 1000]");
   if (!(c.min_scale >= 0 && c.min_scale <= 1e30)) bad("min_scale", format_double(c.min_scale), "[0, 1e30]");
-  ZS_REQUIRE(mode != LossScaleMode::kDynamic || c.min_scale <= c.initial_scale, ConfigError,
-             "precision.loss_scale.min_scale = ", format_double(c.min_scale),
-             " exceeds precision.loss_scale.initial_scale = ", format_double(c.initial_scale),
-             ": the dynamic scale starts at initial_scale and never backs off below min_scale");
+  ZS_REQUIRE(mode != LossScaleMode::kDynamic || c.min_scale <= c.initial_scale, UsageError,
+             "LossScaleOptions.min_scale = ", format_double(c.min_scale), " exceeds initial_scale = ",
+             format_double(c.initial_scale), ": the dynamic scale starts at initial_scale and never backs off below "
+             "min_scale");
 }
 
 LossScaleMode resolve(LossScaleMode mode, bool fp16_in_use) {
@@ -71,38 +69,14 @@ const char* to_string(LossScaleMode m) {
   return "unknown loss scale mode";
 }
 
-LossScaleOptions LossScaleOptions::from_config(const config::LossScaleConfig& cfg) {
-  static_assert(static_cast<int>(LossScaleMode::kAuto) == config::LossScaleConfig::AUTO &&
-                static_cast<int>(LossScaleMode::kDynamic) == config::LossScaleConfig::DYNAMIC &&
-                static_cast<int>(LossScaleMode::kStatic) == config::LossScaleConfig::STATIC &&
-                static_cast<int>(LossScaleMode::kDisabled) == config::LossScaleConfig::DISABLED);
-  LossScaleOptions o;
-  o.mode = static_cast<LossScaleMode>(cfg.mode());
-  o.initial_scale = cfg.initial_scale();
-  o.growth_factor = cfg.growth_factor();
-  o.backoff_factor = cfg.backoff_factor();
-  o.growth_interval = cfg.growth_interval();
-  o.hysteresis = cfg.hysteresis();
-  o.min_scale = cfg.min_scale();
-  return o;
-}
-
 GradScaler::GradScaler(const LossScaleOptions& options, bool fp16_in_use, std::shared_ptr<Communicator> comm)
     : cfg_(options), mode_(resolve(options.mode, fp16_in_use)), comm_(std::move(comm)) {
   ZS_REQUIRE(comm_ != nullptr, UsageError,
              "GradScaler needs the communicator of all ranks holding the model's shards "
              "(session.world()), got null");
-  check_config(cfg_, mode_);
+  check_options(cfg_, mode_);
   state_.scale = fixed_scale(cfg_, mode_);
   state_.hysteresis_left = cfg_.hysteresis;
-}
-
-GradScaler::GradScaler(const config::LossScaleConfig& cfg, bool fp16_in_use, std::shared_ptr<Communicator> comm)
-    : GradScaler(LossScaleOptions::from_config(cfg), fp16_in_use, std::move(comm)) {}
-
-bool GradScaler::uses_fp16(const config::PrecisionConfig& precision) {
-  return precision.param_dtype() == config::PrecisionConfig::FP16 ||
-         precision.reduce_dtype() == config::PrecisionConfig::FP16;
 }
 
 at::Tensor GradScaler::scale(const at::Tensor& loss) const {

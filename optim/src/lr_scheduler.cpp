@@ -1,4 +1,4 @@
-// Learning-rate schedules (see lr_scheduler.h and SchedulerConfig in core/proto/zeroshard.proto).
+// Learning-rate schedules (see lr_scheduler.h).
 //
 // Warmup (all types, warmup_steps = W > 0): lr_at(s) = lr * (s + 1) / W for s < W. The "+1"
 // makes the first step use lr / W rather than 0 (a step at lr 0 would be wasted) and the last
@@ -22,7 +22,6 @@
 
 #include "zeroshard/base/format.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 
 namespace zeroshard {
 namespace {
@@ -31,37 +30,26 @@ using SchedType = LrScheduleOptions::Type;
 constexpr double kPi = 3.14159265358979323846;
 
 
-// The schema's ranges (config validation normally catches these first; a SchedulerConfig built in
-// code is checked here too).
-void check_ranges(const LrScheduleOptions& c, double base_lr) {
-  ZS_REQUIRE(std::isfinite(base_lr) && base_lr >= 0, ConfigError, "optimizer.lr = ",
-             format_double(base_lr), " is out of range for the scheduler; allowed: [0, inf)");
-  ZS_REQUIRE(c.warmup_steps >= 0, ConfigError, "scheduler.warmup_steps = ", c.warmup_steps,
-             " is out of range; allowed: >= 0");
-  ZS_REQUIRE(c.total_steps >= 0, ConfigError, "scheduler.total_steps = ", c.total_steps,
-             " is out of range; allowed: >= 0 (0 = unset)");
-  ZS_REQUIRE(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, ConfigError,
-             "scheduler.min_lr_ratio = ", format_double(c.min_lr_ratio),
-             " is out of range; allowed: [0, 1]");
-  ZS_REQUIRE(c.step_size >= 1, ConfigError, "scheduler.step_size = ", c.step_size,
-             " is out of range; allowed: >= 1");
-  ZS_REQUIRE(c.gamma > 0 && c.gamma <= 1, ConfigError, "scheduler.gamma = ",
-             format_double(c.gamma), " is out of range; allowed: (0, 1]");
-}
-
-// Cross-field rules: the decay needs an end after the warmup; a minimum needs a decay to reach it.
-void check_consistency(const LrScheduleOptions& c) {
-  const std::string type = std::string(to_string(c.type));
-  ZS_REQUIRE(c.type != SchedType::kCosine || c.total_steps > 0, ConfigError,
-             "scheduler.total_steps must be set (> 0) for COSINE: it is the step where the decay "
-             "ends");
-  ZS_REQUIRE(c.total_steps == 0 || c.total_steps > c.warmup_steps, ConfigError,
-             "scheduler.total_steps = ", c.total_steps, " must exceed scheduler.warmup_steps = ",
-             c.warmup_steps, " for ", type);
-  ZS_REQUIRE(c.type != SchedType::kLinearWarmup || c.total_steps > 0 || c.min_lr_ratio == 0,
-             ConfigError, "scheduler.min_lr_ratio = ", format_double(c.min_lr_ratio),
-             " needs scheduler.total_steps > 0 for LINEAR_WARMUP (without total_steps the lr stays "
-             "constant after warmup)");
+// What the schedule needs to be defined (a valid config gives it: config/src/config_rules.cpp).
+void check_options(const LrScheduleOptions& c, double base_lr) {
+  ZS_REQUIRE(std::isfinite(base_lr) && base_lr >= 0, UsageError, "LrScheduler: base_lr = ", format_double(base_lr),
+             " is out of range; allowed: [0, inf)");
+  auto bad = [](const char* field, const std::string& value, const char* allowed) {
+    ZS_THROW(UsageError, "LrScheduleOptions.", field, " = ", value, " is out of range; allowed: ", allowed);
+  };
+  if (c.warmup_steps < 0) bad("warmup_steps", std::to_string(c.warmup_steps), ">= 0");
+  if (c.total_steps < 0) bad("total_steps", std::to_string(c.total_steps), ">= 0 (0 = unset)");
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) bad("min_lr_ratio", format_double(c.min_lr_ratio), "[0, 1]");
+  if (c.step_size < 1) bad("step_size", std::to_string(c.step_size), ">= 1");
+  if (!(c.gamma > 0 && c.gamma <= 1)) bad("gamma", format_double(c.gamma), "(0, 1]");
+  const char* type = to_string(c.type);
+  ZS_REQUIRE(c.type != SchedType::kCosine || c.total_steps > 0, UsageError,
+             "LrScheduleOptions.total_steps must be > 0 for type COSINE: it is the step where the decay ends");
+  ZS_REQUIRE(c.total_steps == 0 || c.total_steps > c.warmup_steps, UsageError, "LrScheduleOptions.total_steps = ",
+             c.total_steps, " must exceed warmup_steps = ", c.warmup_steps, " for ", type);
+  ZS_REQUIRE(c.type != SchedType::kLinearWarmup || c.total_steps > 0 || c.min_lr_ratio == 0, UsageError,
+             "LrScheduleOptions.min_lr_ratio = ", format_double(c.min_lr_ratio),
+             " needs total_steps > 0 for type LINEAR_WARMUP (without it the lr stays constant after warmup)");
 }
 
 }  // namespace
@@ -76,28 +64,9 @@ const char* to_string(LrScheduleOptions::Type t) {
   return "unknown schedule";
 }
 
-LrScheduleOptions LrScheduleOptions::from_config(const config::SchedulerConfig& cfg) {
-  using C = config::SchedulerConfig;
-  static_assert(static_cast<int>(SchedType::kConstant) == C::CONSTANT &&
-                static_cast<int>(SchedType::kLinearWarmup) == C::LINEAR_WARMUP &&
-                static_cast<int>(SchedType::kCosine) == C::COSINE && static_cast<int>(SchedType::kStep) == C::STEP);
-  LrScheduleOptions o;
-  o.type = static_cast<SchedType>(cfg.type());
-  o.warmup_steps = cfg.warmup_steps();
-  o.total_steps = cfg.total_steps();
-  o.min_lr_ratio = cfg.min_lr_ratio();
-  o.step_size = cfg.step_size();
-  o.gamma = cfg.gamma();
-  return o;
-}
-
 LrScheduler::LrScheduler(const LrScheduleOptions& options, double base_lr) : cfg_(options), base_lr_(base_lr) {
-  check_ranges(cfg_, base_lr_);
-  check_consistency(cfg_);
+  check_options(cfg_, base_lr_);
 }
-
-LrScheduler::LrScheduler(const config::SchedulerConfig& cfg, double base_lr)
-    : LrScheduler(LrScheduleOptions::from_config(cfg), base_lr) {}
 
 double LrScheduler::lr_at(int64_t step) const {
   ZS_REQUIRE(step >= 0, UsageError, "LrScheduler::lr_at: step = ", step, " must be >= 0");

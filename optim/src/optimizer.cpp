@@ -8,7 +8,6 @@
 // (Adam::update_all); SGD runs its element-wise ops on whatever device the shards are.
 
 #include "zeroshard/optim/optimizer.h"
-#include "zeroshard/core/config.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/max.h>
@@ -199,12 +198,10 @@ class ShardedOptimizerBase : public ShardedOptimizer {
 
 // ---- option checks ----
 
-// Throws a UsageError (factory options) or ConfigError (config section) naming
-// `prefix + field`, the value and the allowed range.
+// Throws a UsageError naming `prefix + field`, the value and the allowed range.
 class OptionChecker {
  public:
-  OptionChecker(std::string prefix, bool config_error)
-      : prefix_(std::move(prefix)), config_error_(config_error) {}
+  explicit OptionChecker(std::string prefix) : prefix_(std::move(prefix)) {}
 
   // Requires `v` finite and within [lo, hi] (an open end excludes the bound; hi = inf: no bound).
   void range(const char* field, double v, double lo, bool lo_open, double hi, bool hi_open) const {
@@ -223,13 +220,9 @@ class OptionChecker {
   const std::string& prefix() const { return prefix_; }
 
  private:
-  [[noreturn]] void fail(const std::string& message) const {
-    if (config_error_) ZS_THROW(ConfigError, message);
-    ZS_THROW(UsageError, message);
-  }
+  [[noreturn]] void fail(const std::string& message) const { ZS_THROW(UsageError, message); }
 
   std::string prefix_;
-  bool config_error_;
 };
 
 constexpr double kInf = HUGE_VAL;
@@ -455,9 +448,8 @@ void ShardedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager) 
   (void)shards;
   (void)pager;
   ZS_THROW(UsageError, "optimizer ", describe(),
-           " keeps its state on the device and cannot step offloaded parameter or gradient shards "
-           "(offload.params or offload.grads = CPU or NVME): set offload.optimizer = CPU or NVME "
-           "(make_engine_optimizer builds the offloaded optimizer)");
+           " keeps its state on the device and cannot step offloaded parameter or gradient shards: step them "
+           "with an offloaded optimizer (make_engine_optimizer with OffloadOptions.target = CPU or NVME)");
 }
 
 std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay, int64_t numel) {
@@ -492,48 +484,63 @@ std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_
 }
 
 std::unique_ptr<ShardedOptimizer> make_sgd(const SgdOptions& options) {
-  check_sgd(options, OptionChecker("SgdOptions.", /*config_error=*/false));
+  check_sgd(options, OptionChecker("SgdOptions."));
   return std::make_unique<Sgd>(options);
 }
 
 std::unique_ptr<ShardedOptimizer> make_adam(const AdamOptions& options) {
-  return make_adam_checked(options, false, OptionChecker("AdamOptions.", false));
+  return make_adam_checked(options, false, OptionChecker("AdamOptions."));
 }
 
 std::unique_ptr<ShardedOptimizer> make_adamw(const AdamOptions& options) {
-  return make_adam_checked(options, true, OptionChecker("AdamOptions.", false));
+  return make_adam_checked(options, true, OptionChecker("AdamOptions."));
+}
+
+const char* to_string(OptimizerOptions::Type t) {
+  switch (t) {
+    case OptimizerOptions::Type::kAdam: return "ADAM";
+    case OptimizerOptions::Type::kAdamW: return "ADAMW";
+    case OptimizerOptions::Type::kSgd: return "SGD";
+  }
+  return "unknown optimizer type";
+}
+
+SgdOptions sgd_options(const OptimizerOptions& options) {
+  ZS_REQUIRE(options.type == OptimizerOptions::Type::kSgd, UsageError, "OptimizerOptions.type = ",
+             to_string(options.type), " is not SGD");
+  SgdOptions o;
+  o.lr = options.lr;
+  o.momentum = options.momentum;
+  o.nesterov = options.nesterov;
+  o.weight_decay = options.weight_decay;
+  return o;
+}
+
+AdamOptions adam_options(const OptimizerOptions& options) {
+  ZS_REQUIRE(options.type != OptimizerOptions::Type::kSgd, UsageError, "OptimizerOptions.type = SGD is not ADAM or ADAMW");
+  AdamOptions o;
+  o.lr = options.lr;
+  o.beta1 = options.beta1;
+  o.beta2 = options.beta2;
+  o.eps = options.eps;
+  o.weight_decay = options.weight_decay;
+  return o;
 }
 
 // SGD takes lr, momentum, nesterov, weight_decay (dampening 0); ADAM/ADAMW take lr, beta1, beta2,
 // eps, weight_decay (amsgrad off). momentum/nesterov with an Adam type cannot be honoured and are
 // refused rather than ignored.
-std::unique_ptr<ShardedOptimizer> make_optimizer(const config::OptimizerConfig& cfg) {
-  const OptionChecker c("optimizer.", /*config_error=*/true);
-  const std::string type = config::OptimizerConfig::Type_Name(cfg.type());
-  if (cfg.type() == config::OptimizerConfig::SGD) {
-    SgdOptions o;
-    o.lr = cfg.lr();
-    o.momentum = cfg.momentum();
-    o.nesterov = cfg.nesterov();
-    o.weight_decay = cfg.weight_decay();
+std::unique_ptr<ShardedOptimizer> make_optimizer(const OptimizerOptions& options) {
+  const OptionChecker c("OptimizerOptions.");
+  if (options.type == OptimizerOptions::Type::kSgd) {
+    const SgdOptions o = sgd_options(options);
     check_sgd(o, c);
     return std::make_unique<Sgd>(o);
   }
-  ZS_REQUIRE(cfg.type() == config::OptimizerConfig::ADAM ||
-                 cfg.type() == config::OptimizerConfig::ADAMW,
-             ConfigError, "optimizer.type = ", static_cast<int>(cfg.type()),
-             " is not supported; allowed: ADAM, ADAMW, SGD");
-  c.require(cfg.momentum() == 0 && !cfg.nesterov(),
-            "momentum = " + format_double(cfg.momentum()) + " / optimizer.nesterov = " +
-                (cfg.nesterov() ? "true" : "false") + " apply only to optimizer.type = SGD, but " +
-                "optimizer.type = " + type + "; remove them or use SGD");
-  AdamOptions o;
-  o.lr = cfg.lr();
-  o.beta1 = cfg.beta1();
-  o.beta2 = cfg.beta2();
-  o.eps = cfg.eps();
-  o.weight_decay = cfg.weight_decay();
-  return make_adam_checked(o, cfg.type() == config::OptimizerConfig::ADAMW, c);
+  c.require(options.momentum == 0 && !options.nesterov,
+            "momentum = " + format_double(options.momentum) + " / nesterov = " + (options.nesterov ? "true" : "false") +
+                " apply only to type SGD, but type = " + to_string(options.type));
+  return make_adam_checked(adam_options(options), options.type == OptimizerOptions::Type::kAdamW, c);
 }
 
 }  // namespace zeroshard

@@ -1,4 +1,4 @@
-// Parameter groups: the rules of param_groups.h resolved per parameter, and their config form.
+// Parameter groups: the rules of param_groups.h resolved per parameter.
 
 #include "zeroshard/optim/param_groups.h"
 
@@ -11,23 +11,8 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
-#include "zeroshard/core/config.h"
 
 namespace zeroshard {
-
-ParamGroupOptions ParamGroupOptions::from_config(const config::OptimizerConfig& cfg) {
-  ParamGroupOptions o;
-  o.weight_decay = cfg.weight_decay();
-  o.no_decay_1d_and_embeddings = cfg.no_decay_1d_and_embeddings();
-  for (const auto& g : cfg.param_groups()) {
-    ParamGroupRule r;
-    r.match = g.match();
-    if (g.has_weight_decay()) r.weight_decay = g.weight_decay();
-    r.lr_scale = g.lr_scale();
-    o.rules.push_back(std::move(r));
-  }
-  return o;
-}
 
 bool glob_match(const std::string& pattern, const std::string& name) {
   return fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
@@ -35,9 +20,11 @@ bool glob_match(const std::string& pattern, const std::string& name) {
 
 namespace {
 
-std::string rule_label(size_t i, const ParamGroupRule& r) {
-  return "optimizer.param_groups[" + std::to_string(i) + "] ('" + r.match + "')";
+std::string rule_name(size_t i, const ParamGroupRule& r) {
+  return r.label.empty() ? "rules[" + std::to_string(i) + "]" : r.label;
 }
+
+std::string rule_label(size_t i, const ParamGroupRule& r) { return rule_name(i, r) + " ('" + r.match + "')"; }
 
 bool matches(const ParamGroupRule& r, const ParamGroupParam& p) {
   if (glob_match(r.match, p.name)) return true;
@@ -51,16 +38,16 @@ bool matches(const ParamGroupRule& r, const ParamGroupParam& p) {
 
 std::vector<ParamGroupAssignment> assign_param_groups(const ParamGroupOptions& options,
                                                       const std::vector<ParamGroupParam>& params) {
-  ZS_REQUIRE(std::isfinite(options.weight_decay) && options.weight_decay >= 0, ConfigError,
-             "optimizer.weight_decay = ", format_double(options.weight_decay), " must be finite and >= 0");
+  ZS_REQUIRE(std::isfinite(options.weight_decay) && options.weight_decay >= 0, UsageError,
+             "ParamGroupOptions.weight_decay = ", format_double(options.weight_decay), " must be finite and >= 0");
   for (size_t i = 0; i < options.rules.size(); ++i) {
     const ParamGroupRule& r = options.rules[i];
-    ZS_REQUIRE(!r.match.empty(), ConfigError, "optimizer.param_groups[", i,
-               "].match is empty; give a glob over parameter names, e.g. '*.bias' or 'blocks.*.attn.*'");
-    ZS_REQUIRE(!r.weight_decay || (std::isfinite(*r.weight_decay) && *r.weight_decay >= 0), ConfigError,
-               rule_label(i, r), ": weight_decay = ", format_double(r.weight_decay.value_or(0)),
+    ZS_REQUIRE(!r.match.empty(), UsageError, "parameter group rule ", rule_name(i, r),
+               ": match is empty; give a glob over parameter names, e.g. '*.bias' or 'blocks.*.attn.*'");
+    ZS_REQUIRE(!r.weight_decay || (std::isfinite(*r.weight_decay) && *r.weight_decay >= 0), UsageError,
+               "parameter group rule ", rule_label(i, r), ": weight_decay = ", format_double(r.weight_decay.value_or(0)),
                " must be finite and >= 0");
-    ZS_REQUIRE(std::isfinite(r.lr_scale) && r.lr_scale >= 0, ConfigError, rule_label(i, r),
+    ZS_REQUIRE(std::isfinite(r.lr_scale) && r.lr_scale >= 0, UsageError, "parameter group rule ", rule_label(i, r),
                ": lr_scale = ", format_double(r.lr_scale), " must be finite and >= 0");
   }
   std::vector<bool> used(options.rules.size(), false);
@@ -92,7 +79,7 @@ std::vector<ParamGroupAssignment> assign_param_groups(const ParamGroupOptions& o
     // A rule shadowed by an earlier one also counts as matching nothing: it can never apply.
     bool matches_any = false;
     for (const ParamGroupParam& p : params) matches_any = matches_any || matches(options.rules[i], p);
-    ZS_THROW(ConfigError, rule_label(i, options.rules[i]),
+    ZS_THROW(UsageError, "parameter group rule ", rule_label(i, options.rules[i]),
              matches_any ? " matches only parameters an earlier rule already took, so it never applies"
                          : " matches no trainable parameter of the model",
              params.empty() ? std::string() : " (names look like '" + params.front().name + "')");

@@ -101,11 +101,11 @@ struct ShardStore::Impl {
         mem(m),
         io(std::move(engine)),
         pool(opts.pin_memory, nullptr) {
-    const char* key = kind == Kind::kParams ? "offload.params" : "offload.grads";
+    const char* what = kind == Kind::kParams ? "parameter" : "gradient";
     ZS_REQUIRE(o.target == OffloadTarget::kCpu || o.target == OffloadTarget::kNvme, UsageError,
-               "ShardStore needs ", key, " = CPU or NVME, got ", to_string(o.target));
-    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, ConfigError,
-               "offload.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
+               "a ", what, " ShardStore needs StoreOptions.target = CPU or NVME, got ", to_string(o.target));
+    ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, UsageError,
+               "StoreOptions.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
     if (o.target != OffloadTarget::kNvme) return;
     dir = kind == Kind::kParams
               ? std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-params-rank", rank, ".param", "parameter shards")

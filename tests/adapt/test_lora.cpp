@@ -20,7 +20,6 @@
 #include "common/nf4_reference.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/engine/activation_checkpoint.h"
@@ -189,10 +188,10 @@ std::map<std::string, torch::Tensor> train_sharded(const ShardedRun& run) {
   ao.weight_decay = kWd;
   std::unique_ptr<zs::ShardedOptimizer> opt = zs::make_adamw(ao);
   if (!run.offload_dir.empty()) {
-    zs::config::OptimizerConfig c;
-    c.set_type(zs::config::OptimizerConfig::ADAMW);
-    c.set_lr(kLr);
-    c.set_weight_decay(kWd);
+    zs::OptimizerOptions c;
+    c.type = zs::OptimizerOptions::Type::kAdamW;
+    c.lr = kLr;
+    c.weight_decay = kWd;
     zs::OffloadOptions oo;
     oo.target = zs::OffloadTarget::kCpu;
     oo.params = zs::OffloadTarget::kNvme;
@@ -333,8 +332,8 @@ TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
     // The engine runs the hook on the finished model: 'b0.fc1' names one unit's layer, but under
     // a ShardedInit every unit's fc1 got an adapter.
     const std::string err =
-        zs::test::error_text_of<zs::ConfigError>([&] { zs::ShardingEngine engine(init, net.ptr()); });
-    EXPECT_TRUE(zs::test::contains(err, "lora.targets: 'b1.fc1' got an adapter when its unit was sharded but matches no "
+        zs::test::error_text_of<zs::UsageError>([&] { zs::ShardingEngine engine(init, net.ptr()); });
+    EXPECT_TRUE(zs::test::contains(err, "lora::Options.targets: 'b1.fc1' got an adapter when its unit was sharded but matches no "
                                         "pattern by its full name"))
         << err;
   }
@@ -348,8 +347,8 @@ TEST(Lora, ShardedInitAdaptsEachUnitAsItIsBuilt) {
     zs::ShardedInit init(zs::test::session(), o);
     WithTorchLinearUnit m;
     const std::string err =
-        zs::test::error_text_of<zs::ConfigError>([&] { zs::ShardingEngine engine(init, m.ptr()); });
-    EXPECT_TRUE(zs::test::contains(err, "lora.targets match 'block.fc', a torch::nn::Linear")) << err;
+        zs::test::error_text_of<zs::UsageError>([&] { zs::ShardingEngine engine(init, m.ptr()); });
+    EXPECT_TRUE(zs::test::contains(err, "lora::Options.targets match 'block.fc', a torch::nn::Linear")) << err;
   }
 }
 
@@ -520,34 +519,34 @@ struct WithTorchLinearImpl : torch::nn::Module {
 TORCH_MODULE(WithTorchLinear);
 
 TEST(Lora, BadRequestsAreClearErrorsAndChangeNothing) {
-  auto config_error = [](const std::function<void()>& fn) { return zs::test::error_text_of<zs::ConfigError>(fn); };
+  auto usage_error = [](const std::function<void()>& fn) { return zs::test::error_text_of<zs::UsageError>(fn); };
   WithTorchLinear m;
   zs::lora::Options o;
   o.rank = 2;
   o.targets = {"*"};
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "'b', a torch::nn::Linear"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }), "'b', a torch::nn::Linear"));
   EXPECT_FALSE(m->a->has_adapter()) << "a refused apply changes nothing";
   EXPECT_TRUE(m->b->weight.requires_grad());
   o.targets = {"a", "c*"};
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.targets[1] = 'c*' matches no module"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }), "lora::Options.targets[1] = 'c*' matches no module"));
   o.targets = {"a"};
   o.rank = 5;
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "exceeds the smaller side of 'a'"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }), "exceeds the smaller side of 'a'"));
   o.rank = 0;
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.rank = 0"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }), "lora::Options.rank = 0"));
   o.rank = 2;
   o.dropout = 1;
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.dropout = 1"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }), "lora::Options.dropout = 1"));
   o.dropout = 0;
   o.alpha = 0;
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }), "lora.alpha = 0 must be finite and > 0"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }), "lora::Options.alpha = 0 must be finite and > 0"));
   o.alpha = 16;
   o.targets = {""};
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*m, o); }),
-                                 "lora.targets[0] is empty; give a glob over module names"));
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*m, o); }),
+                                 "lora::Options.targets[0] is empty; give a glob over module names"));
   torch::nn::Linear plain(4, 4);
   o.targets = {};
-  EXPECT_TRUE(zs::test::contains(config_error([&] { zs::lora::apply(*plain, o); }),
+  EXPECT_TRUE(zs::test::contains(usage_error([&] { zs::lora::apply(*plain, o); }),
                                  "the model has no zeroshard::lora::Linear layer; nothing would train"));
   o.targets = {"a"};
   EXPECT_EQ(zs::lora::apply(*m, o), std::vector<std::string>{"a"});

@@ -113,7 +113,7 @@ TEST(CheckpointCommit, ResavingAStepNeverLeavesLatestNamingAMissingCheckpoint) {
     SCOPED_TRACE(exchange ? "atomic exchange" : "filesystem without exchange");
     const std::string root = fresh_root(exchange ? "resave_exchange" : "resave_fallback");
     zs_test::GptTrainer t;
-    auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+    auto opt = zs::make_optimizer(zs_test::trainer_adamw_options());
     zs::CheckpointOptions co;
     co.dir = root;
     zs::Checkpointer ckpt(*t.engine, co);
@@ -154,7 +154,7 @@ TEST(CheckpointCommit, ARanksRecordRankZeroCannotSeeFailsTheSave) {
   const std::string root = fresh_root("unshared");
   const std::string other = fresh_root("unshared_rank1");
   zs_test::GptTrainer t;
-  auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+  auto opt = zs::make_optimizer(zs_test::trainer_adamw_options());
   zs::CheckpointOptions co;
   co.dir = root;
   {
@@ -187,7 +187,7 @@ TEST(CheckpointCommit, ARanksRecordRankZeroCannotSeeFailsTheSave) {
 TEST(CheckpointCommit, RetentionAfterResumingFromAnOlderStepKeepsTheNewestSaves) {
   const std::string root = fresh_root("retention");
   zs_test::GptTrainer t;
-  auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+  auto opt = zs::make_optimizer(zs_test::trainer_adamw_options());
   zs::CheckpointOptions co;
   co.dir = root;
   co.keep_last = 3;

@@ -45,7 +45,7 @@ TEST(Reshard, Save) {
   if (zs::test::rank() == 0) fs::remove_all(dir);
   zs::test::world()->barrier("test.reshard")->wait();
   zs_test::GptTrainer t;
-  auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+  auto opt = zs::make_optimizer(zs_test::trainer_adamw_options());
   zs::CheckpointOptions co;
   co.dir = dir + "/ckpt";
   zs::Checkpointer ckpt(*t.engine, co);
@@ -64,7 +64,7 @@ TEST(Reshard, Load) {
   const std::string dir = dir_for(from);
   ASSERT_TRUE(fs::exists(dir + "/expected.pt")) << "run the saving job at " << from << " ranks first";
   zs_test::GptTrainer t(zs::ShardingOptions{}, /*init_seed=*/99);
-  auto opt = zs::make_optimizer(zs_test::trainer_adamw_config());
+  auto opt = zs::make_optimizer(zs_test::trainer_adamw_options());
   zs::CheckpointOptions co;
   co.dir = dir + "/ckpt";
   zs::Checkpointer ckpt(*t.engine, co);

@@ -17,7 +17,7 @@
 #include "common/test_util.h"
 #include "engine/models.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/resolve.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
@@ -301,21 +301,20 @@ TEST(Pretrained, HostMemoryIsTheShardsPlusTheUnitBeingBuilt) {
   if (zs::test::world_size() >= 2) EXPECT_LT(peak, model_bytes) << "a rank never holds the whole model";
 }
 
+// model.init_* resolved (a malformed rename list is refused by validation:
+// tests/config/test_config_rules.cpp).
 TEST(Pretrained, RenameListFromTheConfig) {
   zs::Config cfg = zs::default_config();
   cfg.mutable_model()->set_init_rename("a.w=b.w, c=d");  // spaces around pairs are ignored
   cfg.mutable_model()->set_init_strip_prefix("module.");
-  const zs::PretrainedOptions o = zs::PretrainedOptions::from_config(cfg.model());
+  const zs::PretrainedOptions o = zs::resolve(cfg).pretrained;
   EXPECT_EQ(o.rename, (std::map<std::string, std::string>{{"a.w", "b.w"}, {"c", "d"}}));
   EXPECT_EQ(o.strip_prefix, "module.");
   EXPECT_TRUE(o.strict);
-  cfg.mutable_model()->set_init_rename("a.w");
-  try {
-    zs::PretrainedOptions::from_config(cfg.model());
-    ADD_FAILURE() << "a rename without '=' must be refused";
-  } catch (const zs::ConfigError& e) {
-    EXPECT_EQ(e.message(), "model.init_rename = 'a.w': 'a.w' is not file_name=model_name (pairs are separated by commas)");
-  }
+  EXPECT_TRUE(o.not_required.empty()) << "without LoRA every model parameter comes from the file";
+  cfg.mutable_lora()->set_rank(4);
+  EXPECT_EQ(zs::resolve(cfg).pretrained.not_required, (std::vector<std::string>{"*lora_A", "*lora_B"}))
+      << "LoRA adapters start fresh over pretrained weights";
 }
 
 }  // namespace

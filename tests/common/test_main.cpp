@@ -1,6 +1,8 @@
 // Shared main of zeroshard's GoogleTest binaries, single- or multi-rank.
-// - Starts a Session (collective), with a 120 s collective timeout and the CPU device unless the
-//   command line says otherwise, so a test that hangs a collective fails with the watchdog's message.
+// - Reads the command line's config (--config / --set; every key is accepted: tests read any),
+//   with a 120 s collective timeout and the CPU device unless the command line says otherwise, so a
+//   test that hangs a collective fails with the watchdog's message; then starts a Session
+//   (collective) with its SessionOptions. Tests reach the Run through zeroshard::test::run().
 // - Rank 0 prints GoogleTest's normal output; other ranks print only their failures, prefixed.
 // - All ranks agree on the outcome: any failure on any rank fails every rank; exit 77 (CTest
 //   "skipped") only when every test was skipped on every rank.
@@ -15,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "common/test_util.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
 
@@ -50,9 +54,20 @@ int main(int argc, char** argv) {
   args.insert(args.begin() + 1, {timeout.data(), device.data()});
   const int nargs = static_cast<int>(args.size());
   args.push_back(nullptr);  // argv convention
+  zeroshard::Run run;
+  try {
+    run = zeroshard::load_run(nargs, args.data(), zeroshard::Program{"zeroshard tests", {zeroshard::keys::all()}});
+  } catch (const std::exception& e) {
+    zeroshard::abort_job(e.what(), 1);  // before MPI: every rank alike
+  }
+  zeroshard::test::set_run(&run);
+  std::vector<char*> rest;
+  for (std::string& a : run.args) rest.push_back(a.data());
+  const int nrest = static_cast<int>(rest.size());
+  rest.push_back(nullptr);
   std::unique_ptr<zeroshard::Session> session;
   try {
-    session = std::make_unique<zeroshard::Session>(nargs, args.data());
+    session = std::make_unique<zeroshard::Session>(nrest, rest.data(), run.options.session);
   } catch (const std::exception& e) {
     zeroshard::abort_job(e.what(), 1);
   }

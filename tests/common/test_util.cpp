@@ -1,5 +1,7 @@
 #include "common/test_util.h"
 
+#include "zeroshard/config/main.h"
+
 #include <filesystem>
 
 #include <ATen/ops/abs.h>
@@ -15,6 +17,19 @@ Session& session() {
   if (s == nullptr) throw std::logic_error("no zeroshard Session: link the test with zs_test_main");
   return *s;
 }
+
+namespace {
+const Run* g_run = nullptr;
+}  // namespace
+
+void set_run(const Run* run) { g_run = run; }
+
+const Run& run() {
+  if (g_run == nullptr) throw std::logic_error("no zeroshard Run: link the test with zs_test_main");
+  return *g_run;
+}
+
+const RunOptions& run_options() { return run().options; }
 
 std::shared_ptr<Communicator> world() { return session().world(); }
 int rank() { return session().rank(); }

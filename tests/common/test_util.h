@@ -13,9 +13,21 @@
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/core/session.h"
 
+namespace zeroshard {
+struct Run;         // zeroshard/config/main.h
+struct RunOptions;  // zeroshard/config/run_options.h
+}  // namespace zeroshard
+
 namespace zeroshard::test {
 
 Session& session();
+// The run the test main started the Session with: the effective config (the command line's
+// --config / --set, tests' defaults first) and its RunOptions.
+const Run& run();
+// Its RunOptions.
+const RunOptions& run_options();
+// Set by the test main.
+void set_run(const Run* run);
 // The session's MPI world communicator (CPU tensors).
 std::shared_ptr<Communicator> world();
 int rank();

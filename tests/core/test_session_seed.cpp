@@ -8,13 +8,12 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
 
 namespace zeroshard {
 namespace {
 
 TEST(SessionSeed, DefaultGeneratorIsSeededFromRuntimeSeed) {
-  ASSERT_EQ(test::session().config().runtime().seed(), 77u);
+  ASSERT_EQ(test::session().options().seed, 77u);
   const at::Tensor first = at::rand({8});  // drawn from the Session's seeding
   at::manual_seed(77);
   EXPECT_TRUE(at::equal(first, at::rand({8}))) << "the first draw equals a draw right after manual_seed(77)";

@@ -13,7 +13,8 @@
 
 #include "common/test_util.h"
 #include "engine/models.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/optim/optimizer.h"
+#include "zeroshard/optim/param_groups.h"
 #include "zeroshard/engine/engine.h"
 
 namespace zs_test {
@@ -24,29 +25,31 @@ inline GptConfig trainer_gpt_config() {
   return c;
 }
 
-inline zeroshard::config::OptimizerConfig trainer_adamw_config() {
-  zeroshard::config::OptimizerConfig c;
-  c.set_type(zeroshard::config::OptimizerConfig::ADAMW);
-  c.set_lr(3e-3);
-  c.set_beta2(0.95);
-  c.set_weight_decay(0.1);
-  return c;
+inline zeroshard::OptimizerOptions trainer_adamw_options() {
+  zeroshard::OptimizerOptions o;
+  o.type = zeroshard::OptimizerOptions::Type::kAdamW;
+  o.lr = 3e-3;
+  o.beta2 = 0.95;
+  o.weight_decay = 0.1;
+  return o;
 }
 
 // SGD with Nesterov momentum over the same groups: the other optimizer the offload tests compare.
-inline zeroshard::config::OptimizerConfig trainer_sgd_config() {
-  zeroshard::config::OptimizerConfig c = trainer_adamw_config();
-  c.set_type(zeroshard::config::OptimizerConfig::SGD);
-  c.set_lr(0.05);
-  c.set_momentum(0.9);
-  c.set_nesterov(true);
-  return c;
+inline zeroshard::OptimizerOptions trainer_sgd_options() {
+  zeroshard::OptimizerOptions o = trainer_adamw_options();
+  o.type = zeroshard::OptimizerOptions::Type::kSgd;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  return o;
 }
 
-// The Trainer's groups for trainer_adamw_config() (no decay on 1-D parameters and the tied
-// embedding) plus a rule, so that every comparison built on GptTrainer covers parameter groups.
+// The Trainer's groups for trainer_adamw_options() (its weight decay; no decay on 1-D parameters
+// and the tied embedding) plus a rule, so that every comparison built on GptTrainer covers
+// parameter groups.
 inline zeroshard::ParamGroupOptions trainer_param_groups() {
-  zeroshard::ParamGroupOptions g = zeroshard::ParamGroupOptions::from_config(trainer_adamw_config());
+  zeroshard::ParamGroupOptions g;
+  g.weight_decay = trainer_adamw_options().weight_decay;
   g.rules.push_back({"h1.fc.*", 0.3, 0.5});
   return g;
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/models/gpt.h"
 #include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
@@ -219,16 +219,18 @@ TEST(ActivationCheckpoint, SequentialBadSegments) {
   }
 }
 
-TEST(ActivationCheckpoint, ShouldCheckpoint) {
-  zs::config::ActivationCheckpointingConfig cfg;
-  EXPECT_FALSE(zs::should_checkpoint(cfg, 0));  // disabled by default
-  cfg.set_enabled(true);
-  for (int i = 0; i < 4; ++i) EXPECT_TRUE(zs::should_checkpoint(cfg, i)) << i;
-  cfg.set_every_n_blocks(3);
+// Which blocks of the built-in GPT recompute (activation_checkpointing.*).
+TEST(ActivationCheckpoint, BlocksThatCheckpoint) {
+  zs::models::ActivationCheckpointing c;
+  EXPECT_FALSE(c.applies_to(0));  // disabled by default
+  c.enabled = true;
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(c.applies_to(i)) << i;
+  c.every_n_blocks = 3;
   std::vector<bool> got;
-  for (int i = 0; i < 7; ++i) got.push_back(zs::should_checkpoint(cfg, i));
+  for (int i = 0; i < 7; ++i) got.push_back(c.applies_to(i));
   EXPECT_EQ(got, (std::vector<bool>{true, false, false, true, false, false, true}));
-  EXPECT_THROW(zs::should_checkpoint(cfg, -1), zs::UsageError);
-  cfg.set_every_n_blocks(0);
-  EXPECT_THROW(zs::should_checkpoint(cfg, 0), zs::ConfigError);
+  EXPECT_THROW(c.applies_to(-1), zs::UsageError);
+  c.every_n_blocks = 0;
+  const std::string err = zs::test::error_text_of<zs::UsageError>([&] { c.applies_to(0); });
+  EXPECT_TRUE(zs::test::contains(err, "ActivationCheckpointing.every_n_blocks = 0 is out of range; allowed: >= 1")) << err;
 }

@@ -1,7 +1,7 @@
 // Engine behaviour on bad input, unit registry, and auto-wrap policies.
 
 #include "engine/engine_test_util.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/resolve.h"
 
 TEST(BadInput, RanksBuildDifferentModels) {
   ZS_REQUIRE_RANKS(2);
@@ -443,13 +443,13 @@ TEST(AutoWrap, SizeBasedFindsBlocksHeldInAVector) {
   EXPECT_LE(max_param_diff(ref, engine.full_state_dict(), &worst_name), 1e-6) << worst_name;
 }
 
-// The config's comma-separated list reaches ShardingOptions, and MODULE_TYPE from the config
-// wraps those modules.
+// The config's comma-separated list reaches ShardingOptions (resolve), and MODULE_TYPE from the
+// config wraps those modules.
 TEST(AutoWrap, ModuleTypesFromTheConfig) {
   zs::Config cfg = zs::default_config();
   cfg.mutable_sharding()->set_auto_wrap_policy(zs::config::AutoWrap::MODULE_TYPE);
   cfg.mutable_sharding()->set_auto_wrap_module_types(" torch::nn::Linear ,, VecBlockImpl");
-  const zs::ShardingOptions o = zs::ShardingOptions::from_config(cfg.sharding());
+  const zs::ShardingOptions o = zs::resolve(cfg).sharding;
   EXPECT_EQ(o.auto_wrap_module_types, (std::vector<std::string>{"torch::nn::Linear", "VecBlockImpl"}));
   torch::manual_seed(5);
   VecNet model = keep_alive(VecNet());

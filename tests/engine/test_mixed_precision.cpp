@@ -7,7 +7,6 @@
 #include <cstdio>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
 #include "engine/models.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
@@ -151,51 +150,8 @@ TEST(MixedPrecision, Bf16GathersTakeHalfTheMemory) {
   EXPECT_GE(ratio, 0.4) << "bf16 " << bf16 << " B, fp32 " << fp32 << " B";
 }
 
-// ShardingOptions{} (what code that builds options by hand starts from) equals the options the
-// default config converts to, field by field: a new field with two defaults fails here.
-TEST(MixedPrecision, DefaultOptionsEqualTheDefaultConfig) {
-  const zs::Config cfg = zs::default_config();
-  const zs::ShardingOptions d, c = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
-  EXPECT_EQ(d.strategy, c.strategy);
-  EXPECT_EQ(d.hybrid_group_size, c.hybrid_group_size);
-  EXPECT_EQ(d.forward_prefetch, c.forward_prefetch);
-  EXPECT_EQ(d.backward_prefetch, c.backward_prefetch);
-  EXPECT_EQ(d.limit_all_gathers, c.limit_all_gathers);
-  EXPECT_EQ(d.sync_module_states, c.sync_module_states);
-  EXPECT_EQ(d.buffer_sync, c.buffer_sync);
-  EXPECT_EQ(d.auto_wrap_policy, c.auto_wrap_policy);
-  EXPECT_EQ(d.auto_wrap_min_params, c.auto_wrap_min_params);
-  EXPECT_EQ(d.auto_wrap_module_types, c.auto_wrap_module_types);
-  EXPECT_EQ(d.param_dtype, c.param_dtype);
-  EXPECT_EQ(d.reduce_dtype, c.reduce_dtype);
-  EXPECT_EQ(d.buffer_dtype, c.buffer_dtype);
-  EXPECT_EQ(d.output_dtype, c.output_dtype);
-  EXPECT_EQ(d.cast_forward_inputs, c.cast_forward_inputs);
-  EXPECT_EQ(d.autocast, c.autocast);
-  EXPECT_EQ(d.autocast_dtype, c.autocast_dtype);
-}
-
-TEST(MixedPrecision, ConfigMaps) {
-  zs::Config cfg = zs::default_config();
-  cfg.mutable_precision()->set_param_dtype(zs::config::PrecisionConfig::BF16);
-  cfg.mutable_precision()->set_reduce_dtype(zs::config::PrecisionConfig::FP16);
-  zs::ShardingOptions o = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
-  EXPECT_EQ(o.param_dtype, torch::kBFloat16);
-  EXPECT_EQ(o.reduce_dtype, torch::kHalf);
-  EXPECT_EQ(o.output_dtype, torch::kFloat);
-  cfg.mutable_precision()->set_autocast(true);
-  o = zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
-  EXPECT_TRUE(o.autocast);
-  EXPECT_EQ(o.autocast_dtype, torch::kBFloat16);
-  EXPECT_EQ(o.param_dtype, torch::kFloat) << "autocast keeps fp32 parameters";
-  cfg.mutable_precision()->set_param_dtype(zs::config::PrecisionConfig::FP32);
-  try {
-    zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision());
-    ADD_FAILURE() << "autocast without a low-precision dtype was accepted";
-  } catch (const zs::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("precision.autocast"), std::string::npos) << e.what();
-  }
-}
+// (ShardingOptions{} equals what the default config resolves to, and how precision.* maps: tests/config/
+// test_resolve.cpp.)
 
 TEST(MixedPrecision, AutocastBf16OnCpuComputesInBf16AndTracksFp32) {
   auto& s = zs::test::session();

@@ -12,13 +12,13 @@
 #include <unordered_set>
 
 #include "common/test_util.h"
-#include "gpt/gpt_model.h"
+#include "zeroshard/models/gpt.h"
 #include "zeroshard/train/trainer.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/resolve.h"
 #include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
-namespace ex = zs_examples;
+namespace ex = zeroshard::models;
 namespace fs = std::filesystem;
 
 namespace {
@@ -57,7 +57,7 @@ TEST(GptModel, ParameterCountFormulaMatchesTheModel) {
   for (const std::string name : {"gpt_tiny", "gpt_demo"}) {
     SCOPED_TRACE(name);
     zs::Config cfg = zs::load_config_file(config_dir() + "/" + name + ".textproto");
-    ex::GptOptions o = ex::GptOptions::from_config(cfg, c10::kCPU);
+    ex::GptOptions o = zs::resolve(cfg).model;
     ex::Gpt model(o);
     EXPECT_EQ(count_params(*model), o.num_params());
     EXPECT_EQ(model->blocks.size(), static_cast<size_t>(cfg.model().n_layer()));
@@ -66,7 +66,7 @@ TEST(GptModel, ParameterCountFormulaMatchesTheModel) {
     EXPECT_TRUE(named["lm_head_weight"].is_same(named["wte.weight"]));
   }
   zs::Config big = zs::load_config_file(config_dir() + "/gpt_1b.textproto");
-  const int64_t n = ex::GptOptions::from_config(big, c10::kCPU).num_params();
+  const int64_t n = zs::resolve(big).model.num_params();
   EXPECT_EQ(n, 1211076608) << "the 1B config's size as documented in it";
 }
 

@@ -60,7 +60,7 @@ int64_t trainable_shard_numel(zs::ShardingEngine& e) {
 
 TEST(GpuOffload, ParamsAndGradsOffTheGpuTrainBitwiseAsResident) {
   ZS_REQUIRE_GPU_SESSION();
-  const auto cfg = zs_test::trainer_adamw_config();
+  const auto cfg = zs_test::trainer_adamw_options();
   const std::vector<std::pair<Target, Target>> placements = {
       {Target::kCpu, Target::kCpu},   {Target::kNvme, Target::kNvme}, {Target::kDevice, Target::kNvme},
       {Target::kNvme, Target::kDevice}, {Target::kCpu, Target::kNvme}, {Target::kDevice, Target::kCpu}};
@@ -95,7 +95,7 @@ TEST(GpuOffload, ParamsAndGradsOffTheGpuTrainBitwiseAsResident) {
 // compute bit for bit.
 TEST(GpuOffload, Bf16CopyOnTheDeviceTrainsBitwiseAsResident) {
   ZS_REQUIRE_GPU_SESSION();
-  const auto cfg = zs_test::trainer_adamw_config();
+  const auto cfg = zs_test::trainer_adamw_options();
   TempDir ref_dir("bf16_ref");
   zs::ShardingOptions ro = offload_placement(Target::kDevice, Target::kDevice, ref_dir.path);
   ro.param_dtype = c10::kBFloat16;
@@ -124,7 +124,7 @@ TEST(GpuOffload, Bf16CopyOnTheDeviceTrainsBitwiseAsResident) {
 // The offloaded optimizer's CPU kernel against the fused AdamW on the device, on a GPU run.
 TEST(GpuOffload, OffloadedOptimizerTracksTheDeviceOptimizer) {
   ZS_REQUIRE_GPU_SESSION();
-  const auto cfg = zs_test::trainer_adamw_config();
+  const auto cfg = zs_test::trainer_adamw_options();
   Trainer on_device(offload_placement(Target::kDevice, Target::kDevice, ""));
   auto device_opt = zs::make_optimizer(cfg);
   on_device.train(*device_opt, 0, 6);
@@ -150,7 +150,7 @@ TEST(GpuOffload, ShardsLeaveTheDevice) {
   ZS_REQUIRE_GPU_SESSION();
   zs_test::GptConfig c = zs_test::trainer_gpt_config();
   c.dim = 256, c.heads = 4, c.layers = 4, c.vocab = 512, c.seq = 16;  // ~3.3M parameters: 26 MB of shards
-  const auto cfg = zs_test::trainer_adamw_config();
+  const auto cfg = zs_test::trainer_adamw_options();
   int64_t held[2] = {0, 0};
   int64_t shard_numel = 0;
   for (int offloaded = 0; offloaded < 2; ++offloaded) {

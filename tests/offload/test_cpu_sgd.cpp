@@ -3,7 +3,7 @@
 // 7 and 1000003 elements (one shard without a grad at some steps, so its momentum buffer starts
 // late, and an lr change half-way), compared element by element (max relative diff and the count
 // of elements not bitwise equal printed). Plus the fused bf16/fp16 copy against Tensor::to() bit
-// for bit, bad options and shards, and make_cpu_optimizer against make_optimizer on the same config.
+// for bit, bad options and shards, and make_cpu_optimizer against make_optimizer on the same options.
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/offload/cpu_adam.h"
 #include "zeroshard/offload/cpu_optimizer.h"
@@ -320,7 +319,7 @@ TEST(CpuSgd, DescribeAndForcedPath) {
 // One step of the fused optimizer from `cfg` and of make_optimizer(cfg) on the same inputs: equal
 // bit for bit (so every field reached the fused optimizer), after checking the type built.
 template <class Expected>
-void expect_same_as_make_optimizer(const zs::config::OptimizerConfig& cfg, const std::string& describe) {
+void expect_same_as_make_optimizer(const zs::OptimizerOptions& cfg, const std::string& describe) {
   std::unique_ptr<zs::FusedCpuOptimizer> fused = zs::make_cpu_optimizer(cfg);
   ASSERT_NE(dynamic_cast<Expected*>(fused.get()), nullptr) << fused->describe();
   EXPECT_EQ(fused->describe(), describe);
@@ -341,47 +340,47 @@ void expect_same_as_make_optimizer(const zs::config::OptimizerConfig& cfg, const
 }
 
 TEST(MakeCpuOptimizer, EachTypeWithEveryField) {
-  zs::config::OptimizerConfig cfg;
-  cfg.set_type(zs::config::OptimizerConfig::ADAM);
-  cfg.set_lr(3e-4);
-  cfg.set_beta1(0.8);
-  cfg.set_beta2(0.95);
-  cfg.set_eps(1e-6);
-  cfg.set_weight_decay(0.1);
+  zs::OptimizerOptions cfg;
+  cfg.type = zs::OptimizerOptions::Type::kAdam;
+  cfg.lr = 3e-4;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-6;
+  cfg.weight_decay = 0.1;
   const std::string simd = zs::to_string(zs::detect_simd());
   expect_same_as_make_optimizer<zs::FusedCpuAdam>(
       cfg, "FusedCpuAdam(lr=0.0003, betas=(0.8, 0.95), eps=1e-06, weight_decay=0.1, simd=" + simd + ")");
-  cfg.set_type(zs::config::OptimizerConfig::ADAMW);
+  cfg.type = zs::OptimizerOptions::Type::kAdamW;
   expect_same_as_make_optimizer<zs::FusedCpuAdam>(
       cfg, "FusedCpuAdamW(lr=0.0003, betas=(0.8, 0.95), eps=1e-06, weight_decay=0.1, simd=" + simd + ")");
-  cfg.Clear();
-  cfg.set_type(zs::config::OptimizerConfig::SGD);
-  cfg.set_lr(0.5);
-  cfg.set_momentum(0.9);
-  cfg.set_nesterov(true);
-  cfg.set_weight_decay(0.02);
+  cfg = {};
+  cfg.type = zs::OptimizerOptions::Type::kSgd;
+  cfg.lr = 0.5;
+  cfg.momentum = 0.9;
+  cfg.nesterov = true;
+  cfg.weight_decay = 0.02;
   expect_same_as_make_optimizer<zs::FusedCpuSgd>(
       cfg, "FusedCpuSgd(lr=0.5, momentum=0.9, dampening=0, weight_decay=0.02, nesterov=true, simd=" + simd + ")");
-  // The default section (ADAMW) too.
+  // The default options (ADAMW) too.
   expect_same_as_make_optimizer<zs::FusedCpuAdam>(
-      zs::config::OptimizerConfig(),
+      zs::OptimizerOptions(),
       "FusedCpuAdamW(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01, simd=" + simd + ")");
 }
 
-TEST(MakeCpuOptimizer, BadConfigIsAConfigErrorNamingTheField) {
-  zs::config::OptimizerConfig cfg;
-  cfg.set_beta2(1.5);
-  EXPECT_CONTAINS(error_message<zs::ConfigError>([&] { zs::make_cpu_optimizer(cfg); }),
-                  "optimizer.beta2 = 1.5 is out of range; allowed: [0, 1)");
-  cfg.Clear();
-  cfg.set_momentum(0.9);  // type defaults to ADAMW
-  EXPECT_CONTAINS(error_message<zs::ConfigError>([&] { zs::make_cpu_optimizer(cfg); }),
-                  "apply only to optimizer.type = SGD, but optimizer.type = ADAMW");
-  cfg.Clear();
-  cfg.set_type(zs::config::OptimizerConfig::SGD);
-  cfg.set_nesterov(true);
-  EXPECT_CONTAINS(error_message<zs::ConfigError>([&] { zs::make_cpu_optimizer(cfg); }),
-                  "optimizer.nesterov = true needs momentum > 0");
+TEST(MakeCpuOptimizer, BadOptionsAreUsageErrorsNamingTheField) {
+  zs::OptimizerOptions cfg;
+  cfg.beta2 = 1.5;
+  EXPECT_CONTAINS(error_message<zs::UsageError>([&] { zs::make_cpu_optimizer(cfg); }),
+                  "OptimizerOptions.beta2 = 1.5 is out of range; allowed: [0, 1)");
+  cfg = {};
+  cfg.momentum = 0.9;  // type defaults to ADAMW
+  EXPECT_CONTAINS(error_message<zs::UsageError>([&] { zs::make_cpu_optimizer(cfg); }),
+                  "apply only to type SGD, but type = ADAMW");
+  cfg = {};
+  cfg.type = zs::OptimizerOptions::Type::kSgd;
+  cfg.nesterov = true;
+  EXPECT_CONTAINS(error_message<zs::UsageError>([&] { zs::make_cpu_optimizer(cfg); }),
+                  "OptimizerOptions.nesterov = true needs momentum > 0");
 }
 
 }  // namespace

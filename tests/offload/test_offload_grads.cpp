@@ -22,7 +22,6 @@
 #include "offload/offload_test_options.h"
 #include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -46,9 +45,9 @@ using zs::test::contains;
 using zs_test::max_diff;
 using zs_test::offload_optimizer_options;
 
-zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
+zs::OptimizerOptions adamw_config() { return zs_test::trainer_adamw_options(); }
 
-zs::config::OptimizerConfig sgd_config() { return zs_test::trainer_sgd_config(); }
+zs::OptimizerOptions sgd_config() { return zs_test::trainer_sgd_options(); }
 
 // Gradients at `grads`, parameters at `params` (the shared helper takes them the other way round).
 zs::ShardingOptions offloaded(zs::OffloadTarget grads, zs::OffloadTarget params, const std::string& dir) {
@@ -376,25 +375,17 @@ TEST(OffloadGrads, WriteBehindKeepsFailedValuesAndFlushNamesTheFile) {
   EXPECT_GT(store.io_stats().bytes_read, read_before) << "a landed write is read back from the file";
 }
 
-TEST(OffloadGrads, ConfigAndUsageErrors) {
-  zs::config::Config c;
-  c.mutable_offload()->set_grads(zs::config::OffloadConfig::NVME);
-  c.mutable_offload()->set_nvme_path("/x");
-  std::string err = error_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.grads = NVME needs offload.optimizer = CPU or NVME")) << err;
-  c.mutable_offload()->set_optimizer(zs::config::OffloadConfig::CPU);
-  EXPECT_EQ(zs::ShardingOptions::from_config(c).offload_grads.target, zs::OffloadTarget::kNvme);
-  c.mutable_offload()->set_nvme_path("");
-  err = error_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.grads = NVME needs offload.nvme_path")) << err;
-
+// (A config asking for gradient offload without an offloaded optimizer or without nvme_path is
+// refused by validation: tests/config/test_config_rules.cpp.)
+TEST(OffloadGrads, UsageErrors) {
+  std::string err;
   TempDir dir("errors");
   Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path));
   t.forward_backward(0);
   // A device-state optimizer cannot step offloaded gradients.
   auto dev = zs::make_optimizer(adamw_config());
   err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
-  EXPECT_TRUE(contains(err, "offload.params or offload.grads")) << err;
+  EXPECT_TRUE(contains(err, "cannot step offloaded parameter or gradient shards")) << err;
   // param_shards() hands out placeholders: a step that bypasses the engine is refused by name.
   zs::OffloadedOptimizer opt(adamw_config(), offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                              zs::test::rank());

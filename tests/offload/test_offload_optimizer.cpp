@@ -18,7 +18,6 @@
 #include <string>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
 #include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -26,7 +25,6 @@
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;
-using zs::config::OffloadConfig;
 
 namespace {
 
@@ -39,7 +37,7 @@ struct TempDir : zs::test::RankDir {
 using Trainer = zs_test::GptTrainer;
 using zs_test::max_diff;
 
-zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
+zs::OptimizerOptions adamw_config() { return zs_test::trainer_adamw_options(); }
 
 // Shard snapshot of this rank (no collective), to check that a failed step changed nothing.
 std::vector<at::Tensor> shard_values(zs::ShardingEngine& e) {
@@ -67,17 +65,17 @@ zs::OffloadOptions nvme_options(const std::string& dir, int64_t block = 4096, in
 }
 
 // SGD as the trainer's AdamW config, with momentum (0: no state) and Nesterov.
-zs::config::OptimizerConfig sgd_config(double momentum, bool nesterov) {
-  zs::config::OptimizerConfig c = adamw_config();
-  c.set_type(zs::config::OptimizerConfig::SGD);
-  c.set_lr(0.05);
-  c.set_weight_decay(0.01);
-  c.set_momentum(momentum);
-  c.set_nesterov(nesterov);
+zs::OptimizerOptions sgd_config(double momentum, bool nesterov) {
+  zs::OptimizerOptions c = adamw_config();
+  c.type = zs::OptimizerOptions::Type::kSgd;
+  c.lr = 0.05;
+  c.weight_decay = 0.01;
+  c.momentum = momentum;
+  c.nesterov = nesterov;
   return c;
 }
 
-std::map<std::string, at::Tensor> reference_after(int steps, const zs::config::OptimizerConfig& cfg = adamw_config()) {
+std::map<std::string, at::Tensor> reference_after(int steps, const zs::OptimizerOptions& cfg = adamw_config()) {
   Trainer t;
   auto opt = zs::make_optimizer(cfg);
   t.train(*opt, 0, steps);
@@ -205,42 +203,40 @@ TEST(OffloadedOptimizer, BadPathsFailAtConstruction) {
   EXPECT_TRUE(contains(err, "is not a directory")) << err;
 }
 
-TEST(OffloadedOptimizer, ConfigErrors) {
-  zs::config::OffloadConfig c;
-  c.set_optimizer(OffloadConfig::NVME);
-  std::string err = error_of<zs::ConfigError>([&] { zs::OffloadOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.nvme_path")) << err;
-  c.set_nvme_path("/x");
-  c.set_params(OffloadConfig::CPU);
-  EXPECT_EQ(zs::OffloadOptions::from_config(c).params, zs::OffloadTarget::kCpu);
-  c.set_optimizer(OffloadConfig::DEVICE);
-  err = error_of<zs::ConfigError>([&] { zs::OffloadOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.params = CPU needs offload.optimizer = CPU or NVME")) << err;
-  // The `optimizer` section is checked as make_optimizer() checks it, SGD's fields too.
+// (The config's offload rules, e.g. NVME without nvme_path: tests/config/test_config_rules.cpp.)
+TEST(OffloadedOptimizer, UsageErrors) {
+  // OptimizerOptions are checked as make_optimizer() checks them, SGD's fields too.
   auto sgd = sgd_config(-0.5, false);
   zs::OffloadOptions o;
-  err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(sgd, o, 0); });
-  EXPECT_TRUE(contains(err, "optimizer.momentum")) << err;
+  std::string err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(sgd, o, 0); });
+  EXPECT_TRUE(contains(err, "OptimizerOptions.momentum = -0.5")) << err;
   auto adam_momentum = adamw_config();
-  adam_momentum.set_momentum(0.9);
-  err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(adam_momentum, o, 0); });
-  EXPECT_TRUE(contains(err, "apply only to optimizer.type = SGD")) << err;
-  // OffloadOptions filled in code (the config's range [1, 2] is not checked there).
+  adam_momentum.momentum = 0.9;
+  err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adam_momentum, o, 0); });
+  EXPECT_TRUE(contains(err, "apply only to type SGD")) << err;
+  // OffloadOptions out of what the optimizer can do: named by field.
   zs::OffloadOptions three = o;
   three.target = zs::OffloadTarget::kCpu;
   three.nvme_generations = 3;
-  err = error_of<zs::ConfigError>([&] { zs::OffloadedOptimizer opt(adamw_config(), three, 0); });
-  EXPECT_TRUE(contains(err, "offload.nvme_generations = 3 must be 1 or 2")) << err;
+  err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adamw_config(), three, 0); });
+  EXPECT_TRUE(contains(err, "OffloadOptions.nvme_generations = 3 must be 1 or 2")) << err;
+  zs::OffloadOptions device = o;
+  device.target = zs::OffloadTarget::kDevice;
+  err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adamw_config(), device, 0); });
+  EXPECT_TRUE(contains(err, "OffloadedOptimizer needs OffloadOptions.target = CPU or NVME, got DEVICE")) << err;
   // State of the wrong optimizer (Adam's two moments into SGD) is refused, naming what fits.
   zs::OffloadedOptimizer sgd_opt(sgd_config(0.9, false), o, 0);
   std::vector<zs::ShardOptimizerState> adam_state(1);
   adam_state[0].tensors = {at::zeros({4}), at::zeros({4})};
   err = error_of<zs::UsageError>([&] { sgd_opt.import_state(adam_state, 1); });
   EXPECT_TRUE(contains(err, "position 0 has 2 state tensors; expected none or 1 (momentum_buffer)")) << err;
-  zs::config::Config full;
-  full.mutable_offload()->set_optimizer(OffloadConfig::CPU);
-  *full.mutable_optimizer() = adamw_config();
-  EXPECT_NE(zs::make_engine_optimizer(full, 0)->describe().find("state=CPU"), std::string::npos);
+  // make_engine_optimizer: the offloaded optimizer for CPU / NVME, make_optimizer's for DEVICE.
+  zs::OffloadOptions on_cpu;
+  on_cpu.target = zs::OffloadTarget::kCpu;
+  EXPECT_NE(zs::make_engine_optimizer(adamw_config(), on_cpu, 0)->describe().find("state=CPU"), std::string::npos);
+  on_cpu.target = zs::OffloadTarget::kDevice;
+  EXPECT_EQ(zs::make_engine_optimizer(adamw_config(), on_cpu, 0)->describe(),
+            zs::make_optimizer(adamw_config())->describe());
 }
 
 // SGD (no momentum, momentum, Nesterov) with its state on the host and on NVMe trains exactly as

@@ -14,7 +14,6 @@
 #include "offload/offload_test_options.h"
 #include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -68,7 +67,7 @@ void expect_only_copies_resident(zs::ShardingEngine& e, const std::string& what)
 TEST(ParamDtypeShard, TrainsBitwiseAsResidentShards) {
   for (auto opt_where : {zs::OffloadTarget::kCpu, zs::OffloadTarget::kNvme}) {
     for (bool sgd : {false, true}) {
-      const auto cfg = sgd ? zs_test::trainer_sgd_config() : zs_test::trainer_adamw_config();
+      const auto cfg = sgd ? zs_test::trainer_sgd_options() : zs_test::trainer_adamw_options();
       for (auto strategy : {zs::ShardingStrategy::kFullShard, zs::ShardingStrategy::kShardGradOp}) {
         const std::string what = std::string(sgd ? "SGD" : "AdamW") + ", optimizer state on " +
                                  zs::to_string(opt_where) + ", strategy " + std::to_string(static_cast<int>(strategy));
@@ -104,7 +103,7 @@ TEST(ParamDtypeShard, WithoutTheCopyGathersReadTheStoreAndCpuShardsKeepItToo) {
   zs::test::RankDir dir("pds_control");
   Trainer t(bf16_offloaded(zs::OffloadTarget::kNvme, dir.path, /*keep_copy=*/false));
   zs::OffloadedOptimizer opt(
-      zs_test::trainer_adamw_config(),
+      zs_test::trainer_adamw_options(),
       zs_test::offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
       zs::test::rank());
   t.train(opt, 0, 2);
@@ -117,11 +116,11 @@ TEST(ParamDtypeShard, WithoutTheCopyGathersReadTheStoreAndCpuShardsKeepItToo) {
 
   Trainer ref(bf16_resident());
   zs::OffloadOptions ro = zs_test::offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, "");
-  zs::OffloadedOptimizer ref_opt(zs_test::trainer_adamw_config(), ro, zs::test::rank());
+  zs::OffloadedOptimizer ref_opt(zs_test::trainer_adamw_options(), ro, zs::test::rank());
   ref.train(ref_opt, 0, 4);
   Trainer c(bf16_offloaded(zs::OffloadTarget::kCpu, "", /*keep_copy=*/true));
   ro.params = zs::OffloadTarget::kCpu;
-  zs::OffloadedOptimizer c_opt(zs_test::trainer_adamw_config(), ro, zs::test::rank());
+  zs::OffloadedOptimizer c_opt(zs_test::trainer_adamw_options(), ro, zs::test::rank());
   c.train(c_opt, 0, 4);
   EXPECT_EQ(max_diff(c.params(), ref.params()), 0.0);
   for (zs::FlatParam* f : c.engine->flat_params()) EXPECT_TRUE(f->has_param_dtype_copy()) << f->name();
@@ -132,7 +131,7 @@ TEST(ParamDtypeShard, WithoutTheCopyGathersReadTheStoreAndCpuShardsKeepItToo) {
 // in host memory: the step is applied (the unwritten masters stay resident, their copies hold the
 // new values), and the run goes on without repeating it. Both end equal to resident shards.
 TEST(ParamDtypeShard, DiskFullDuringTheStepLosesNothing) {
-  const auto cfg = zs_test::trainer_adamw_config();
+  const auto cfg = zs_test::trainer_adamw_options();
   for (auto opt_where : {zs::OffloadTarget::kNvme, zs::OffloadTarget::kCpu}) {
     const std::string what = std::string("optimizer state on ") + zs::to_string(opt_where);
     zs::test::RankDir ref_dir("pds_enospc_ref");
@@ -174,7 +173,7 @@ TEST(ParamDtypeShard, DiskFullDuringTheStepLosesNothing) {
 // reach the copies (else the forward would compute with the old ones), and the run equals training
 // straight through.
 TEST(ParamDtypeShard, ResumesFromCheckpointExactly) {
-  const auto cfg = zs_test::trainer_adamw_config();
+  const auto cfg = zs_test::trainer_adamw_options();
   const auto nvme = zs::OffloadTarget::kNvme;
   zs::test::RankDir ref_dir("pds_resume_ref");
   Trainer ref(bf16_resident());
@@ -214,7 +213,7 @@ TEST(ParamDtypeShard, ShardedInitKeepsTheCopy) {
   zs::test::RankDir ref_dir("pds_init_ref");
   Trainer ref(bf16_resident());
   const auto nvme = zs::OffloadTarget::kNvme;
-  zs::OffloadedOptimizer ref_opt(zs_test::trainer_adamw_config(),
+  zs::OffloadedOptimizer ref_opt(zs_test::trainer_adamw_options(),
                                  zs_test::offload_optimizer_options(nvme, zs::OffloadTarget::kDevice, ref_dir.path),
                                  s.rank());
   ref.train(ref_opt, 0, 3);
@@ -227,7 +226,7 @@ TEST(ParamDtypeShard, ShardedInitKeepsTheCopy) {
   zs::ShardingEngine engine(init, model.ptr());
   engine.set_param_groups(zs_test::trainer_param_groups());
   expect_only_copies_resident(engine, "built under a ShardedInit");
-  zs::OffloadedOptimizer opt(zs_test::trainer_adamw_config(), zs_test::offload_optimizer_options(nvme, nvme, dir.path),
+  zs::OffloadedOptimizer opt(zs_test::trainer_adamw_options(), zs_test::offload_optimizer_options(nvme, nvme, dir.path),
                              s.rank());
   for (int step = 0; step < 3; ++step) {
     torch::manual_seed(1000 + 31 * step + s.rank());  // the trainer's batches
@@ -242,41 +241,12 @@ TEST(ParamDtypeShard, ShardedInitKeepsTheCopy) {
   EXPECT_EQ(max_diff(engine.full_state_dict(), ref.params()), 0.0);
 }
 
-TEST(ParamDtypeShard, ConfigAndUsageErrors) {
-  // The config's rules name both keys.
-  zs::config::Config c;
-  c.mutable_offload()->set_keep_param_dtype_shard(true);
-  std::vector<zs::ConfigProblem> problems = zs::check_config(c);
-  std::string all;
-  for (const auto& p : problems) all += p.message + "\n";
-  EXPECT_TRUE(contains(all, "offload.keep_param_dtype_shard = true needs offload.params = CPU or NVME")) << all;
-  EXPECT_TRUE(contains(all, "offload.keep_param_dtype_shard = true needs precision.param_dtype = BF16 or FP16 without "
-                            "precision.autocast (the copy is the shard in the dtype units compute in), but "
-                            "precision.param_dtype = FP32"))
-      << all;
-  c.mutable_offload()->set_params(zs::config::OffloadConfig::CPU);
-  c.mutable_offload()->set_optimizer(zs::config::OffloadConfig::CPU);
-  c.mutable_precision()->set_param_dtype(zs::config::PrecisionConfig::BF16);
-  problems = zs::check_config(c);
-  EXPECT_TRUE(problems.empty()) << problems.front().message;
-  EXPECT_TRUE(zs::ShardingOptions::from_config(c).keep_param_dtype_shard);
-  c.mutable_precision()->set_autocast(true);
-  all.clear();
-  for (const auto& p : zs::check_config(c)) all += p.message + "\n";
-  EXPECT_TRUE(contains(all, "offload.keep_param_dtype_shard = true needs precision.param_dtype = BF16 or FP16 without "
-                            "precision.autocast (the copy is the shard in the dtype units compute in), but "
-                            "precision.param_dtype = BF16 with precision.autocast = true"))
-      << all;
-  std::string err = zs::test::error_text_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.keep_param_dtype_shard = true needs offload.params = CPU or NVME and "
-                            "precision.param_dtype = BF16 or FP16 without precision.autocast (got offload.params = CPU, "
-                            "compute dtype Float)"))
-      << err;
-
+// (The config's rules for offload.keep_param_dtype_shard: tests/config/test_config_rules.cpp.)
+TEST(ParamDtypeShard, UsageErrors) {
   // Options built in code: the engine refuses before it wraps anything.
   zs::ShardingOptions o = bf16_resident();
   o.keep_param_dtype_shard = true;
-  err = zs::test::error_text_of<zs::UsageError>([&] { Trainer t(o); });
+  const std::string err = zs::test::error_text_of<zs::UsageError>([&] { Trainer t(o); });
   EXPECT_TRUE(contains(err, "ShardingOptions: keep_param_dtype_shard keeps a param_dtype copy of offloaded shards; it "
                             "needs offload_params.target CPU or NVME (got DEVICE) and a param_dtype other than Float "
                             "(got BFloat16)"))

@@ -25,7 +25,6 @@
 #include "offload/offload_test_options.h"
 #include "engine/gpt_trainer.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -59,9 +58,9 @@ struct TempDir {
 using Trainer = zs_test::GptTrainer;
 using zs_test::max_diff;
 
-zs::config::OptimizerConfig adamw_config() { return zs_test::trainer_adamw_config(); }
+zs::OptimizerOptions adamw_config() { return zs_test::trainer_adamw_options(); }
 
-zs::config::OptimizerConfig sgd_config() { return zs_test::trainer_sgd_config(); }
+zs::OptimizerOptions sgd_config() { return zs_test::trainer_sgd_options(); }
 
 // Small blocks: a shard spans several checksum chunks and I/O pieces.
 zs::ShardingOptions offloaded(zs::OffloadTarget where, const std::string& dir,
@@ -562,31 +561,26 @@ TEST(OffloadParams, DriveTooSmallOnOneRankFailsTheWrapOnEveryRank) {
   EXPECT_TRUE(contains(init_err, rank1_params)) << init_err;
 }
 
-TEST(OffloadParams, ConfigAndUsageErrors) {
-  // From the config: parameter offload without an offloaded optimizer is refused up front.
-  zs::config::Config c;
-  c.mutable_offload()->set_params(zs::config::OffloadConfig::NVME);
-  c.mutable_offload()->set_nvme_path("/x");
-  std::string err = error_of<zs::ConfigError>([&] { zs::ShardingOptions::from_config(c); });
-  EXPECT_TRUE(contains(err, "offload.params = NVME needs offload.optimizer = CPU or NVME")) << err;
-  c.mutable_offload()->set_optimizer(zs::config::OffloadConfig::CPU);
-  EXPECT_EQ(zs::ShardingOptions::from_config(c).offload_params.target, zs::OffloadTarget::kNvme);
-
+// (A config asking for parameter offload without an offloaded optimizer is refused by validation:
+// tests/config/test_config_rules.cpp.)
+TEST(OffloadParams, UsageErrors) {
   // An engine with offloaded shards cannot be stepped by a device-state optimizer.
   TempDir dir("errors");
+  std::string err;
   {
     Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
     auto dev = zs::make_optimizer(adamw_config());
     t.forward_backward(0);
     err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
-    EXPECT_TRUE(contains(err, "set offload.optimizer = CPU or NVME")) << err;
+    EXPECT_TRUE(contains(err, "cannot step offloaded parameter or gradient shards: step them with an offloaded "
+                              "optimizer (make_engine_optimizer with OffloadOptions.target = CPU or NVME)"))
+        << err;
     // param_shards() hands out no values: a step that bypasses the engine is refused by name.
     zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
     err = error_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
     EXPECT_TRUE(contains(err, "engine.step(optimizer)")) << err;
   }
-  // An optimizer made for offloaded parameters, stepped over an engine that keeps them resident
-  // (built from the two-section overload, which leaves the offload section out).
+  // An optimizer made for offloaded parameters, stepped over an engine that keeps them resident.
   Trainer t;
   zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
   t.forward_backward(0);

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
 #include "engine/models.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/engine/engine.h"
@@ -25,20 +24,21 @@
 #include "zeroshard/optim/optimizer.h"
 
 namespace zs = zeroshard;
-using LossScale = zs::config::LossScaleConfig;
+using LossScale = zs::LossScaleOptions;
+using Mode = zs::LossScaleMode;
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-LossScale make_cfg(LossScale::Mode mode, double initial = 1024, int growth_interval = 3, int hysteresis = 1,
+LossScale make_cfg(Mode mode, double initial = 1024, int growth_interval = 3, int hysteresis = 1,
                    double min_scale = 1) {
   LossScale c;
-  c.set_mode(mode);
-  c.set_initial_scale(initial);
-  c.set_growth_interval(growth_interval);
-  c.set_hysteresis(hysteresis);
-  c.set_min_scale(min_scale);
+  c.mode = mode;
+  c.initial_scale = initial;
+  c.growth_interval = growth_interval;
+  c.hysteresis = hysteresis;
+  c.min_scale = min_scale;
   return c;
 }
 
@@ -107,7 +107,7 @@ Holder keep_alive(Holder h) {
 }  // namespace
 
 TEST(GradScaler, ScaleMultipliesTheLoss) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024));
   torch::Tensor loss = torch::tensor(0.3712f);
   EXPECT_TRUE(torch::equal(scaler.scale(loss), loss * 1024.0f));
   EXPECT_EQ(scaler.scale(loss).scalar_type(), at::kFloat);
@@ -119,7 +119,7 @@ TEST(GradScaler, ScaleMultipliesTheLoss) {
 
 TEST(GradScaler, UnscaleIsBitwiseExactForPowerOfTwoScales) {
   for (double scale : {65536.0, 1024.0, 0.5}) {
-    auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 3, 1, 0.25));
+    auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 3, 1, 0.25));
     zs::GradScalerState st = scaler.state();
     st.scale = scale;  // below 1 only by backing off (initial_scale >= 1): set it directly
     scaler.load_state(st);
@@ -139,7 +139,7 @@ TEST(GradScaler, UnscaleIsBitwiseExactForPowerOfTwoScales) {
 
 TEST(GradScaler, ChecksTheUnscaledGradients) {
   // Below scale 1, unscaling multiplies: a finite gradient that becomes inf must skip the step.
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 3, 1, 0.25));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 3, 1, 0.25));
   zs::GradScalerState st = scaler.state();
   st.scale = 0.5;
   scaler.load_state(st);
@@ -153,7 +153,7 @@ TEST(GradScaler, ChecksTheUnscaledGradients) {
 TEST(GradScaler, OverflowOnLastRankSkipsTheStepOnEveryRank) {
   ZS_REQUIRE_RANKS(2);
   for (bool nan : {false, true}) {
-    auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 3, /*hysteresis=*/1));
+    auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 3, /*hysteresis=*/1));
     auto opt = zs::make_sgd(zs::SgdOptions{});
     Shards s = make_shards(scaler.scale());
     if (zs::test::rank() == zs::test::world_size() - 1) s.list[2].grad[5] = nan ? std::nanf("") : -kInf;
@@ -175,7 +175,7 @@ TEST(GradScaler, OverflowOnLastRankSkipsTheStepOnEveryRank) {
 }
 
 TEST(GradScaler, Hysteresis1BacksOffAtEveryOverflow) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 1000, 1));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 1000, 1));
   EXPECT_FALSE(run_step(scaler, true));
   EXPECT_EQ(scaler.scale(), 512.0);
   EXPECT_TRUE(run_step(scaler, false));
@@ -187,7 +187,7 @@ TEST(GradScaler, Hysteresis1BacksOffAtEveryOverflow) {
 }
 
 TEST(GradScaler, Hysteresis2BacksOffAtTheSecondConsecutiveOverflow) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 1000, 2));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 1000, 2));
   EXPECT_FALSE(run_step(scaler, true));
   EXPECT_EQ(scaler.scale(), 1024.0) << "the first overflow is tolerated";
   EXPECT_EQ(scaler.state().hysteresis_left, 1);
@@ -207,7 +207,7 @@ TEST(GradScaler, Hysteresis2BacksOffAtTheSecondConsecutiveOverflow) {
 }
 
 TEST(GradScaler, GrowsAfterGrowthIntervalFiniteSteps) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, /*growth_interval=*/3, 1));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, /*growth_interval=*/3, 1));
   EXPECT_TRUE(run_step(scaler, false));
   EXPECT_TRUE(run_step(scaler, false));
   EXPECT_EQ(scaler.scale(), 1024.0);
@@ -231,7 +231,7 @@ TEST(GradScaler, GrowsAfterGrowthIntervalFiniteSteps) {
 }
 
 TEST(GradScaler, OverflowAtMinScaleIsAClearErrorNamingTheStep) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 4, 1000, 1, /*min_scale=*/1));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 4, 1000, 1, /*min_scale=*/1));
   EXPECT_FALSE(run_step(scaler, true));
   EXPECT_EQ(scaler.scale(), 2.0);
   EXPECT_FALSE(run_step(scaler, true));
@@ -249,7 +249,7 @@ TEST(GradScaler, OverflowAtMinScaleIsAClearErrorNamingTheStep) {
 
   // With hysteresis 2 the minimum tolerates one more overflow before the error; a min_scale that
   // is not a power of the backoff is reached exactly (clamped).
-  auto h2 = make_scaler(make_cfg(LossScale::DYNAMIC, 4, 1000, 2, /*min_scale=*/3));
+  auto h2 = make_scaler(make_cfg(Mode::kDynamic, 4, 1000, 2, /*min_scale=*/3));
   run_step(h2, true);
   run_step(h2, true);
   EXPECT_EQ(h2.scale(), 3.0);
@@ -259,7 +259,7 @@ TEST(GradScaler, OverflowAtMinScaleIsAClearErrorNamingTheStep) {
 }
 
 TEST(GradScaler, RestoredStateBehavesIdentically) {
-  const LossScale cfg = make_cfg(LossScale::DYNAMIC, 1024, 3, 2);
+  const LossScale cfg = make_cfg(Mode::kDynamic, 1024, 3, 2);
   // Overflow pattern: history for the first scaler, then 10 steps for both.
   const std::vector<bool> history = {false, true, false, false, false, true, true, false};
   const std::vector<bool> next = {true, false, false, false, true, true, false, false, false, true};
@@ -285,7 +285,7 @@ TEST(GradScaler, RestoredStateBehavesIdentically) {
 }
 
 TEST(GradScaler, BadStateIsRejectedNamingTheField) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic));
   const zs::GradScalerState good = scaler.state();
   auto with = [&](const std::function<void(zs::GradScalerState&)>& change) {
     zs::GradScalerState s = good;
@@ -303,7 +303,7 @@ TEST(GradScaler, BadStateIsRejectedNamingTheField) {
   EXPECT_TRUE(contains(with([](auto& s) { s.steps = 2, s.skipped = 3; }), "skipped = 3 must be in [0, steps = 2]"));
   EXPECT_EQ(scaler.state().scale, good.scale) << "a rejected state changes nothing";
   // A fixed-scale mode refuses another scale.
-  auto fixed = make_scaler(make_cfg(LossScale::STATIC, 128));
+  auto fixed = make_scaler(make_cfg(Mode::kStatic, 128));
   zs::GradScalerState s = fixed.state();
   s.scale = 64;
   std::string msg = error_of<zs::UsageError>([&] { fixed.load_state(s); });
@@ -311,31 +311,22 @@ TEST(GradScaler, BadStateIsRejectedNamingTheField) {
 }
 
 TEST(GradScaler, AutoResolvesFromFp16) {
-  auto on = make_scaler(make_cfg(LossScale::AUTO, 1024), /*fp16=*/true);
+  auto on = make_scaler(make_cfg(Mode::kAuto, 1024), /*fp16=*/true);
   EXPECT_EQ(on.mode(), zs::LossScaleMode::kDynamic);
   EXPECT_EQ(on.scale(), 1024.0);
-  auto off = make_scaler(make_cfg(LossScale::AUTO, 1024), /*fp16=*/false);
+  auto off = make_scaler(make_cfg(Mode::kAuto, 1024), /*fp16=*/false);
   EXPECT_EQ(off.mode(), zs::LossScaleMode::kDisabled);
   EXPECT_EQ(off.scale(), 1.0);
   // Explicit modes ignore the flag.
-  EXPECT_EQ(make_scaler(make_cfg(LossScale::DYNAMIC), false).mode(), zs::LossScaleMode::kDynamic);
-  EXPECT_EQ(make_scaler(make_cfg(LossScale::DISABLED), true).mode(), zs::LossScaleMode::kDisabled);
-  // AUTO's rule on the precision section.
-  zs::config::PrecisionConfig p;
-  EXPECT_FALSE(zs::GradScaler::uses_fp16(p));
-  p.set_param_dtype(zs::config::PrecisionConfig::BF16);
-  EXPECT_FALSE(zs::GradScaler::uses_fp16(p));
-  p.set_reduce_dtype(zs::config::PrecisionConfig::FP16);
-  EXPECT_TRUE(zs::GradScaler::uses_fp16(p));
-  p.set_reduce_dtype(zs::config::PrecisionConfig::FP32);
-  p.set_param_dtype(zs::config::PrecisionConfig::FP16);
-  EXPECT_TRUE(zs::GradScaler::uses_fp16(p));
+  EXPECT_EQ(make_scaler(make_cfg(Mode::kDynamic), false).mode(), zs::LossScaleMode::kDynamic);
+  EXPECT_EQ(make_scaler(make_cfg(Mode::kDisabled), true).mode(), zs::LossScaleMode::kDisabled);
+  // (Which precision settings count as fp16: RunOptions::fp16, tests/config/test_resolve.cpp.)
   // Schema defaults: AUTO, 65536.
   EXPECT_EQ(zs::GradScaler(LossScale(), true, zs::test::world()).scale(), 65536.0);
 }
 
 TEST(GradScaler, StaticNeverChangesTheScale) {
-  auto scaler = make_scaler(make_cfg(LossScale::STATIC, 256, 1, 1, 256));
+  auto scaler = make_scaler(make_cfg(Mode::kStatic, 256, 1, 1, 256));
   const std::vector<bool> pattern = {false, false, true, true, true, true, false, false, false, true};
   int64_t skipped = 0;
   for (bool o : pattern) {
@@ -353,7 +344,7 @@ TEST(GradScaler, StaticNeverChangesTheScale) {
 }
 
 TEST(GradScaler, DisabledHasScaleOneAndStillSkipsNonFiniteSteps) {
-  auto scaler = make_scaler(make_cfg(LossScale::DISABLED, 1024));
+  auto scaler = make_scaler(make_cfg(Mode::kDisabled, 1024));
   EXPECT_EQ(scaler.scale(), 1.0);
   torch::Tensor loss = torch::tensor(1.5f);
   EXPECT_TRUE(scaler.scale(loss).is_same(loss)) << "DISABLED returns the loss itself";
@@ -368,8 +359,8 @@ TEST(GradScaler, DisabledHasScaleOneAndStillSkipsNonFiniteSteps) {
   EXPECT_TRUE(run_step(scaler, false));
 }
 
-TEST(GradScaler, MisuseAndBadConfigAreClearErrors) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC));
+TEST(GradScaler, MisuseAndBadOptionsAreClearErrors) {
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic));
   std::string msg = error_of<zs::UsageError>([&] { scaler.update(); });
   EXPECT_TRUE(contains(msg, "update without unscale_and_check")) << msg;
   Shards s = make_shards(scaler.scale());
@@ -384,26 +375,25 @@ TEST(GradScaler, MisuseAndBadConfigAreClearErrors) {
   msg = error_of<zs::UsageError>([&] { scaler.unscale_and_check(half.list); });
   EXPECT_TRUE(contains(msg, "gradient of shard 0 ('unit0') must be fp32, got Half")) << msg;
 
-  LossScale c = make_cfg(LossScale::DYNAMIC);
-  c.set_backoff_factor(1);
-  msg = error_of<zs::ConfigError>([&] { make_scaler(c); });
-  EXPECT_TRUE(contains(msg, "precision.loss_scale.backoff_factor = 1 is out of range; allowed: (0, 1)")) << msg;
-  c = make_cfg(LossScale::DYNAMIC, 8, 3, 1, /*min_scale=*/16);
-  msg = error_of<zs::ConfigError>([&] { make_scaler(c); });
-  EXPECT_TRUE(contains(msg, "precision.loss_scale.min_scale = 16 exceeds precision.loss_scale.initial_scale = 8"))
-      << msg;
-  msg = error_of<zs::UsageError>([&] { zs::GradScaler(make_cfg(LossScale::DYNAMIC), true, nullptr); });
+  LossScale c = make_cfg(Mode::kDynamic);
+  c.backoff_factor = 1;
+  msg = error_of<zs::UsageError>([&] { make_scaler(c); });
+  EXPECT_TRUE(contains(msg, "LossScaleOptions.backoff_factor = 1 is out of range; allowed: (0, 1)")) << msg;
+  c = make_cfg(Mode::kDynamic, 8, 3, 1, /*min_scale=*/16);
+  msg = error_of<zs::UsageError>([&] { make_scaler(c); });
+  EXPECT_TRUE(contains(msg, "LossScaleOptions.min_scale = 16 exceeds initial_scale = 8")) << msg;
+  msg = error_of<zs::UsageError>([&] { zs::GradScaler(make_cfg(Mode::kDynamic), true, nullptr); });
   EXPECT_TRUE(contains(msg, "got null")) << msg;
 }
 
 TEST(GradScaler, ToStringShowsTheState) {
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 3, 2));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 3, 2));
   run_step(scaler, false);
   run_step(scaler, true);
   EXPECT_EQ(scaler.to_string(),
             "GradScaler(mode=DYNAMIC, scale=1024, growth_tracker=0/3, hysteresis_left=1/2, steps=2, skipped=1, "
             "min_scale=1)");
-  EXPECT_EQ(make_scaler(make_cfg(LossScale::DISABLED)).to_string(), "GradScaler(mode=DISABLED, scale=1, steps=0, skipped=0)");
+  EXPECT_EQ(make_scaler(make_cfg(Mode::kDisabled)).to_string(), "GradScaler(mode=DISABLED, scale=1, steps=0, skipped=0)");
 }
 
 // ---- end to end through the engine ----
@@ -467,7 +457,7 @@ double max_diff(const std::map<std::string, at::Tensor>& a, const std::map<std::
 TEST(GradScalerEngine, OverflowStepIsSkippedOnEveryRankAndNothingElseChanges) {
   // Power-of-two scale: scaling the loss and unscaling the gradients is exact, so the scaled run
   // must equal the plain run that leaves the overflowing step out, bit for bit.
-  auto scaler = make_scaler(make_cfg(LossScale::DYNAMIC, 1024, 1000, /*hysteresis=*/1));
+  auto scaler = make_scaler(make_cfg(Mode::kDynamic, 1024, 1000, /*hysteresis=*/1));
   std::vector<bool> decisions;
   std::vector<int> all_steps;
   for (int s = 0; s < kSteps; ++s) all_steps.push_back(s);
@@ -501,7 +491,7 @@ TEST(GradScalerEngine, OverflowStepIsSkippedOnEveryRankAndNothingElseChanges) {
 // Without loss scaling the step's inf/nan decision comes from the global gradient norm
 // (check_norm): the same skip, without unscale_and_check's pass and all-reduce.
 TEST(GradScaler, DisabledDecidesFromTheGlobalNorm) {
-  auto scaler = make_scaler(make_cfg(LossScale::DISABLED, 1024));
+  auto scaler = make_scaler(make_cfg(Mode::kDisabled, 1024));
   EXPECT_TRUE(scaler.check_norm(3.5));
   scaler.update();
   EXPECT_FALSE(scaler.check_norm(std::numeric_limits<double>::infinity()));
@@ -514,7 +504,7 @@ TEST(GradScaler, DisabledDecidesFromTheGlobalNorm) {
   EXPECT_EQ(scaler.steps(), 3);
   EXPECT_EQ(scaler.skipped_steps(), 2);
   EXPECT_EQ(scaler.scale(), 1.0);
-  for (auto mode : {LossScale::DYNAMIC, LossScale::STATIC}) {
+  for (auto mode : {Mode::kDynamic, Mode::kStatic}) {
     auto scaling = make_scaler(make_cfg(mode, 1024));
     const std::string e = error_of<zs::UsageError>([&] { scaling.check_norm(1.0); });
     EXPECT_TRUE(contains(e, "call unscale_and_check")) << e;
@@ -534,7 +524,7 @@ TEST(GradScalerEngine, DisabledSkipsFromTheClipNormWithoutACollectiveOfItsOwn) {
   torch::manual_seed(11);
   auto model = keep_alive(zs_test::Mlp());
   zs::ShardingEngine engine(zs::test::session(), model.ptr(), zs::ShardingOptions{});
-  auto scaler = make_scaler(make_cfg(LossScale::DISABLED), /*fp16=*/false);
+  auto scaler = make_scaler(make_cfg(Mode::kDisabled), /*fp16=*/false);
   for (int step = 0; step < 2; ++step) {
     auto g = torch::make_generator<at::CPUGeneratorImpl>(700 + step + zs::test::rank());
     torch::Tensor x = torch::randn({4, 7}, g), y = torch::randn({4, 5}, g);

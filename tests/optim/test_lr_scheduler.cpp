@@ -7,42 +7,42 @@
 #include <cmath>
 #include <string>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/optim/lr_scheduler.h"
 
 namespace zs = zeroshard;
-using Sched = zs::config::SchedulerConfig;
+using Sched = zs::LrScheduleOptions;
+using Type = zs::LrScheduleOptions::Type;
 
 namespace {
 
 constexpr double kLr = 1e-3;
 constexpr double kPi = 3.14159265358979323846;
 
-Sched make(Sched::Type type, int64_t warmup, int64_t total = 0, double min_ratio = 0) {
+Sched make(Type type, int64_t warmup, int64_t total = 0, double min_ratio = 0) {
   Sched c;
-  c.set_type(type);
-  c.set_warmup_steps(warmup);
-  c.set_total_steps(total);
-  c.set_min_lr_ratio(min_ratio);
+  c.type = type;
+  c.warmup_steps = warmup;
+  c.total_steps = total;
+  c.min_lr_ratio = min_ratio;
   return c;
 }
 
-std::string config_error(const Sched& c, double lr = kLr) {
+std::string usage_error(const Sched& c, double lr = kLr) {
   try {
     zs::LrScheduler s(c, lr);
-  } catch (const zs::ConfigError& e) {
+  } catch (const zs::UsageError& e) {
     return e.message();
   }
-  ADD_FAILURE() << "expected a ConfigError";
+  ADD_FAILURE() << "expected a UsageError";
   return "";
 }
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
 
-TEST(LrScheduler, DefaultConfigIsConstant) {
-  zs::LrScheduler s(zs::default_config().scheduler(), kLr);
+TEST(LrScheduler, DefaultOptionsAreConstant) {
+  zs::LrScheduler s(zs::LrScheduleOptions{}, kLr);
   EXPECT_EQ(s.lr_at(0), kLr);
   EXPECT_EQ(s.lr_at(123456789), kLr);
   EXPECT_EQ(s.describe(), "CONSTANT(lr=0.001, warmup_steps=0)");
@@ -51,7 +51,7 @@ TEST(LrScheduler, DefaultConfigIsConstant) {
 // Warmup uses lr * (step + 1) / warmup_steps: the first step is not wasted at lr 0 and the last
 // warmup step reaches the full lr.
 TEST(LrScheduler, WarmupIsLinearFromLrOverWarmupToLr) {
-  zs::LrScheduler s(make(Sched::CONSTANT, 4), kLr);
+  zs::LrScheduler s(make(Type::kConstant, 4), kLr);
   EXPECT_DOUBLE_EQ(s.lr_at(0), kLr * 0.25);
   EXPECT_DOUBLE_EQ(s.lr_at(1), kLr * 0.5);
   EXPECT_DOUBLE_EQ(s.lr_at(2), kLr * 0.75);
@@ -62,7 +62,7 @@ TEST(LrScheduler, WarmupIsLinearFromLrOverWarmupToLr) {
 }
 
 TEST(LrScheduler, LinearWarmupWithoutTotalStaysConstant) {
-  zs::LrScheduler s(make(Sched::LINEAR_WARMUP, 10), kLr);
+  zs::LrScheduler s(make(Type::kLinearWarmup, 10), kLr);
   EXPECT_DOUBLE_EQ(s.lr_at(0), kLr / 10);
   EXPECT_EQ(s.lr_at(9), kLr);
   EXPECT_EQ(s.lr_at(10), kLr);
@@ -71,7 +71,7 @@ TEST(LrScheduler, LinearWarmupWithoutTotalStaysConstant) {
 }
 
 TEST(LrScheduler, LinearWarmupDecaysToMinAtTotal) {
-  zs::LrScheduler s(make(Sched::LINEAR_WARMUP, 10, 110, 0.1), kLr);
+  zs::LrScheduler s(make(Type::kLinearWarmup, 10, 110, 0.1), kLr);
   EXPECT_DOUBLE_EQ(s.lr_at(0), kLr / 10);
   EXPECT_EQ(s.lr_at(9), kLr);
   EXPECT_EQ(s.lr_at(10), kLr);
@@ -83,7 +83,7 @@ TEST(LrScheduler, LinearWarmupDecaysToMinAtTotal) {
 }
 
 TEST(LrScheduler, CosineAfterWarmup) {
-  zs::LrScheduler s(make(Sched::COSINE, 100, 1100, 0.1), kLr);
+  zs::LrScheduler s(make(Type::kCosine, 100, 1100, 0.1), kLr);
   const double min_lr = 0.1 * kLr;
   EXPECT_DOUBLE_EQ(s.lr_at(0), kLr / 100);
   EXPECT_DOUBLE_EQ(s.lr_at(49), kLr / 2);
@@ -103,7 +103,7 @@ TEST(LrScheduler, CosineAfterWarmup) {
 }
 
 TEST(LrScheduler, CosineWithoutWarmupToZero) {
-  zs::LrScheduler s(make(Sched::COSINE, 0, 10), 2.0);
+  zs::LrScheduler s(make(Type::kCosine, 0, 10), 2.0);
   EXPECT_DOUBLE_EQ(s.lr_at(0), 2.0);
   EXPECT_DOUBLE_EQ(s.lr_at(5), 1.0);
   EXPECT_EQ(s.lr_at(10), 0.0);
@@ -111,9 +111,9 @@ TEST(LrScheduler, CosineWithoutWarmupToZero) {
 }
 
 TEST(LrScheduler, StepDecaysByGammaEveryStepSizeAfterWarmup) {
-  Sched c = make(Sched::STEP, 2);
-  c.set_step_size(3);
-  c.set_gamma(0.5);
+  Sched c = make(Type::kStep, 2);
+  c.step_size = 3;
+  c.gamma = 0.5;
   zs::LrScheduler s(c, kLr);
   EXPECT_DOUBLE_EQ(s.lr_at(0), kLr / 2);
   EXPECT_EQ(s.lr_at(1), kLr);
@@ -126,30 +126,32 @@ TEST(LrScheduler, StepDecaysByGammaEveryStepSizeAfterWarmup) {
   EXPECT_EQ(s.describe(), "STEP(lr=0.001, warmup_steps=2, step_size=3, gamma=0.5)");
 }
 
-TEST(LrScheduler, InconsistentSettingsAreConfigErrorsNamingTheField) {
-  EXPECT_CONTAINS(config_error(make(Sched::COSINE, 0, 0)),
-                  "scheduler.total_steps must be set (> 0) for COSINE");
-  EXPECT_CONTAINS(config_error(make(Sched::COSINE, 100, 100)),
-                  "scheduler.total_steps = 100 must exceed scheduler.warmup_steps = 100 for COSINE");
-  EXPECT_CONTAINS(config_error(make(Sched::LINEAR_WARMUP, 50, 20)),
-                  "scheduler.total_steps = 20 must exceed scheduler.warmup_steps = 50 for LINEAR_WARMUP");
-  EXPECT_CONTAINS(config_error(make(Sched::LINEAR_WARMUP, 10, 0, 0.1)),
-                  "scheduler.min_lr_ratio = 0.1 needs scheduler.total_steps > 0 for LINEAR_WARMUP");
-  EXPECT_CONTAINS(config_error(make(Sched::CONSTANT, -1)),
-                  "scheduler.warmup_steps = -1 is out of range; allowed: >= 0");
-  EXPECT_CONTAINS(config_error(make(Sched::COSINE, 0, 10, 1.5)),
-                  "scheduler.min_lr_ratio = 1.5 is out of range; allowed: [0, 1]");
-  Sched c = make(Sched::STEP, 0);
-  c.set_step_size(0);
-  EXPECT_CONTAINS(config_error(c), "scheduler.step_size = 0 is out of range; allowed: >= 1");
-  c.set_step_size(10);
-  c.set_gamma(0);
-  EXPECT_CONTAINS(config_error(c), "scheduler.gamma = 0 is out of range; allowed: (0, 1]");
-  EXPECT_CONTAINS(config_error(make(Sched::CONSTANT, 0), -1.0), "optimizer.lr = -1");
+// The schedule protects itself against options no valid config gives (config/src/config_rules.cpp
+// holds the rules for configs): UsageErrors naming LrScheduleOptions' fields.
+TEST(LrScheduler, InconsistentOptionsAreUsageErrorsNamingTheField) {
+  EXPECT_CONTAINS(usage_error(make(Type::kCosine, 0, 0)),
+                  "LrScheduleOptions.total_steps must be > 0 for type COSINE");
+  EXPECT_CONTAINS(usage_error(make(Type::kCosine, 100, 100)),
+                  "LrScheduleOptions.total_steps = 100 must exceed warmup_steps = 100 for COSINE");
+  EXPECT_CONTAINS(usage_error(make(Type::kLinearWarmup, 50, 20)),
+                  "LrScheduleOptions.total_steps = 20 must exceed warmup_steps = 50 for LINEAR_WARMUP");
+  EXPECT_CONTAINS(usage_error(make(Type::kLinearWarmup, 10, 0, 0.1)),
+                  "LrScheduleOptions.min_lr_ratio = 0.1 needs total_steps > 0 for type LINEAR_WARMUP");
+  EXPECT_CONTAINS(usage_error(make(Type::kConstant, -1)),
+                  "LrScheduleOptions.warmup_steps = -1 is out of range; allowed: >= 0");
+  EXPECT_CONTAINS(usage_error(make(Type::kCosine, 0, 10, 1.5)),
+                  "LrScheduleOptions.min_lr_ratio = 1.5 is out of range; allowed: [0, 1]");
+  Sched c = make(Type::kStep, 0);
+  c.step_size = 0;
+  EXPECT_CONTAINS(usage_error(c), "LrScheduleOptions.step_size = 0 is out of range; allowed: >= 1");
+  c.step_size = 10;
+  c.gamma = 0;
+  EXPECT_CONTAINS(usage_error(c), "LrScheduleOptions.gamma = 0 is out of range; allowed: (0, 1]");
+  EXPECT_CONTAINS(usage_error(make(Type::kConstant, 0), -1.0), "LrScheduler: base_lr = -1");
 }
 
 TEST(LrScheduler, NegativeStepIsAUsageError) {
-  zs::LrScheduler s(make(Sched::CONSTANT, 0), kLr);
+  zs::LrScheduler s(make(Type::kConstant, 0), kLr);
   try {
     s.lr_at(-1);
     ADD_FAILURE() << "expected a UsageError";

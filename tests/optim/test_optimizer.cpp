@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/optim/optimizer.h"
 
@@ -417,31 +416,29 @@ TEST(ShardedOptimizer, DescribeAndSetLr) {
   EXPECT_CONTAINS(adam_opt->describe(), "Adam(lr=0.5,");
 }
 
-TEST(ShardedOptimizer, MakeOptimizerFromDefaultConfigIsAdamW) {
-  const zs::Config cfg = zs::default_config();
-  auto opt = zs::make_optimizer(cfg.optimizer());
+TEST(ShardedOptimizer, MakeOptimizerFromDefaultOptionsIsAdamW) {
+  const zs::OptimizerOptions o;
+  auto opt = zs::make_optimizer(o);
   EXPECT_EQ(opt->describe(), "AdamW(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01)");
-  EXPECT_EQ(opt->lr(), cfg.optimizer().lr());
+  EXPECT_EQ(opt->lr(), o.lr);
 }
 
 TEST(ShardedOptimizer, MakeOptimizerMapsEveryField) {
-  zs::config::OptimizerConfig cfg;
-  cfg.set_type(zs::config::OptimizerConfig::ADAM);
-  cfg.set_lr(3e-4);
-  cfg.set_beta1(0.8);
-  cfg.set_beta2(0.95);
-  cfg.set_eps(1e-6);
-  cfg.set_weight_decay(0.1);
-  EXPECT_EQ(zs::make_optimizer(cfg)->describe(),
-            "Adam(lr=0.0003, betas=(0.8, 0.95), eps=1e-06, weight_decay=0.1)");
-  cfg.Clear();
-  cfg.set_type(zs::config::OptimizerConfig::SGD);
-  cfg.set_lr(0.5);
-  cfg.set_momentum(0.9);
-  cfg.set_nesterov(true);
-  cfg.set_weight_decay(0);
-  EXPECT_EQ(zs::make_optimizer(cfg)->describe(),
-            "SGD(lr=0.5, momentum=0.9, dampening=0, weight_decay=0, nesterov=true)");
+  zs::OptimizerOptions o;
+  o.type = zs::OptimizerOptions::Type::kAdam;
+  o.lr = 3e-4;
+  o.beta1 = 0.8;
+  o.beta2 = 0.95;
+  o.eps = 1e-6;
+  o.weight_decay = 0.1;
+  EXPECT_EQ(zs::make_optimizer(o)->describe(), "Adam(lr=0.0003, betas=(0.8, 0.95), eps=1e-06, weight_decay=0.1)");
+  o = {};
+  o.type = zs::OptimizerOptions::Type::kSgd;
+  o.lr = 0.5;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  o.weight_decay = 0;
+  EXPECT_EQ(zs::make_optimizer(o)->describe(), "SGD(lr=0.5, momentum=0.9, dampening=0, weight_decay=0, nesterov=true)");
 }
 
 TEST(ShardedOptimizer, BadOptionsAreClearErrors) {
@@ -472,21 +469,22 @@ TEST(ShardedOptimizer, BadOptionsAreClearErrors) {
   EXPECT_CONTAINS(error_message<UsageError>([&] { zs::make_adam(o); }), "AdamOptions.weight_decay");
 }
 
-TEST(ShardedOptimizer, BadConfigIsAConfigErrorNamingTheField) {
-  zs::config::OptimizerConfig cfg;
-  cfg.set_beta2(1.5);
-  EXPECT_CONTAINS(error_message<zs::ConfigError>([&] { zs::make_optimizer(cfg); }),
-                  "optimizer.beta2 = 1.5 is out of range; allowed: [0, 1)");
-  cfg.Clear();
-  cfg.set_momentum(0.9);  // type defaults to ADAMW
-  EXPECT_CONTAINS(error_message<zs::ConfigError>([&] { zs::make_optimizer(cfg); }),
-                  "optimizer.momentum = 0.9 / optimizer.nesterov = false apply only to "
-                  "optimizer.type = SGD, but optimizer.type = ADAMW");
-  cfg.Clear();
-  cfg.set_type(zs::config::OptimizerConfig::SGD);
-  cfg.set_nesterov(true);
-  EXPECT_CONTAINS(error_message<zs::ConfigError>([&] { zs::make_optimizer(cfg); }),
-                  "optimizer.nesterov = true needs momentum > 0");
+// make_optimizer protects itself against options no valid config gives (the config's rules are
+// config/src/config_rules.cpp's): UsageErrors naming OptimizerOptions' fields.
+TEST(ShardedOptimizer, BadOptimizerOptionsAreUsageErrorsNamingTheField) {
+  zs::OptimizerOptions o;
+  o.beta2 = 1.5;
+  EXPECT_CONTAINS(error_message<zs::UsageError>([&] { zs::make_optimizer(o); }),
+                  "OptimizerOptions.beta2 = 1.5 is out of range; allowed: [0, 1)");
+  o = {};
+  o.momentum = 0.9;  // type defaults to ADAMW
+  EXPECT_CONTAINS(error_message<zs::UsageError>([&] { zs::make_optimizer(o); }),
+                  "OptimizerOptions.momentum = 0.9 / nesterov = false apply only to type SGD, but type = ADAMW");
+  o = {};
+  o.type = zs::OptimizerOptions::Type::kSgd;
+  o.nesterov = true;
+  EXPECT_CONTAINS(error_message<zs::UsageError>([&] { zs::make_optimizer(o); }),
+                  "OptimizerOptions.nesterov = true needs momentum > 0");
 }
 
 }  // namespace

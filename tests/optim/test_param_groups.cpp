@@ -1,6 +1,6 @@
 // Parameter groups: how assign_param_groups classifies parameters (the 1-D / embedding exemption,
 // first-match rules over names and tied names, globs across dots), the errors a rule gets, the
-// config form, and what the engine hands the optimizer: each rank's shard ranges for a wrapped
+// options, and what the engine hands the optimizer: each rank's shard ranges for a wrapped
 // model. Optimizer math with groups is checked against torch::optim in test_optimizer, and whole
 // training in test_equivalence.
 
@@ -13,7 +13,6 @@
 #include "common/test_util.h"
 #include "engine/models.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/optim/param_groups.h"
 
@@ -32,8 +31,8 @@ std::vector<zs::ParamGroupParam> gpt_like() {
   };
 }
 
-std::string config_error(const zs::ParamGroupOptions& o, const std::vector<zs::ParamGroupParam>& params) {
-  return zs::test::error_text_of<zs::ConfigError>([&] { zs::assign_param_groups(o, params); });
+std::string usage_error(const zs::ParamGroupOptions& o, const std::vector<zs::ParamGroupParam>& params) {
+  return zs::test::error_text_of<zs::UsageError>([&] { zs::assign_param_groups(o, params); });
 }
 
 TEST(ParamGroups, DefaultsExemptOneDimensionalAndEmbeddings) {
@@ -66,7 +65,7 @@ TEST(ParamGroups, FirstMatchingRuleWinsOverTheExemptionAndMatchesTiedNames) {
   ok.rules.erase(ok.rules.begin() + 1);
   const auto g = zs::assign_param_groups(ok, gpt_like());
   EXPECT_EQ(g[0].weight_decay, 0.01);
-  EXPECT_EQ(g[0].why, "optimizer.param_groups[1] ('lm_head_*')");
+  EXPECT_EQ(g[0].why, "rules[1] ('lm_head_*')");
   EXPECT_EQ(g[2].weight_decay, 0.2);
   EXPECT_EQ(g[2].lr_scale, 3.0);
   EXPECT_EQ(g[3].weight_decay, 0.0) << "h0.proj.bias is 1-D and matches no rule";
@@ -74,47 +73,29 @@ TEST(ParamGroups, FirstMatchingRuleWinsOverTheExemptionAndMatchesTiedNames) {
   EXPECT_EQ(g[4].lr_scale, 2.0);
   EXPECT_EQ(g[5].weight_decay, 0.1) << "a rule overrides the 1-D exemption";
   EXPECT_EQ(g[5].lr_scale, 2.0);
-  const std::string err = config_error(o, gpt_like());
-  EXPECT_TRUE(zs::test::contains(err, "optimizer.param_groups[1] ('h?.fc.bias') matches only parameters an earlier "
-                                      "rule already took"))
+  const std::string err = usage_error(o, gpt_like());
+  EXPECT_TRUE(zs::test::contains(err, "parameter group rule rules[1] ('h?.fc.bias') matches only parameters an "
+                                      "earlier rule already took"))
       << err;
+  // A rule's label (resolve() gives "optimizer.param_groups[i]") names it in reports and errors.
+  ok.rules[0].label = "optimizer.param_groups[0]";
+  EXPECT_EQ(zs::assign_param_groups(ok, gpt_like())[4].why, "optimizer.param_groups[0] ('h1.*')");
 }
 
-TEST(ParamGroups, BadRulesAreConfigErrorsNamingTheRule) {
+TEST(ParamGroups, BadRulesAreUsageErrorsNamingTheRule) {
   zs::ParamGroupOptions o;
-  o.rules.push_back({"blocks.*", std::nullopt, 1.0});
-  std::string err = config_error(o, gpt_like());
-  EXPECT_TRUE(zs::test::contains(err, "optimizer.param_groups[0] ('blocks.*') matches no trainable parameter") &&
+  o.rules.push_back({"blocks.*", std::nullopt, 1.0, "optimizer.param_groups[0]"});
+  std::string err = usage_error(o, gpt_like());
+  EXPECT_TRUE(zs::test::contains(err, "parameter group rule optimizer.param_groups[0] ('blocks.*') matches no "
+                                      "trainable parameter") &&
               zs::test::contains(err, "'wte.weight'"))
       << err;
   o.rules = {{"", std::nullopt, 1.0}};
-  EXPECT_TRUE(zs::test::contains(config_error(o, gpt_like()), "optimizer.param_groups[0].match is empty"));
+  EXPECT_TRUE(zs::test::contains(usage_error(o, gpt_like()), "parameter group rule rules[0]: match is empty"));
   o.rules = {{"h1.*", -0.5, 1.0}};
-  EXPECT_TRUE(zs::test::contains(config_error(o, gpt_like()), "weight_decay = -0.5"));
+  EXPECT_TRUE(zs::test::contains(usage_error(o, gpt_like()), "weight_decay = -0.5"));
   o.rules = {{"h1.*", std::nullopt, std::nan("")}};
-  EXPECT_TRUE(zs::test::contains(config_error(o, gpt_like()), "lr_scale = nan"));
-}
-
-TEST(ParamGroups, FromConfig) {
-  zs::config::OptimizerConfig c;
-  c.set_weight_decay(0.3);
-  EXPECT_TRUE(c.no_decay_1d_and_embeddings()) << "the default exempts biases, norms and embeddings";
-  c.set_no_decay_1d_and_embeddings(false);
-  auto* g = c.add_param_groups();
-  g->set_match("head.*");
-  g->set_lr_scale(10);
-  g = c.add_param_groups();
-  g->set_match("*.bias");
-  g->set_weight_decay(0);
-  const zs::ParamGroupOptions o = zs::ParamGroupOptions::from_config(c);
-  EXPECT_EQ(o.weight_decay, 0.3);
-  EXPECT_FALSE(o.no_decay_1d_and_embeddings);
-  ASSERT_EQ(o.rules.size(), 2u);
-  EXPECT_EQ(o.rules[0].match, "head.*");
-  EXPECT_FALSE(o.rules[0].weight_decay.has_value());
-  EXPECT_EQ(o.rules[0].lr_scale, 10);
-  EXPECT_EQ(o.rules[1].weight_decay.value_or(-1), 0);
-  EXPECT_EQ(o.rules[1].lr_scale, 1);
+  EXPECT_TRUE(zs::test::contains(usage_error(o, gpt_like()), "lr_scale = nan"));
 }
 
 // The engine's ranges: on every rank, the shard elements of each parameter carry its group.

@@ -3,7 +3,7 @@
 
   round_trip.py --bin BUILD/bin --mpirun MPIRUN --work DIR [--ranks N] [--format torch|safetensors]
 
-1. Python builds and initialises the GPT of examples/gpt (tests/python/zs_gpt.py) and saves its
+1. Python builds and initialises the built-in GPT of zeroshard/models/gpt.h (tests/python/zs_gpt.py) and saves its
    state dict: with torch.save (--format torch) or as safetensors written by hand (--format
    safetensors); it computes the validation loss of those weights on the held-out windows.
 2. train_gpt at N ranks starts from that file (model.init_from), fp32: its first evaluation must

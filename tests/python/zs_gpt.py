@@ -1,7 +1,7 @@
-"""The GPT of examples/gpt written in PyTorch, with what the Python-side tests need around it.
+"""The built-in GPT (models/src/gpt.cpp) written in PyTorch, with what the Python-side tests need around it.
 
 One Python copy of the model for the round-trip tests (weights from Python into train_gpt and back),
-the speed peer and the TorchScript tests. It mirrors examples/gpt/gpt_model.cpp exactly: the same
+the speed peer and the TorchScript tests. It mirrors models/src/gpt.cpp exactly: the same
 module names (wte, wpe, h0..h{n-1} with ln1, qkv, proj, ln2, fc, out; ln_f; lm_head_weight tied to
 wte.weight), LayerNorm eps 1e-5, exact GELU, a causal mask, softmax in fp32, a bias-free qkv.
 

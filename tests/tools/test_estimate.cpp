@@ -17,7 +17,7 @@
 #include <cstdio>
 
 #include "common/test_util.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/resolve.h"
 #include "engine/models.h"
 #include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
@@ -35,6 +35,14 @@ using Strategy = zs::config::ShardingConfig;
 using DType = zs::config::PrecisionConfig;
 
 namespace {
+
+// What zeroshard-estimate makes of a config: resolve()'s EstimateOptions at a world size.
+zs::EstimateOptions estimate_options(const zs::Config& cfg, int world_size, int ranks_per_node) {
+  zs::EstimateOptions o = zs::resolve(cfg).estimate;
+  o.world_size = world_size;
+  o.ranks_per_node = ranks_per_node;
+  return o;
+}
 
 // A GPT whose units are not all the same size would hide nothing here; the test GPT's blocks are
 // equal, its root (tied embedding, positions, final norm) differs.
@@ -117,15 +125,15 @@ TEST(EstimateModelStates, WithinTenPercentOfTheEngineAccounting) {
     cfg.mutable_precision()->set_param_dtype(k.dtype);
     cfg.mutable_precision()->set_reduce_dtype(k.dtype);
     const zs::EstimateOptions options =
-        zs::EstimateOptions::from_config(cfg, world, zs::test::session().local_world_size());
+        estimate_options(cfg, world, zs::test::session().local_world_size());
     const zs::MemoryEstimate e = zs::estimate_memory(shape, options);
 
     torch::manual_seed(5);
     zs_test::Gpt model = keep_alive(zs_test::Gpt(c));
     zs::ShardingEngine engine(zs::test::session(), model.ptr(),
-                              zs::ShardingOptions::from_config(cfg.sharding(), cfg.precision()));
+                              zs::resolve(cfg).sharding);
     EXPECT_EQ(engine.shard_group_size(), e.shard_group);
-    auto opt = zs::make_optimizer(cfg.optimizer());
+    auto opt = zs::make_optimizer(zs::resolve(cfg).optimizer);
     train_step(engine, model, *opt, 0);
     engine.zero_grad();
     engine.memory().reset_peaks();
@@ -160,7 +168,7 @@ TEST(EstimateModelStates, ZeroFormulasOnRoundNumbers) {
   ASSERT_EQ(m.unit_params.size(), 100u);
   zs::Config cfg = zs::default_config();
   cfg.mutable_precision()->set_param_dtype(DType::BF16);
-  zs::EstimateOptions o = zs::EstimateOptions::from_config(cfg, 8, 8);
+  zs::EstimateOptions o = estimate_options(cfg, 8, 8);
   zs::MemoryEstimate e = zs::estimate_memory(m, o);
   EXPECT_EQ(e.shard_group, 8);
   EXPECT_EQ(e.device_persistent(), 16LL * 1000000000 / 8);  // 16 Psi / N
@@ -187,14 +195,14 @@ TEST(EstimateModelStates, ZeroFormulasOnRoundNumbers) {
         << err.message();
   }
   // Padding: 10 parameters at 4 ranks pad to 12, 3 per rank.
-  o = zs::EstimateOptions::from_config(zs::default_config(), 4, 4);
+  o = estimate_options(zs::default_config(), 4, 4);
   EXPECT_EQ(zs::estimate_memory(zs::uniform_model_shape(10, 0), o).sharded_params, 4 * 3);
   // SGD: momentum buffer or nothing.
   cfg = zs::default_config();
   cfg.mutable_optimizer()->set_type(zs::config::OptimizerConfig::SGD);
-  EXPECT_EQ(zs::estimate_memory(m, zs::EstimateOptions::from_config(cfg, 1, 1)).optimizer_state, 0);
+  EXPECT_EQ(zs::estimate_memory(m, estimate_options(cfg, 1, 1)).optimizer_state, 0);
   cfg.mutable_optimizer()->set_momentum(0.9);
-  EXPECT_EQ(zs::estimate_memory(m, zs::EstimateOptions::from_config(cfg, 1, 1)).optimizer_state, 4LL * 1000000000);
+  EXPECT_EQ(zs::estimate_memory(m, estimate_options(cfg, 1, 1)).optimizer_state, 4LL * 1000000000);
 }
 
 // The formulas as documented (docs/tools.md), on round numbers; NVMe placements are checked against
@@ -204,7 +212,7 @@ TEST(EstimateModelStates, OffloadFormulas) {
   zs::Config cfg = zs::default_config();
   cfg.mutable_precision()->set_param_dtype(DType::BF16);
   cfg.mutable_offload()->set_optimizer(zs::config::OffloadConfig::CPU);
-  zs::EstimateOptions o = zs::EstimateOptions::from_config(cfg, 8, 8);
+  zs::EstimateOptions o = estimate_options(cfg, 8, 8);
   zs::MemoryEstimate e = zs::estimate_memory(m, o);
   const int64_t shard = 100000000;
   EXPECT_TRUE(e.offloaded);
@@ -214,7 +222,7 @@ TEST(EstimateModelStates, OffloadFormulas) {
   EXPECT_EQ(e.grad_shards, 4 * shard);
   EXPECT_EQ(e.pinned_host, 4 * shard);
   // The device peak loses what moved to the host: 16 -> 4 + 4 bytes per parameter of the shard.
-  const zs::MemoryEstimate on_device = zs::estimate_memory(m, zs::EstimateOptions::from_config(
+  const zs::MemoryEstimate on_device = zs::estimate_memory(m, estimate_options(
       [] { zs::Config c = zs::default_config(); c.mutable_precision()->set_param_dtype(DType::BF16); return c; }(), 8, 8));
   EXPECT_EQ(on_device.device_peak - e.device_peak, 8 * shard);
   o.offload_optimizer = zs::OffloadTarget::kNvme;
@@ -277,12 +285,13 @@ TEST(EstimateModelStates, NvmeOffloadWithinTenPercentOfTheEngine) {
     if (setup.copy) off.set_keep_param_dtype_shard(true);
     if (setup.copy || setup.params_resident) cfg.mutable_precision()->set_param_dtype(DType::BF16);
     const zs::MemoryEstimate e =
-        zs::estimate_memory(shape, zs::EstimateOptions::from_config(cfg, world, zs::test::session().local_world_size()));
+        zs::estimate_memory(shape, estimate_options(cfg, world, zs::test::session().local_world_size()));
     {
       torch::manual_seed(5);
       zs_test::Gpt model = keep_alive(zs_test::Gpt(c));
-      zs::ShardingEngine engine(zs::test::session(), model.ptr(), zs::ShardingOptions::from_config(cfg));
-      auto opt = zs::make_engine_optimizer(cfg, zs::test::rank(), &engine.memory());
+      zs::ShardingEngine engine(zs::test::session(), model.ptr(), zs::resolve(cfg).sharding);
+      const zs::RunOptions run = zs::resolve(cfg);
+      auto opt = zs::make_engine_optimizer(run.optimizer, run.offload, zs::test::rank(), &engine.memory());
       train_step(engine, model, *opt, 0);
       engine.zero_grad();
       engine.memory().reset_peaks();

@@ -16,6 +16,7 @@
 // 1 with a one-line error otherwise, 2 for a bad command line.
 
 #include <c10/util/Exception.h>
+#include <google/protobuf/text_format.h>
 
 #include <cstdio>
 #include <fstream>
@@ -25,6 +26,7 @@
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/config/config.h"
 #include "zeroshard/models/gguf_export.h"
 
 namespace zs = zeroshard;
@@ -79,6 +81,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The LoRA scale (lora.alpha / lora.rank) of the run that saved the checkpoint at `path`, from the
+// config it stored.
+double lora_scale_of(const std::string& path) {
+  const std::string dir = zs::ckpt::resolve_checkpoint(path);
+  zs::Config cfg;
+  ZS_REQUIRE(google::protobuf::TextFormat::ParseFromString(zs::ckpt::saved_run(dir).config_text, &cfg),
+             zs::CheckpointError, "checkpoint '", dir,
+             "': its run's config does not parse, so the LoRA scale (lora.alpha / lora.rank) is unknown");
+  ZS_REQUIRE(cfg.lora().rank() > 0, zs::CheckpointError, "checkpoint '", dir,
+             "' was saved by a run with lora.rank = ", cfg.lora().rank(), ": it has no adapters to merge");
+  return cfg.lora().alpha() / cfg.lora().rank();
+}
+
 // export HF_DIR OUT --format gguf
 int export_gguf(const Args& a) {
   zs::models::GgufExportOptions o;
@@ -108,7 +123,8 @@ int run(const Args& a) {
   const std::string& out = a.out;
   ZS_REQUIRE(!a.merge_lora || safetensors, zs::UsageError, "--merge-lora writes safetensors: name OUT *.safetensors or "
              "pass --format safetensors");
-  const auto st = safetensors ? zs::ckpt::export_safetensors(a.path, out, dtype, a.merge_lora)
+  const double lora_scale = a.merge_lora ? lora_scale_of(a.path) : 0;
+  const auto st = safetensors ? zs::ckpt::export_safetensors(a.path, out, dtype, lora_scale)
                               : zs::ckpt::consolidate(a.path, out, dtype);
   std::printf("wrote %s (%s): %lld parameter names, %lld elements (%s), %lld buffers; largest unit %.3f MiB\n",
               out.c_str(), safetensors ? "safetensors" : "LibTorch archive", static_cast<long long>(st.parameters),

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "zeroshard/base/cli.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/estimate/estimate.h"
@@ -88,17 +88,24 @@ bool parse(const std::vector<std::string>& rest, Args& a) {
 }
 
 int run(int argc, char** argv) {
-  const zs::CommandLine cl = zs::parse_command_line(argc, argv);
+  // The config of the training run to estimate: it sets keys only the training program acts on
+  // (train.*, model.*), which are accepted here; the estimate reads the ones below.
+  zs::Program program{"zeroshard-estimate",
+                      {{"sharding", "precision", "optimizer.type", "optimizer.momentum", "offload",
+                        "activation_checkpointing"}}};
+  program.accept_unread = true;
+  const zs::Run run = zs::load_run(argc, argv, program);
   Args args;
-  if (!parse(cl.rest, args)) return 0;
+  if (!parse(run.args, args)) return 0;
   const int64_t params = args.params, unit_params = args.unit_params, micro_batch = args.micro_batch;
   const int world = args.world;
   int ranks_per_node = args.ranks_per_node;
   const bool have_gpt = args.have_gpt;
   const zs::GptShape gpt = args.gpt;
   if (ranks_per_node == 0) ranks_per_node = world;
-  const zs::Config cfg = zs::build_config(cl);
-  const zs::EstimateOptions options = zs::EstimateOptions::from_config(cfg, world, ranks_per_node);
+  zs::EstimateOptions options = run.options.estimate;
+  options.world_size = world;
+  options.ranks_per_node = ranks_per_node;
   const zs::ModelShape model = have_gpt ? zs::gpt_model_shape(gpt) : zs::uniform_model_shape(params, unit_params);
   std::fputs(zs::format_estimates(model, options).c_str(), stdout);
   if (params > 0 && unit_params == 0) {
@@ -106,11 +113,11 @@ int run(int argc, char** argv) {
                 "model's; give the largest unit's size for a tighter figure)\n");
   }
   if (have_gpt) {
-    const auto dtype = cfg.precision().param_dtype();
-    const int every = cfg.activation_checkpointing().every_n_blocks();
+    const auto dtype = run.config.precision().param_dtype();
+    const int every = run.options.model.checkpointing.every_n_blocks;
     const int dtype_bytes = dtype == zs::config::PrecisionConfig::FP32 ? 4 : 2;
     const zs::ActivationEstimate a = zs::estimate_gpt_activations(gpt, micro_batch, dtype_bytes, every);
-    const bool ckpt = cfg.activation_checkpointing().enabled();
+    const bool ckpt = run.options.model.checkpointing.enabled;
     std::printf("\nactivations per micro-batch of %lld x %lld tokens (%s, %lld heads), per rank:\n",
                 static_cast<long long>(micro_batch), static_cast<long long>(gpt.seq),
                 zs::config::PrecisionConfig::DType_Name(dtype).c_str(), static_cast<long long>(gpt.effective_heads()));

@@ -25,8 +25,7 @@
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/json.h"
-#include "zeroshard/core/config.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/models/hf_checkpoint.h"
 #include "zeroshard/models/llama.h"
@@ -45,7 +44,7 @@ struct Args {
   std::vector<std::string> ignore_keys;
 };
 
-std::optional<Args> parse(const zs::Session& s) {
+std::optional<Args> parse(const zs::Session& s, const std::vector<std::string>& args) {
   Args a;
   zs::cli::App app("zeroshard-eval",
                    "Mean next-token negative log-likelihood and perplexity of a Hugging Face Llama-family model on "
@@ -65,7 +64,7 @@ std::optional<Args> parse(const zs::Session& s) {
     if (a.generate > 0 && !a.ids.empty()) app.fail("--ids and --generate are separate runs: give one");
     if (a.generate == 0 && !a.prompt_ids.empty()) app.fail("--prompt-ids applies to --generate");
   });
-  if (!app.parse(s.args(), s.rank() == 0)) return std::nullopt;
+  if (!app.parse(args, s.rank() == 0)) return std::nullopt;
   return a;
 }
 
@@ -105,8 +104,8 @@ std::vector<int64_t> generate(zs::Session& s, zs::ShardingEngine& engine, zm::Ll
   return out;
 }
 
-int run(zs::Session& s) {
-  const std::optional<Args> args = parse(s);
+int run(zs::Session& s, const zs::Run& run) {
+  const std::optional<Args> args = parse(s, run.args);
   if (!args) return 0;
   const Args& a = *args;
   zm::LlamaConfigOptions co;
@@ -122,7 +121,7 @@ int run(zs::Session& s) {
              a.generate, " after a prompt of ", ids.size(), " ids exceeds the context of ", context, " tokens");
   cfg.check_sequence_length(a.generate > 0 ? static_cast<int64_t>(ids.size()) + a.generate
                                            : std::min<int64_t>(context, static_cast<int64_t>(ids.size())));
-  zs::ShardedInit init(s, zs::ShardingOptions::from_config(s.config()));
+  zs::ShardedInit init(s, run.options.sharding);
   zm::LlamaForCausalLM model(zm::LlamaOptions{cfg, s.device()});
   zs::ShardingEngine engine(init, model.ptr());
   zm::load_hf_weights(engine, cfg, a.model);
@@ -145,4 +144,7 @@ int run(zs::Session& s) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return zs::run_main(argc, argv, run); }
+int main(int argc, char** argv) {
+  const zs::Program program{"zeroshard-eval", {zs::keys::engine()}};
+  return zs::run_main(argc, argv, program, run);
+}

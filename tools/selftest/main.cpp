@@ -17,10 +17,11 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/main.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 
 namespace zs = zeroshard;
@@ -32,8 +33,8 @@ struct Options {
   int hang_rank = -1;
 };
 
-// The command line after the Session took --config/--set. Returns nullopt after --help/--version.
-std::optional<Options> parse(const zs::Session& s) {
+// The command line without --config/--set. Returns nullopt after --help/--version.
+std::optional<Options> parse(const zs::Session& s, const std::vector<std::string>& args) {
   Options o;
   zs::cli::App app("zeroshard-selftest",
                    "Checks every collective of the world communicator on every dtype, element by element, "
@@ -50,7 +51,7 @@ std::optional<Options> parse(const zs::Session& s) {
                " rank(s)");
     }
   });
-  if (!app.parse(s.args(), s.rank() == 0)) return std::nullopt;
+  if (!app.parse(args, s.rank() == 0)) return std::nullopt;
   return o;
 }
 
@@ -105,8 +106,9 @@ double time_ms(const std::function<void()>& fn, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zs::run_main(argc, argv, [](zs::Session& s) {
-    const std::optional<Options> parsed = parse(s);
+  const zs::Program program{"zeroshard-selftest", {}};  // the Session's keys (comm.timeout_s, ...)
+  return zs::run_main(argc, argv, program, [](zs::Session& s, const zs::Run& run) {
+    const std::optional<Options> parsed = parse(s, run.args);
     if (!parsed) return 0;  // --help, --version
     const Options& opt = *parsed;
     zs::Communicator& world = *s.world();

@@ -1,5 +1,4 @@
-// The loop's settings from the config, the batch plan, and this rank's stream of batches
-// (batches.h).
+// The batch plan and this rank's stream of batches (batches.h).
 
 #include "zeroshard/train/batches.h"
 
@@ -7,34 +6,9 @@
 #include <cstdio>
 
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/session.h"
 
 namespace zeroshard {
-
-TrainOptions TrainOptions::from_config(const config::Config& cfg) {
-  TrainOptions o;
-  const auto& t = cfg.train();
-  o.steps = t.steps();
-  o.epochs = t.epochs();
-  o.batch_size = t.batch_size();
-  o.micro_batches = t.micro_batches();
-  o.no_sync = t.no_sync();
-  o.eval_interval = t.eval_interval();
-  o.eval_batches = t.eval_batches();
-  o.log_interval = t.log_interval();
-  o.grad_clip_norm = cfg.optimizer().grad_clip_norm();
-  o.checkpoint_interval = cfg.checkpoint().interval_steps();
-  const auto& d = cfg.data();
-  o.num_workers = d.num_workers();
-  o.prefetch_batches = d.prefetch_batches();
-  o.pin_memory = d.pin_memory();
-  o.shuffle = d.shuffle();
-  o.limit_train_samples = d.limit_train_samples();
-  o.limit_eval_samples = d.limit_eval_samples();
-  o.seed = cfg.runtime().seed();
-  return o;
-}
 
 BatchPlan plan_batches(const TrainOptions& o, int world_size) {
   const int64_t global = o.batch_size;

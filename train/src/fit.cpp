@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
@@ -50,7 +49,7 @@ std::string Trainer::header(const TrainTask& task, int64_t steps) const {
   for (const std::string& line : task.describe) os << "\n  " << line;
   os << "\n  batch: " << plan.global_batch << " " << task.sample_noun << " per step (" << plan.micro_batch_size
      << " per rank x " << plan.micro_batches << " micro-batch(es)); " << steps << " steps";
-  if (start_.options.steps == 0) os << " (" << start_.options.epochs << " epoch(s))";
+  if (start_.run.train.steps == 0) os << " (" << start_.run.train.epochs << " epoch(s))";
   os << "; " << optimizer_->describe() << ", " << scheduler_.describe();
   os << "\n  parameter groups: " << describe_param_groups(engine_.param_groups());
   return os.str();
@@ -58,7 +57,7 @@ std::string Trainer::header(const TrainTask& task, int64_t steps) const {
 
 TrainResult Trainer::fit(const TrainTask& task) {
   ZS_REQUIRE(task.train != nullptr && task.loss, UsageError, "Trainer::fit needs TrainTask::train and TrainTask::loss");
-  const TrainOptions& o = start_.options;
+  const TrainOptions& o = start_.run.train;
   const BatchPlan& plan = start_.plan;
   const TrainFlags& flags = start_.flags;
   BatchStream stream(task.train, limited(task.train->size(), task.train_samples, o.limit_train_samples), session_, o,
@@ -85,7 +84,8 @@ TrainResult Trainer::fit(const TrainTask& task) {
   ro.items_name = task.items;
   ro.log_interval = o.log_interval;
   ro.metrics_path = flags.metrics_out;
-  ro.tensorboard_dir = flags.tensorboard.empty() ? session_.config().logging().tensorboard_dir() : flags.tensorboard;
+  ro.tensorboard_dir = flags.tensorboard.empty() ? start_.run.progress.tensorboard_dir : flags.tensorboard;
+  ro.progress = start_.run.progress.style;
   ro.reduce_dtype = engine_.options().reduce_dtype;
   TrainingReport report(session_, engine_, ro);
   report.note(header(task, steps));

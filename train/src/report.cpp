@@ -1,7 +1,5 @@
 #include "zeroshard/train/report.h"
 
-#include "zeroshard/core/config.h"
-
 #include <c10/core/ScalarType.h>
 
 #include <cctype>
@@ -18,9 +16,7 @@ ProgressOptions progress_options(const Session& s, const ReportOptions& o) {
   p.items_name = o.items_name;
   p.log_every = o.log_interval;
   p.enabled = s.rank() == 0;
-  using L = config::LoggingConfig;
-  const L::Progress mode = s.config().logging().progress();
-  p.tty = mode == L::BAR ? 1 : (mode == L::LINES ? 0 : -1);
+  p.tty = o.progress == ProgressStyle::kBar ? 1 : (o.progress == ProgressStyle::kLines ? 0 : -1);
   return p;
 }
 

@@ -11,7 +11,7 @@
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/train/trainer.h"
 
@@ -81,13 +81,13 @@ std::string train_flags_help(const std::string& program, const std::string& usag
   return app.help();
 }
 
-std::optional<TrainStart> start_training(Session& s, const std::string& usage,
+std::optional<TrainStart> start_training(Session& s, const Run& run, const std::string& usage,
                                          const std::vector<ProgramFlag>& program_flags, const char* caller_file,
                                          int caller_line) {
-  TrainStart start{parse_train_flags(s.args(), usage, program_flags, caller_file, caller_line),
-                   TrainOptions::from_config(s.config()), {}};
+  TrainStart start{parse_train_flags(run.args, usage, program_flags, caller_file, caller_line), run.options,
+                   run.config_text(), {}};
   if (start.flags.help || start.flags.version) {
-    const std::string program = program_name(s.args().empty() ? "train" : s.args()[0]);
+    const std::string program = program_name(run.args.empty() ? "train" : run.args[0]);
     if (s.rank() == 0) {
       std::fputs(start.flags.help ? train_flags_help(program, usage, program_flags).c_str()
                                   : (cli::version_line(program) + "\n").c_str(),
@@ -98,7 +98,7 @@ std::optional<TrainStart> start_training(Session& s, const std::string& usage,
   // Intra-op threads: this host's cores shared by its ranks.
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   at::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, s.local_world_size())));
-  start.plan = plan_batches(start.options, s.world_size());
+  start.plan = plan_batches(start.run.train, s.world_size());
   if (start.flags.memory_trial && s.rank() == 0) {
     std::printf("zeroshard-memory-trial: plan world_size=%d per_rank_batch=%lld micro_batches=%d micro_batch_size=%lld\n",
                 s.world_size(), static_cast<long long>(start.plan.micro_batch_size * start.plan.micro_batches),

@@ -8,7 +8,6 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Optional.h>
-#include <google/protobuf/text_format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -17,7 +16,6 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
-#include "zeroshard/core/config.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/offload/offload_optimizer.h"
@@ -31,25 +29,19 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
     : session_(s),
       engine_(engine),
       start_(start),
-      optimizer_(make_engine_optimizer(s.config(), s.rank(), &engine.memory())),
-      scheduler_(s.config().scheduler(), s.config().optimizer().lr()),
-      scaler_(s.config().precision().loss_scale(), GradScaler::uses_fp16(s.config().precision()), s.world()) {
-  const Config& cfg = s.config();
+      optimizer_(make_engine_optimizer(start.run.optimizer, start.run.offload, s.rank(), &engine.memory())),
+      scheduler_(start.run.scheduler, start.run.optimizer.lr),
+      scaler_(start.run.loss_scale, start.run.fp16, s.world()) {
+  const RunOptions& run = start.run;
   // Before any checkpoint is loaded: a resume checks the groups it was saved with.
-  engine.set_param_groups(ParamGroupOptions::from_config(cfg.optimizer()));
-  if (!cfg.checkpoint().dir().empty()) {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(cfg, &text);
-    checkpointer_ = std::make_unique<Checkpointer>(engine, CheckpointOptions::from_config(cfg.checkpoint()), text);
+  engine.set_param_groups(run.param_groups);
+  if (!run.checkpoint.dir.empty()) {
+    checkpointer_ = std::make_unique<Checkpointer>(engine, run.checkpoint, start.config_text);
   }
-  if (!cfg.model().init_from().empty() && !start.flags.resume) {
-    PretrainedOptions po = PretrainedOptions::from_config(cfg.model());
-    if (cfg.lora().rank() > 0) po.not_required = {"*lora_A", "*lora_B"};  // adapters start fresh
-    load_pretrained(engine, cfg.model().init_from(), po);
-  }
+  if (!run.init_from.empty() && !start.flags.resume) load_pretrained(engine, run.init_from, run.pretrained);
   // Training draws from a stream of its own on every rank (dropout masks differ across ranks);
-  // the model was built under runtime.seed, the same on every rank.
-  at::manual_seed(cfg.runtime().seed() + 1 + static_cast<uint64_t>(s.rank()));
+  // the model was built under the session's seed, the same on every rank.
+  at::manual_seed(run.session.seed + 1 + static_cast<uint64_t>(s.rank()));
 }
 
 Trainer::~Trainer() = default;
@@ -75,7 +67,7 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
   at::Tensor loss_sum;  // on the loss's device: read once per step, not per micro-batch
   for (int m = 0; m < micro_batches; ++m) {
     c10::optional<ShardingEngine::NoSync> hold;
-    if (start_.options.no_sync && m + 1 < micro_batches) hold.emplace(engine_);  // reduce once, after the last
+    if (start_.run.train.no_sync && m + 1 < micro_batches) hold.emplace(engine_);  // reduce once, after the last
     at::Tensor loss = micro_loss(m);
     const at::Tensor detached = loss.detach().to(at::kFloat);
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
@@ -84,7 +76,7 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
   // Host synchronisations per step: one read of [loss sum, gradient norm] from the device, plus
   // the loss scaler's all-reduced flag when loss scaling is on. Without loss scaling the inf/nan
   // check is the norm's: the clip already computed and all-reduced it on the device.
-  const double clip = start_.options.grad_clip_norm;
+  const double clip = start_.run.train.grad_clip_norm;
   const double max_norm = clip > 0 ? clip : std::numeric_limits<double>::infinity();
   const double loss_scale = scaler_.scale();
   const bool scaling = scaler_.mode() != LossScaleMode::kDisabled;
@@ -120,9 +112,9 @@ std::vector<double> Trainer::evaluate(const EvalSpec& eval) {
              "Trainer::evaluate needs a dataset, per_sample and at least one metric");
   int64_t samples = eval.data->size();
   if (eval.samples > 0) samples = std::min(samples, eval.samples);
-  if (start_.options.limit_eval_samples > 0) samples = std::min(samples, start_.options.limit_eval_samples);
+  if (start_.run.train.limit_eval_samples > 0) samples = std::min(samples, start_.run.train.limit_eval_samples);
   DistributedSampler sampler(samples, session_.world_size(), session_.rank(), {/*shuffle=*/false, 0, /*drop_last=*/false});
-  DataLoader loader(eval.data, loader_options(start_.options, start_.plan.micro_batch_size, /*drop_last=*/false,
+  DataLoader loader(eval.data, loader_options(start_.run.train, start_.plan.micro_batch_size, /*drop_last=*/false,
                                               session_.device()));
   loader.start(sampler.indices());
   const size_t n = eval.metrics.size();
@@ -131,7 +123,7 @@ std::vector<double> Trainer::evaluate(const EvalSpec& eval) {
   {
     at::NoGradGuard no_grad;
     int64_t position = 0;  // in this rank's list of sample indices
-    for (int64_t k = 0; start_.options.eval_batches == 0 || k < start_.options.eval_batches; ++k) {
+    for (int64_t k = 0; start_.run.train.eval_batches == 0 || k < start_.run.train.eval_batches; ++k) {
       c10::optional<Batch> b = loader.next();
       if (!b) break;
       const std::vector<at::Tensor> values = engine_.forward([&] { return eval.per_sample(*b); });
@@ -175,7 +167,7 @@ int64_t Trainer::resume(BatchStream& stream) {
 
 void Trainer::save_if_due(const BatchStream& stream, bool last_step) {
   if (!checkpointer_) return;
-  const int interval = start_.options.checkpoint_interval;
+  const int interval = start_.run.train.checkpoint_interval;
   if (!last_step && (interval <= 0 || steps_ % interval != 0)) return;
   TrainingState st;
   st.step = steps_;

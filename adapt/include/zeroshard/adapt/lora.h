@@ -33,10 +33,6 @@
 
 #include "zeroshard/engine/unit_hook.h"
 
-namespace zeroshard::config {
-class LoraConfig;
-}  // namespace zeroshard::config
-
 namespace zeroshard::lora {
 
 struct Options {
@@ -78,14 +74,14 @@ TORCH_MODULE(Linear);
 // matches a layer when it matches some path followed by the layer's name inside the unit: "*.qkv"
 // and "h*.qkv" do, "h0.qkv" matches the qkv of every block), and when the engine wraps the model
 // the hook runs apply() on it (the layers outside units, freezing the rest, and a check by full
-// name that every unit got exactly the adapters the patterns ask for). ConfigError for bad options.
+// name that every unit got exactly the adapters the patterns ask for). UsageError for bad options.
 std::shared_ptr<const UnitHook> unit_hook(const Options& options);
 
 // Adds adapters to the zeroshard::lora::Linear layers that `options.targets` match and freezes
 // every other parameter of `model`; returns the adapted layers' names. Call before wrapping the
 // model in a ShardingEngine, or let the engine call it through unit_hook() (needed with a
 // ShardedInit: units it sharded without the hook cannot get adapters, a UsageError naming the
-// layer). ConfigError naming the field for a bad rank, alpha or dropout, a
+// layer). UsageError naming lora::Options.<field> for a bad rank, alpha or dropout, a
 // pattern that matches no module, or a torch::nn::Linear it matches; UsageError when the model is
 // already wrapped or a layer already has an adapter. Changes nothing when it throws.
 std::vector<std::string> apply(torch::nn::Module& model, const Options& options);
@@ -104,19 +100,16 @@ namespace detail {
 // Whether some path P makes P + "." + `relative` match one of `targets` (all of them when empty):
 // how the unit hook matches layers inside a unit whose path is not known yet.
 bool matches_some_path(const std::vector<std::string>& targets, const std::string& relative);
-// Validates `options` as apply() does (ConfigError naming the field).
+// Validates `options` as apply() does (UsageError naming the field).
 void check_options(const Options& options);
 // The unit hook's work on one unit being built: `modules` are the unit's own modules with names
 // relative to it (nested units left out). Adds the adapters the targets match (some path followed
-// by the name), freezes every other parameter of those modules. ConfigError for a rank larger than
+// by the name), freezes every other parameter of those modules. UsageError for a rank larger than
 // a layer allows, before anything changes.
 void adapt_unit(const std::string& unit, const UnitHook::ModuleList& modules, const Options& options);
 }  // namespace detail
 
 // Whether the qualified name `name` is `leaf` or ends in "." + leaf ("h0.qkv.lora_A", "lora_A").
 bool has_leaf(const std::string& name, const std::string& leaf);
-
-// From the config's lora section (rank, alpha, dropout, comma-separated targets).
-Options options_from_config(const config::LoraConfig& cfg);
 
 }  // namespace zeroshard::lora

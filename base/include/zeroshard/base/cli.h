@@ -18,8 +18,8 @@
 // the ones after it whatever their order on the line. An unknown option names the nearest known
 // one ("did you mean '--elements'?").
 //
-// `--config FILE` and `--set KEY=VALUE` belong to the config layer: the Session (or
-// zeroshard::parse_command_line, zeroshard/core/config.h) takes them out of argv first and the
+// `--config FILE` and `--set KEY=VALUE` belong to the config layer: its run_main (or
+// zeroshard::parse_command_line, zeroshard/config/config.h) takes them out of argv first and the
 // rest comes here; add_config_options lists them in --help. Not thread-safe.
 
 #include <CLI/CLI.hpp>

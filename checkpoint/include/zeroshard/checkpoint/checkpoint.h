@@ -2,7 +2,7 @@
 // Training checkpoints of a ShardingEngine: sharded save, exact resume, resharding to another
 // world size or strategy on load, async save. Format: zeroshard/checkpoint/checkpoint_format.h.
 //
-//   zeroshard::Checkpointer ckpt(engine, zeroshard::CheckpointOptions::from_config(cfg.checkpoint()));
+//   zeroshard::Checkpointer ckpt(engine, run.checkpoint);   // RunOptions (zeroshard/config/resolve.h)
 //   zeroshard::TrainingState st = ckpt.load(*opt);          // resume (throws if nothing to load)
 //   ...
 //   ckpt.save(*opt, {.step = step, .per_rank = {{"loader", loader.state()}}});
@@ -38,10 +38,6 @@ namespace zeroshard {
 
 class IoEngine;
 
-namespace config {
-class CheckpointConfig;
-}  // namespace config
-
 struct CheckpointOptions {
   std::string dir;        // checkpoint root
   int keep_last = 3;      // complete checkpoints kept
@@ -49,7 +45,6 @@ struct CheckpointOptions {
   // The I/O engine rank files, manifests and `latest` go through (null: default_file_io(),
   // zeroshard/io/rank_file.h). Tests pass a FaultInjectingIo to fail a save like a full disk.
   std::shared_ptr<IoEngine> io;
-  static CheckpointOptions from_config(const config::CheckpointConfig& cfg);
 };
 
 // What a checkpoint carries besides parameters and optimizer state.

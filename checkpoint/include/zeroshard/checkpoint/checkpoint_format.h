@@ -70,11 +70,12 @@ ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& ou
 // at a time and written, so host memory stays near the largest unit, not the model. Tied
 // parameters are written once, under their first name; the metadata entry "zeroshard.aliases"
 // lists the other names ("alias=name;..."). The file appears only when complete.
-// merge_lora: fold every LoRA adapter pair ("X.lora_A", "X.lora_B") into "X.weight" with the
-// saving run's lora.alpha / lora.rank (read from the checkpoint's config) and leave the adapters
-// out, so the file loads into the model without adapters; CheckpointError when the run had no LoRA.
+// merge_lora_scale > 0: fold every LoRA adapter pair ("X.lora_A", "X.lora_B") into "X.weight" with
+// this scale (the saving run's alpha / rank; zeroshard-ckpt reads it from the checkpoint's config)
+// and leave the adapters out, so the file loads into the model without adapters; CheckpointError
+// when the checkpoint has no adapters. 0: no merge.
 ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype,
-                                    bool merge_lora = false);
+                                    double merge_lora_scale = 0);
 
 // Checks every rank file's size and CRC and every section's CRC; returns a line per file.
 std::string verify_checkpoint(const std::string& ckpt_path);

@@ -1,6 +1,6 @@
 #pragma once
 // The checkpoint manifest (sharding/proto/checkpoint.proto), for the checkpoint's own code and
-// tools that read a checkpoint's structure. Like core/config.h this header includes generated
+// tools that read a checkpoint's structure. Like config/config.h this header includes generated
 // protobuf code (checkpoint.pb.h); the rest of the checkpoint API (checkpoint.h,
 // checkpoint_format.h) does not.
 

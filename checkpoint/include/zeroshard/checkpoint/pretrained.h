@@ -35,10 +35,6 @@ namespace zeroshard {
 
 class ShardingEngine;
 
-namespace config {
-class ModelConfig;
-}  // namespace config
-
 struct PretrainedOptions {
   bool strict = true;
   std::string strip_prefix;  // removed from the start of file names (when present)
@@ -48,9 +44,6 @@ struct PretrainedOptions {
   // file: they keep their initial values, e.g. LoRA adapters ("*lora_A", "*lora_B") over
   // pretrained base weights. Reported as missing all the same.
   std::vector<std::string> not_required;
-  // model.init_strict, init_strip_prefix, init_add_prefix, init_rename ("a=b,c=d"; ConfigError
-  // naming model.init_rename for a malformed list).
-  static PretrainedOptions from_config(const config::ModelConfig& cfg);
 };
 
 struct PretrainedReport {

@@ -23,12 +23,9 @@
 
 #include "zeroshard/base/error.h"  // kOutOfMemoryExitCode
 #include "zeroshard/base/json.h"
+#include "zeroshard/core/session_options.h"  // MemoryOptions
 
 namespace zeroshard {
-
-namespace config {
-class MemoryConfig;
-}
 
 
 struct MemoryRow {
@@ -48,7 +45,7 @@ using MemoryRowsFn = std::function<std::vector<MemoryRow>()>;
 int add_memory_source(const std::string& title, MemoryRowsFn rows);
 void remove_memory_source(int handle);
 
-// Where reports go and what they say; the Session sets these from the config's memory section.
+// Where reports go and what they say; the Session sets these from its MemoryOptions.
 struct MemoryReportOptions {
   std::string snapshot_dir;  // "" = the working directory
   int top_allocations = 10;  // largest live allocations printed on out-of-memory
@@ -59,13 +56,13 @@ struct MemoryReportOptions {
 void set_memory_report_options(const MemoryReportOptions& options);
 MemoryReportOptions memory_report_options();
 
-// Applies a config's memory section for `device`: installs the host tracking allocator
-// (memory.track_allocations or a limit), sets memory.limit_mib on the device's allocator (CPU:
-// the tracking allocator's limit; CUDA: the caching allocator's per-process memory fraction), and
-// the report options. ConfigError for a limit above the device's memory.
-void apply_memory_config(const config::MemoryConfig& cfg, c10::Device device, int rank, int world_size);
+// Applies `options` for `device`: installs the host tracking allocator (track_allocations or a
+// limit), sets limit_mib on the device's allocator (CPU: the tracking allocator's limit; CUDA: the
+// caching allocator's per-process memory fraction), and the report options. ConfigError for a
+// limit above the device's memory or a snapshot_dir that is not a writable directory.
+void apply_memory_options(const MemoryOptions& options, c10::Device device, int rank, int world_size);
 
-// The compute device's allocator now: bytes held, peak, and memory.limit_mib in bytes (0: none).
+// The compute device's allocator now: bytes held, peak, and the limit in bytes (0: none).
 // `known` is false when nothing measures it (CPU with memory.track_allocations off).
 struct DeviceMemoryUse {
   bool known = false;

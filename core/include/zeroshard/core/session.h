@@ -1,5 +1,5 @@
 #pragma once
-// The process's zeroshard runtime: MPI, launch detection, config, logging, device, communicators.
+// The process's zeroshard runtime: MPI, launch detection, logging, device, communicators.
 //
 //   int main(int argc, char** argv) {
 //     return zeroshard::run_main(argc, argv, [](zeroshard::Session& s) {
@@ -9,11 +9,12 @@
 //     });
 //   }
 //
-// Construction is collective over all ranks of the job: it initializes MPI (MPI_THREAD_MULTIPLE,
-// checked), sets the process identity used by errors and logs, reads the config from the command
-// line (--config FILE, --set key=value; see config.h), applies the logging settings, finds the
+// (zeroshard/config/main.h's run_main reads a run's config first and starts the Session with the
+// SessionOptions it resolves to.) Construction is collective over all ranks of the job: it
+// initializes MPI (MPI_THREAD_MULTIPLE, checked), sets the process identity used by errors and
+// logs, applies the logging settings and the memory options, seeds LibTorch, finds the
 // local rank with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), cross-checks the launcher's environment
-// variables, and picks the device when CUDA is available and runtime.device allows (else CPU):
+// variables, and picks the device when CUDA is available and SessionOptions::device allows (else CPU):
 // cuda:<local rank> when the rank sees at least as many GPUs as its host has ranks, cuda:0 when
 // it sees exactly one (one GPU per rank, e.g. srun --gpus-per-task=1; ranks of a host given the
 // same GPU are a ConfigError; so are ranks of a host that see different GPU counts), and makes it
@@ -29,20 +30,15 @@
 
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/comm/launch_env.h"
+#include "zeroshard/core/session_options.h"
 
 namespace zeroshard {
 
-namespace config {
-class Config;
-}  // namespace config
-using Config = config::Config;  // the generated schema: zeroshard/core/config.h
-
 class Session {
  public:
-  // Consumes --config/--set from argv (see args() for the rest). Throws on bad input.
-  Session(int argc, char** argv);
-  // Uses `config` as given (already validated or not: it is validated here).
-  Session(int argc, char** argv, const Config& config);
+  // `argv` is kept as args() (a program's own flags; nothing is taken out of it). Throws on bad
+  // input (a launch MPI cannot see, a device the host does not have).
+  Session(int argc, char** argv, const SessionOptions& options = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -57,25 +53,26 @@ class Session {
   const std::string& host() const { return host_; }
   const LaunchEnv& launch_env() const { return launch_env_; }
   c10::Device device() const { return device_; }
-  // The job's configuration; include zeroshard/core/config.h to read its fields.
-  const Config& config() const { return *config_; }
-  // Command-line arguments left after --config/--set, argv[0] first.
+  // What the Session was started with.
+  const SessionOptions& options() const { return options_; }
+  // The command-line arguments it was given, argv[0] first.
   const std::vector<std::string>& args() const { return args_; }
 
-  // Communicator options from the config's `comm` section, with the given name.
+  // SessionOptions::comm with the given name (and no polling on an oversubscribed host).
   CommOptions comm_options(const std::string& name) const;
 
   // All ranks, CPU tensors, MPI backend. Created with the Session.
   const std::shared_ptr<Communicator>& world() const { return world_; }
   // All ranks, for tensors on device(): NCCL when the device is CUDA (created on first use,
-  // collective), otherwise world(). comm.backend = MPI with a CUDA device is a ConfigError.
+  // collective), otherwise world(). CommBackend kMpi with a CUDA device (or kNccl with the CPU) is
+  // a ConfigError.
   std::shared_ptr<Communicator> device_world();
 
   // Ranks of this node (MPI_COMM_TYPE_SHARED), CPU tensors, MPI backend.
   const std::shared_ptr<Communicator>& node() const { return node_; }
 
  private:
-  void start(int argc, char** argv);
+  void start();
   void pick_device();
   struct HostGpuView {
     int visible = 0;           // GPUs this rank sees
@@ -84,7 +81,7 @@ class Session {
   std::vector<HostGpuView> exchange_gpu_views(int gpus) const;  // collective over node()
   void check_launch_env() const;
 
-  std::unique_ptr<Config> config_;
+  SessionOptions options_;
   std::vector<std::string> args_;
   LaunchEnv launch_env_;
   int rank_ = 0;

@@ -42,9 +42,6 @@ class Sequential;
 }  // namespace torch
 
 namespace zeroshard {
-namespace config {
-class ActivationCheckpointingConfig;
-}  // namespace config
 
 using CheckpointFnMulti = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 using CheckpointFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
@@ -66,11 +63,6 @@ at::Tensor checkpoint(const CheckpointFnUnary& fn, const at::Tensor& input);
 // AnyModule::forward(tensor) and must return a tensor. UsageError unless 1 <= segments <= size(),
 // and (see checkpoint) when segments > 1 under grad mode with an input that does not require grad.
 at::Tensor checkpoint_sequential(torch::nn::Sequential& seq, int segments, const at::Tensor& input);
-
-// Whether block `block_index` (0-based) is checkpointed under `cfg`: enabled and
-// block_index % every_n_blocks == 0. ConfigError for every_n_blocks < 1, UsageError for a
-// negative block_index.
-bool should_checkpoint(const config::ActivationCheckpointingConfig& cfg, int block_index);
 
 namespace detail {
 // How many checkpointed forward runs this thread has started. The engine compares it across a

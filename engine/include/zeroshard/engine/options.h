@@ -1,7 +1,8 @@
 #pragma once
 // ShardingOptions: how the ShardingEngine shards a model (strategy, prefetch, auto-wrap, mixed
-// precision), as a plain struct. from_config converts the config's sections once, at the edge;
-// a default-constructed ShardingOptions equals from_config of the default config (tests hold this).
+// precision, offloaded shards, unit hooks), as plain values. zeroshard/config/resolve.h fills it
+// from a run's config at the edge; a default-constructed ShardingOptions equals what it makes of
+// the default config (tests/config/test_resolve.cpp holds this).
 
 #include <c10/core/ScalarType.h>
 
@@ -16,12 +17,6 @@
 
 namespace zeroshard {
 
-namespace config {
-class ShardingConfig;
-class PrecisionConfig;
-class Config;
-}  // namespace config
-
 // How module buffers (BatchNorm running statistics) stay in step across ranks after wrap time
 // (sync_module_states makes them rank 0's at wrap time). Each is one collective for all buffers.
 enum class BufferSync {
@@ -30,7 +25,6 @@ enum class BufferSync {
   kNone,       // NONE: each rank keeps its own (FSDP)
 };
 const char* to_string(BufferSync b);  // "AVERAGE", "BROADCAST", "NONE"
-
 
 struct ShardingOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
@@ -45,7 +39,7 @@ struct ShardingOptions {
   AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kNone;
   int64_t auto_wrap_min_params = 100000000;
   // MODULE_TYPE: the Module::name() values to wrap ("torch::nn::Linear" or "torch::nn::LinearImpl",
-  // "GptBlock"); the config gives them comma-separated (sharding.auto_wrap_module_types).
+  // "GptBlock").
   std::vector<std::string> auto_wrap_module_types;
   // Mixed precision: parameters are gathered and computed in param_dtype, gradients reduced in
   // reduce_dtype; the shards, gradient shards and optimizer state stay fp32. Buffers are cast to
@@ -63,9 +57,9 @@ struct ShardingOptions {
   c10::ScalarType autocast_dtype = c10::kBFloat16;
   // Adapters attached at unit-build time (unit_hook.h): LoRA, NF4 storage of frozen weights.
   std::vector<std::shared_ptr<const UnitHook>> unit_hooks;
-  // offload.params: where the parameter shards live between uses.
+  // Where the parameter shards live between uses.
   StoreOptions offload_params;
-  // offload.keep_param_dtype_shard: with offload_params CPU / NVME and a param_dtype other than fp32,
+  // With offload_params CPU / NVME and a param_dtype other than fp32,
   // each offloaded shard also stays resident in param_dtype (2 bytes per element for bf16/fp16, on
   // the compute device): the gathers read that copy, never the store, and the fp32 master stays in
   // the store, where the optimizer step updates it (ZeRO-Offload's layout: the device holds the
@@ -73,19 +67,10 @@ struct ShardingOptions {
   // again whenever the shard changes). Frozen and trainable shards alike; NF4 shards are never
   // offloaded. The engine refuses it (UsageError) without offloaded shards or with fp32 compute.
   bool keep_param_dtype_shard = false;
-  // offload.grads: where the fp32 gradient shards live from their reduction to the optimizer step
+  // Where the fp32 gradient shards live from their reduction to the optimizer step
   // (the same fields; files under <nvme_path>/zeroshard-grads-rank<R>/). kCpu / kNvme need the
   // optimizer offloaded (its step brings each gradient in with its shard).
   StoreOptions offload_grads;
-
-  static ShardingOptions from_config(const config::ShardingConfig& cfg);
-  // Sharding and precision sections together. With precision.autocast, param_dtype names the
-  // autocast dtype and parameters stay fp32.
-  static ShardingOptions from_config(const config::ShardingConfig& cfg, const config::PrecisionConfig& precision);
-  // Every section the engine reads: sharding, precision, and offload (params, nvme_path and the
-  // I/O keys). Use this one: an engine built from the two-section overload keeps its parameters on
-  // the device, and stepping an optimizer made for offload.params != DEVICE with it is refused.
-  static ShardingOptions from_config(const config::Config& cfg);
 };
 
 }  // namespace zeroshard

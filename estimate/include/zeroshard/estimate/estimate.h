@@ -39,11 +39,6 @@
 
 namespace zeroshard {
 
-namespace config {
-class Config;
-}  // namespace config
-using Config = config::Config;
-
 // Parameter counts of the sharded units of a model.
 struct ModelShape {
   int64_t root_params = 0;           // owned by the root unit (embeddings, final norm, tied weights)
@@ -81,8 +76,6 @@ struct EstimateOptions {
   bool keep_param_dtype_shard = false;
   int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
   int nvme_generations = 2;                  // offload.nvme_generations: copies of the state on NVMe
-  // Takes the sharding, precision, optimizer and offload sections of a config (core/config.h).
-  static EstimateOptions from_config(const Config& cfg, int world_size, int ranks_per_node);
 };
 
 // Bytes per rank. The categories match zeroshard::MemCategory.
@@ -110,8 +103,8 @@ struct MemoryEstimate {
   bool offloaded = false;  // true: the offload figures are formulas not yet held against measurement
 };
 
-// Throws ConfigError for an impossible setup (HYBRID_SHARD group not dividing the world, world
-// size or ranks per node below 1, a model with no parameters).
+// Throws ConfigError for an impossible setup (a HYBRID_SHARD group not dividing the world), and
+// UsageError for a world size or ranks per node below 1 or a model with no parameters.
 MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options);
 
 // Activation bytes of one micro-batch of `micro_batch` sequences of g.seq tokens, saved for

@@ -25,10 +25,10 @@ inline int cpu_adam_threads() { return cpu_optimizer_threads(); }
 
 struct CpuAdamOptions : AdamOptions {
   bool adamw = true;  // true: decoupled weight decay (AdamW); false: L2 added to the grad (Adam)
-  // From the config's `optimizer` section (type ADAM or ADAMW; ConfigError naming the field
-  // otherwise), validated by make_optimizer's rules.
-  static CpuAdamOptions from_config(const config::OptimizerConfig& cfg);
 };
+
+// The CpuAdamOptions of OptimizerOptions of type ADAM or ADAMW (UsageError otherwise).
+CpuAdamOptions cpu_adam_options(const OptimizerOptions& options);
 
 class FusedCpuAdam final : public FusedCpuOptimizer {
  public:

@@ -1,6 +1,6 @@
 #pragma once
 // Fused CPU optimizers over flat fp32 shards kept in host memory (ZeRO-Offload's optimizer step):
-// what FusedCpuAdam and FusedCpuSgd share, and the factory from the config's `optimizer` section.
+// what FusedCpuAdam and FusedCpuSgd share, and the factory from OptimizerOptions.
 //
 // One pass over memory per shard: each kernel reads the grad, the param and its state once and
 // writes the param and state once and, when asked, a bf16 or fp16 copy of the new param for the
@@ -23,10 +23,6 @@
 #include "zeroshard/optim/optimizer.h"
 
 namespace zeroshard {
-
-namespace config {
-class OptimizerConfig;
-}  // namespace config
 
 class FusedCpuOptimizer : public ShardedOptimizer {
  public:
@@ -69,10 +65,10 @@ class FusedCpuOptimizer : public ShardedOptimizer {
   std::unique_ptr<std::vector<ShardOptimizerState>> pending_;  // import_state, applied at step
 };
 
-// The fused CPU optimizer for the config's `optimizer` section: FusedCpuAdam with adamw = false
-// (ADAM) or true (ADAMW), or FusedCpuSgd (SGD, dampening 0), with the best SIMD path. The section
-// is validated exactly as make_optimizer() validates it (ConfigError naming optimizer.<field>),
-// so the fused and the plain optimizer accept the same configs.
-std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const config::OptimizerConfig& cfg);
+// The fused CPU optimizer for `options`: FusedCpuAdam with adamw = false (ADAM) or true (ADAMW),
+// or FusedCpuSgd (SGD, dampening 0), with the best SIMD path. `options` is checked exactly as
+// make_optimizer() checks it (UsageError naming OptimizerOptions.<field>), so the fused and the
+// plain optimizer accept the same options.
+std::unique_ptr<FusedCpuOptimizer> make_cpu_optimizer(const OptimizerOptions& options);
 
 }  // namespace zeroshard

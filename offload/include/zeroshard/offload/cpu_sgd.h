@@ -23,14 +23,6 @@
 
 namespace zeroshard {
 
-namespace config {
-class OptimizerConfig;
-}  // namespace config
-
-// The SgdOptions of an `optimizer` section of type SGD (lr, momentum, nesterov, weight_decay;
-// dampening 0), validated as make_optimizer() validates it: ConfigError naming optimizer.<field>.
-SgdOptions sgd_options_from_config(const config::OptimizerConfig& cfg);
-
 class FusedCpuSgd final : public FusedCpuOptimizer {
  public:
   // Throws UsageError naming the field for out-of-range options (the ranges of make_sgd,

@@ -5,8 +5,8 @@
 // with the fused kernels of cpu_adam.h (ADAM, ADAMW) and cpu_sgd.h (SGD); the engine's shards
 // receive the new values.
 //
-//   auto opt = zeroshard::make_engine_optimizer(cfg, session.world().rank(), &engine.memory());
-//   engine.step(*opt);   // device, cpu or nvme, as cfg.offload().optimizer() says
+//   auto opt = zeroshard::make_engine_optimizer(run.optimizer, run.offload, session.rank(), &engine.memory());
+//   engine.step(*opt);   // device, cpu or nvme, as OffloadOptions::target says
 //
 // Each step walks every shard in chunks of `block_size` bytes per state array:
 //   CPU   the state arrays are host tensors from a PinnedPool (page-locked); when the shard itself is
@@ -20,17 +20,17 @@
 //         file stays intact until the step has completed. Every chunk carries a CRC-32C kept in
 //         memory; a read that does not match (file truncated or changed behind the engine's back)
 //         is an IoError naming the file, the offset and the chunk.
-// With offload.nvme_generations = 1 each shard has one state file, updated in place (half the
+// With nvme_generations = 1 each shard has one state file, updated in place (half the
 // disk); a step that fails then cannot be undone (see nvme_generations below). Otherwise:
 // a step that fails (disk full, I/O error, checksum) leaves the training state as it was before
 // the step: the shards are restored from the intact file, update counts are unchanged, and the
 // error says so; after the cause is fixed, the same step can be retried (or a checkpoint saved).
 // Results equal the device-resident optimizer bit for bit in fp32 on a CPU with AVX2 (the fused
 // kernels' contract, see cpu_adam.h and cpu_sgd.h). ADAM, ADAMW and SGD (momentum, Nesterov) are
-// supported; the `optimizer` section is validated as make_optimizer() validates it.
+// supported; OptimizerOptions are checked as make_optimizer() checks them.
 // Files are created at the first step, truncated if left by an earlier run, and removed by the
 // destructor; a lock file stops two processes from using the same rank directory.
-// With offload.params = CPU or NVME (the engine's ShardStore), engine.step hands the shards over
+// With offloaded parameter shards (params CPU or NVME: the engine's ShardStore), engine.step hands the shards over
 // with a pager and the step brings each shard's values in only while it updates it (reading the
 // next one ahead), so the parameters never have to fit in memory at once.
 // Not supported yet: gradient swap-out during backward (gradient shards stay resident). Not
@@ -50,18 +50,15 @@
 
 namespace zeroshard {
 
-namespace config {
-class Config;
-class OffloadConfig;
-class OptimizerConfig;
-}  // namespace config
-
 class MemoryStats;
 
+// Where the optimizer state lives and how it is reached. The defaults are the config's `offload`
+// section, except `target` (an OffloadedOptimizer is for kCpu or kNvme; make_engine_optimizer
+// takes kDevice too).
 struct OffloadOptions {
-  OffloadTarget target = OffloadTarget::kCpu;  // kCpu or kNvme
-  // offload.params: where the engine keeps the parameter shards (the step then expects a pager;
-  // kDevice: resident shards).
+  OffloadTarget target = OffloadTarget::kCpu;
+  // Where the engine keeps the parameter shards (the step then expects a pager; kDevice: resident
+  // shards): the engine's ShardingOptions::offload_params.target.
   OffloadTarget params = OffloadTarget::kDevice;
   std::string nvme_path;            // NVME: existing, writable directory
   bool pin_memory = true;
@@ -75,10 +72,6 @@ struct OffloadOptions {
   IoBackend io_backend = IoBackend::kAuto;
   bool direct_io = true;            // O_DIRECT (falls back with a warning where refused)
   SimdPath simd = SimdPath::kAuto;
-
-  // From the `offload` section. ConfigError for params != DEVICE with optimizer = DEVICE and for
-  // optimizer = NVME without nvme_path.
-  static OffloadOptions from_config(const config::OffloadConfig& cfg);
 };
 
 class OffloadedOptimizer final : public ShardedOptimizer {
@@ -87,8 +80,11 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   // `io` (may be null: built from options) lets tests wrap the I/O engine to inject faults.
   // NVME: checks at once that nvme_path exists and is writable (IoError naming it otherwise), and
   // takes the rank directory's lock.
-  OffloadedOptimizer(const config::OptimizerConfig& optimizer, const OffloadOptions& options,
-                     int rank, MemoryStats* mem = nullptr, std::shared_ptr<IoEngine> io = nullptr);
+  // UsageError naming OffloadOptions.<field> for a target other than CPU or NVME and for an
+  // out-of-range block_size, buffer_count or nvme_generations; OptimizerOptions are checked as
+  // make_optimizer() checks them.
+  OffloadedOptimizer(const OptimizerOptions& optimizer, const OffloadOptions& options, int rank,
+                     MemoryStats* mem = nullptr, std::shared_ptr<IoEngine> io = nullptr);
   ~OffloadedOptimizer() override;
 
   void step(const std::vector<ParamShard>& shards) override;
@@ -120,9 +116,9 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The optimizer the config asks for: the sharding library's (device-resident state) when
-// offload.optimizer = DEVICE, an OffloadedOptimizer otherwise.
-std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const config::Config& cfg, int rank,
-                                                        MemoryStats* mem = nullptr);
+// The optimizer `optimizer` and `offload` ask for: make_optimizer's (device-resident state) when
+// offload.target = kDevice, an OffloadedOptimizer otherwise.
+std::unique_ptr<ShardedOptimizer> make_engine_optimizer(const OptimizerOptions& optimizer, const OffloadOptions& offload,
+                                                        int rank, MemoryStats* mem = nullptr);
 
 }  // namespace zeroshard

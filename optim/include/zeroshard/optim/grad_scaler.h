@@ -1,9 +1,8 @@
 #pragma once
 // GradScaler: loss scaling for fp16 training on sharded fp32 gradients (torch.cuda.amp.GradScaler's
-// semantics, plus DeepSpeed's hysteresis and min_scale), from the config's
-// `precision.loss_scale` section.
+// semantics, plus DeepSpeed's hysteresis and min_scale).
 //
-//   zeroshard::GradScaler scaler(cfg.precision().loss_scale(), /*fp16_in_use=*/true, session.world());
+//   zeroshard::GradScaler scaler(run.loss_scale, run.fp16, session.world());   // RunOptions (resolve.h)
 //   for (...) {
 //     auto loss = engine.forward([&] { return loss_fn(model->forward(x), y); });
 //     scaler.scale(loss).backward();
@@ -19,13 +18,13 @@
 // (shards of your own), `scaler.step(opt, shards)` does unscale_and_check, opt.step and update in
 // one call.
 //
-// Modes (config::LossScaleConfig::Mode):
+// Modes (LossScaleMode):
 //   AUTO      DYNAMIC when the constructor is told fp16 is in use, DISABLED otherwise.
 //   DYNAMIC   update() after a step whose gradients held an inf/nan on any rank (an "overflow
 //             step") takes one from the hysteresis counter; when it reaches 0 the scale is
 //             multiplied by backoff_factor (never below min_scale) and the counter starts again at
 //             `hysteresis`. A finite step refills the counter (the overflow steps must be
-//             consecutive, as docs/config.md says; DeepSpeed's consecutive_hysteresis=true) and
+//             consecutive; DeepSpeed's consecutive_hysteresis=true) and
 //             counts towards growth: after growth_interval finite steps in a row the scale is
 //             multiplied by growth_factor (growth that would leave the float range is skipped).
 //             An overflow step resets the growth count. If a back-off is due while the scale is
@@ -61,11 +60,6 @@ namespace zeroshard {
 // fp16 gradients keep overflowing at the minimum loss scale: the run cannot make progress.
 ZS_DECLARE_ERROR(LossScaleError, Error, "loss scale error");
 
-namespace config {
-class LossScaleConfig;
-class PrecisionConfig;
-}  // namespace config
-
 enum class LossScaleMode {
   kAuto,      // AUTO: DYNAMIC when fp16 is in use, DISABLED otherwise
   kDynamic,   // DYNAMIC: grow and back off the scale from the all-reduced inf/nan check
@@ -74,7 +68,7 @@ enum class LossScaleMode {
 };
 const char* to_string(LossScaleMode m);  // "AUTO", "DYNAMIC", "STATIC", "DISABLED"
 
-// The precision.loss_scale section as a plain struct (the defaults are the config's).
+// Loss scaling as plain values (the defaults are the config's precision.loss_scale).
 struct LossScaleOptions {
   LossScaleMode mode = LossScaleMode::kAuto;
   double initial_scale = 65536;  // scale at the first step (STATIC: the fixed scale)
@@ -83,7 +77,6 @@ struct LossScaleOptions {
   int growth_interval = 2000;    // overflow-free steps before the scale grows
   int hysteresis = 2;            // consecutive overflow steps tolerated before backing off
   double min_scale = 1;          // the scale never backs off below this
-  static LossScaleOptions from_config(const config::LossScaleConfig& cfg);
 };
 
 // What a checkpoint saves to resume the scaler exactly.
@@ -97,16 +90,11 @@ struct GradScalerState {
 
 class GradScaler {
  public:
-  // `fp16_in_use`: whether fp16 is used for parameters or gradient reduction (resolves AUTO; see
-  // uses_fp16). `comm`: the ranks over which the inf/nan check is all-reduced. Throws ConfigError
-  // for out-of-range settings (naming precision.loss_scale.<field>), including min_scale above
-  // initial_scale for DYNAMIC; UsageError for a null communicator.
+  // `fp16_in_use`: whether fp16 is used for parameters or gradient reduction (resolves AUTO;
+  // RunOptions::fp16). `comm`: the ranks over which the inf/nan check is all-reduced. Throws
+  // UsageError naming LossScaleOptions.<field> for an out-of-range setting, including min_scale
+  // above initial_scale for DYNAMIC, and for a null communicator.
   GradScaler(const LossScaleOptions& options, bool fp16_in_use, std::shared_ptr<Communicator> comm);
-  // The same from the config's precision.loss_scale section.
-  GradScaler(const config::LossScaleConfig& cfg, bool fp16_in_use, std::shared_ptr<Communicator> comm);
-
-  // True when the precision section puts fp16 in param_dtype or reduce_dtype (AUTO's rule).
-  static bool uses_fp16(const config::PrecisionConfig& precision);
 
   // loss * scale(); the loss itself when the mode is DISABLED. Differentiable.
   at::Tensor scale(const at::Tensor& loss) const;

@@ -1,7 +1,6 @@
 #pragma once
-// Learning-rate schedules, as pure functions of the optimizer step, from the config's
-// `scheduler` section. Step numbers count completed optimizer steps, starting at 0 (the lr used by
-// the first step is lr_at(0)).
+// Learning-rate schedules, as pure functions of the optimizer step. Step numbers count completed
+// optimizer steps, starting at 0 (the lr used by the first step is lr_at(0)).
 
 #include <cstdint>
 #include <string>
@@ -9,11 +8,7 @@
 
 namespace zeroshard {
 
-namespace config {
-class SchedulerConfig;
-}  // namespace config
-
-// The `scheduler` section as a plain struct (the defaults are the config's).
+// A schedule as plain values (the defaults are the config's `scheduler` section).
 struct LrScheduleOptions {
   enum class Type {
     kConstant,      // CONSTANT: lr throughout (after warmup)
@@ -27,17 +22,14 @@ struct LrScheduleOptions {
   double min_lr_ratio = 0;
   int64_t step_size = 1000;
   double gamma = 0.1;
-  static LrScheduleOptions from_config(const config::SchedulerConfig& cfg);
 };
 const char* to_string(LrScheduleOptions::Type t);  // "CONSTANT", "LINEAR_WARMUP", "COSINE", "STEP"
 
 class LrScheduler {
  public:
-  // `base_lr` is the peak learning rate (optimizer.lr). Throws ConfigError for inconsistent
-  // settings (e.g. COSINE without total_steps), naming the field.
+  // `base_lr` is the peak learning rate. Throws UsageError naming LrScheduleOptions.<field> for an
+  // out-of-range or inconsistent setting (e.g. COSINE without total_steps).
   LrScheduler(const LrScheduleOptions& options, double base_lr);
-  // The same from the config's `scheduler` section.
-  LrScheduler(const config::SchedulerConfig& cfg, double base_lr);
 
   // Learning rate for optimizer step `step` (0-based).
   double lr_at(int64_t step) const;

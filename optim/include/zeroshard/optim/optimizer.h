@@ -19,10 +19,6 @@
 
 namespace zeroshard {
 
-namespace config {
-class OptimizerConfig;
-}  // namespace config
-
 // A parameter group's share of a shard: elements [begin, end) of the shard are updated with
 // `weight_decay` (replacing the optimizer's own) and lr() * `lr_scale`, as torch::optim updates
 // the parameters of a param group with that group's options.
@@ -107,10 +103,11 @@ class ShardedOptimizer {
   virtual void step(const std::vector<ParamShard>& shards) = 0;
   // The same update with offloaded parameter shards brought in through `pager` one at a time.
   // Only optimizers whose state lives off the device do this (OffloadedOptimizer); the default
-  // throws UsageError: offload.params needs offload.optimizer = CPU or NVME.
+  // throws UsageError: offloaded shards need an offloaded optimizer.
   virtual void step(std::vector<ParamShard>& shards, ShardPager& pager);
-  // True for an optimizer built for offload.params != DEVICE (OffloadedOptimizer from such a
-  // config): the engine refuses to step it over parameters it keeps resident, and the reverse.
+  // True for an optimizer built for offloaded parameter shards (OffloadedOptimizer with
+  // OffloadOptions::params CPU or NVME): the engine refuses to step it over parameters it keeps
+  // resident, and the reverse.
   virtual bool expects_offloaded_params() const { return false; }
 
   double lr() const { return lr_; }
@@ -169,7 +166,32 @@ std::unique_ptr<ShardedOptimizer> make_sgd(const SgdOptions& options);
 std::unique_ptr<ShardedOptimizer> make_adam(const AdamOptions& options);
 std::unique_ptr<ShardedOptimizer> make_adamw(const AdamOptions& options);
 
-// From the config's `optimizer` section (type, lr, betas, eps, weight_decay, momentum, nesterov).
-std::unique_ptr<ShardedOptimizer> make_optimizer(const config::OptimizerConfig& cfg);
+// The optimizer a run trains with, whatever holds its state (the device, or the offloaded
+// optimizer): the algorithm and its hyperparameters. The defaults are the config's (`optimizer`).
+struct OptimizerOptions {
+  enum class Type {
+    kAdam,   // ADAM: L2 penalty added to the gradient
+    kAdamW,  // ADAMW: decoupled weight decay
+    kSgd,    // SGD with optional momentum
+  };
+  Type type = Type::kAdamW;
+  double lr = 1e-3;
+  double beta1 = 0.9;         // Adam
+  double beta2 = 0.999;       // Adam
+  double eps = 1e-8;          // Adam
+  double weight_decay = 0.01;
+  double momentum = 0;        // SGD
+  bool nesterov = false;      // SGD (needs momentum > 0)
+};
+const char* to_string(OptimizerOptions::Type t);  // "ADAM", "ADAMW", "SGD"
+
+// The options of each algorithm (SGD: dampening 0; Adam: amsgrad off). UsageError naming
+// OptimizerOptions.type when it is not that algorithm.
+SgdOptions sgd_options(const OptimizerOptions& options);
+AdamOptions adam_options(const OptimizerOptions& options);
+
+// SGD, Adam or AdamW as `options.type` says. UsageError naming OptimizerOptions.<field> for an
+// out-of-range value and for momentum / nesterov with an Adam type (which cannot honour them).
+std::unique_ptr<ShardedOptimizer> make_optimizer(const OptimizerOptions& options);
 
 }  // namespace zeroshard

@@ -5,12 +5,11 @@
 // each shard's element ranges to the optimizer with param_shards() (ParamShard::groups), so a
 // sharded step equals torch::optim with the same param groups, element by element.
 //
-//   optimizer {
-//     weight_decay: 0.1
-//     no_decay_1d_and_embeddings: true                   # the default
-//     param_groups { match: "head.*"  lr_scale: 10 }    # first matching rule wins
-//     param_groups { match: "*.pos_emb"  weight_decay: 0 }
-//   }
+//   ParamGroupOptions g;
+//   g.weight_decay = 0.1;                  // no_decay_1d_and_embeddings: true by default
+//   g.rules = {{"head.*", {}, 10}, {"*.pos_emb", 0.0, 1}};   // first matching rule wins
+//   engine.set_param_groups(g);
+// (zeroshard/config/resolve.h fills them from a run's config).
 
 #include <cstdint>
 #include <optional>
@@ -19,16 +18,14 @@
 
 namespace zeroshard {
 
-namespace config {
-class OptimizerConfig;
-}  // namespace config
-
 struct ParamGroupRule {
   // Glob over the parameter's qualified name (or one of its tied names): '*' matches any run of
   // characters (dots included), '?' one character, [...] a set.
   std::string match;
   std::optional<double> weight_decay;  // replaces the decay; unset: the default's (below)
   double lr_scale = 1;                 // factor on the scheduled learning rate
+  // What reports and errors call the rule, e.g. "optimizer.param_groups[1]"; empty: "rules[i]".
+  std::string label;
 };
 
 struct ParamGroupOptions {
@@ -37,9 +34,6 @@ struct ParamGroupOptions {
   // the weights of torch::nn::Embedding / EmbeddingBag modules.
   bool no_decay_1d_and_embeddings = true;
   std::vector<ParamGroupRule> rules;  // first match wins; a rule overrides the exemption
-
-  // From the config's optimizer section (weight_decay, no_decay_1d_and_embeddings, param_groups).
-  static ParamGroupOptions from_config(const config::OptimizerConfig& cfg);
 };
 
 // What one parameter is trained with, and why (for reports).
@@ -48,7 +42,7 @@ struct ParamGroupAssignment {
   double weight_decay = 0;
   double lr_scale = 1;
   int64_t numel = 0;
-  std::string why;  // "default", "1-D", "embedding", "optimizer.param_groups[1] ('head.*')"
+  std::string why;  // "default", "1-D", "embedding", "<label> ('head.*')", e.g. "rules[1] ('head.*')"
 };
 
 // A parameter as the rules see it.
@@ -60,9 +54,9 @@ struct ParamGroupParam {
   bool embedding = false;  // the weight of an Embedding / EmbeddingBag module
 };
 
-// One assignment per parameter, in order. ConfigError naming optimizer.param_groups[i] when a rule
-// has an empty pattern, a negative or non-finite value, or matches no parameter (a misspelt
-// pattern would otherwise change nothing).
+// One assignment per parameter, in order. UsageError naming the rule (its label) when it has an
+// empty pattern, a negative or non-finite value, or matches no parameter (a misspelt pattern would
+// otherwise change nothing), and naming ParamGroupOptions.weight_decay when that is.
 std::vector<ParamGroupAssignment> assign_param_groups(const ParamGroupOptions& options,
                                                       const std::vector<ParamGroupParam>& params);
 

@@ -1,45 +1,19 @@
 #pragma once
-// The training loop's settings (the config's `train` and `data` sections as a plain struct), how
-// the global batch splits into micro-batches, and this rank's endless stream of training batches.
+// How the global batch of TrainOptions (zeroshard/config/run_options.h) splits into micro-batches,
+// and this rank's endless stream of training batches.
 // Thread-safety: values, and a BatchStream used from one thread.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "zeroshard/config/run_options.h"  // TrainOptions
 #include "zeroshard/train/loader.h"
 #include "zeroshard/train/sampler.h"
 
 namespace zeroshard {
 
 class Session;
-namespace config {
-class Config;
-}  // namespace config
-
-struct TrainOptions {
-  // train.*
-  int64_t steps = 0;         // optimizer steps; 0: `epochs` passes over the data
-  int epochs = 1;
-  int64_t batch_size = 32;   // global: samples per optimizer step over all ranks
-  int micro_batches = 1;     // per optimizer step (gradient accumulation)
-  bool no_sync = false;      // accumulate unsharded, reduce once per step
-  int64_t eval_interval = 0; // also evaluate every N steps; 0: off (always at the end)
-  int eval_batches = 0;      // per rank per evaluation; 0: the whole held-out set
-  int log_interval = 10;     // progress lines every N steps when not on a terminal
-  // optimizer.grad_clip_norm, checkpoint.interval_steps
-  double grad_clip_norm = 0;
-  int checkpoint_interval = 0;
-  // data.*
-  int num_workers = 2;
-  int prefetch_batches = 4;
-  bool pin_memory = true;
-  bool shuffle = true;
-  int64_t limit_train_samples = 0;
-  int64_t limit_eval_samples = 0;
-  uint64_t seed = 0;  // runtime.seed: the shuffle of every epoch
-  static TrainOptions from_config(const config::Config& cfg);
-};
 
 // train.batch_size = ranks x micro_batches x micro_batch_size.
 struct BatchPlan {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "zeroshard/config/run_options.h"  // ProgressStyle
 #include "zeroshard/train/metrics.h"
 #include "zeroshard/train/tensorboard.h"
 #include "zeroshard/train/progress.h"
@@ -28,6 +29,7 @@ struct ReportOptions {
   int log_interval = 10;
   std::string metrics_path;            // --metrics-out; empty: none
   std::string tensorboard_dir;         // --tensorboard / logging.tensorboard_dir; empty: none
+  ProgressStyle progress = ProgressStyle::kAuto;  // logging.progress
   c10::ScalarType reduce_dtype = c10::kFloat;  // of gradient reductions, to count comm bytes
 };
 

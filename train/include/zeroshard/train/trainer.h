@@ -2,11 +2,12 @@
 // The training loop as a library: a training program is a model, a dataset and a config.
 //
 //   int main(int argc, char** argv) {
-//     return zeroshard::run_main(argc, argv, [](zeroshard::Session& s) {
-//       auto start = zeroshard::start_training(s, "Trains my model on my data.");
+//     const zeroshard::Program program{"my_train", {zeroshard::keys::engine(), zeroshard::keys::trainer()}};
+//     return zeroshard::run_main(argc, argv, program, [](zeroshard::Session& s, const zeroshard::Run& run) {
+//       auto start = zeroshard::start_training(s, run, "Trains my model on my data.");
 //       if (!start) return 0;                                    // --help, --version
 //       auto data = std::make_shared<MyDataset>(...);
-//       zeroshard::ShardedInit init(s, zeroshard::ShardingOptions::from_config(...));
+//       zeroshard::ShardedInit init(s, run.options.sharding);
 //       MyModel model(...);                                      // sharded unit by unit as built
 //       zeroshard::ShardingEngine engine(init, model.ptr());
 //       zeroshard::Trainer trainer(s, engine, *start);           // + model.init_from weights
@@ -17,12 +18,13 @@
 //     });
 //   }
 //
-// What fit() does, from the config (docs/config.md) and the flags every training program takes:
+// What fit() does, from the run's options (resolved from the config, docs/config.md) and the flags
+// every training program takes:
 // epochs or steps; each step splits the rank's batch into train.micro_batches micro-batches
 // (no_sync on all but the last when train.no_sync), scales the loss for fp16 (loss scaler),
 // clips (optimizer.grad_clip_norm), follows the LR schedule and steps the optimizer, whose state
-// lives on the device, in host memory or on NVMe as offload.* says (make_engine_optimizer: a
-// request it cannot honour is a ConfigError); evaluates before training, every
+// lives on the device, in host memory or on NVMe as offload.* says (make_engine_optimizer);
+// evaluates before training, every
 // train.eval_interval steps, after every epoch and at the end; saves checkpoints every
 // checkpoint.interval_steps and at the end (--resume continues from the latest); shows a
 // progress bar, writes --metrics-out JSON lines and --tensorboard event files, prints
@@ -41,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "zeroshard/config/run_options.h"
 #include "zeroshard/optim/grad_scaler.h"
 #include "zeroshard/optim/lr_scheduler.h"
 #include "zeroshard/optim/optimizer.h"
@@ -51,6 +54,7 @@ namespace zeroshard {
 class Session;
 class ShardingEngine;
 class Checkpointer;
+struct Run;  // zeroshard/config/main.h
 
 // ---- the command line -------------------------------------------------------------------------
 
@@ -81,7 +85,7 @@ struct TrainFlags {
   std::map<std::string, std::string> program;  // the program's own flags given (checked value or "")
 };
 
-// Parses `args` (argv[0] first, as Session::args() gives them) with zeroshard/base/cli.h: the
+// Parses `args` (argv[0] first, as Run::args gives them) with zeroshard/base/cli.h: the
 // common flags above and the program's, as `--flag value` or `--flag=value`. `usage` is the
 // program's description, the first paragraph of --help. UsageError naming an unknown flag (and
 // the nearest one), a missing value, or a value that is not of the flag's type or range, located
@@ -97,7 +101,8 @@ std::string train_flags_help(const std::string& program, const std::string& usag
 
 struct TrainStart {
   TrainFlags flags;
-  TrainOptions options;
+  RunOptions run;           // the run's options (Run::options); the loop's are run.train
+  std::string config_text;  // Run::config_text(): what checkpoints store
   BatchPlan plan;
 };
 
@@ -106,7 +111,7 @@ struct TrainStart {
 // ranks), the batch plan, and for --memory-trial the plan line (so a trial that runs out of memory
 // building the model has still said its batch).
 // A usage error in the flags names the caller's line.
-std::optional<TrainStart> start_training(Session& s, const std::string& usage,
+std::optional<TrainStart> start_training(Session& s, const Run& run, const std::string& usage,
                                          const std::vector<ProgramFlag>& program_flags = {},
                                          const char* caller_file = __builtin_FILE(), int caller_line = __builtin_LINE());
 
@@ -165,9 +170,9 @@ std::function<bool(const TrainResult&)> at_least_check(const Session& session, s
 
 class Trainer {
  public:
-  // The optimizer, LR schedule, loss scaler and checkpointer from the session's config, per-rank
-  // RNG seeds for training, and (unless --resume) the pretrained weights of model.init_from
-  // (zeroshard/checkpoint/pretrained.h). Collective.
+  // The optimizer, LR schedule, loss scaler, parameter groups and checkpointer from start.run,
+  // per-rank RNG seeds for training, and (unless --resume) the pretrained weights of
+  // start.run.init_from (zeroshard/checkpoint/pretrained.h). Collective.
   Trainer(Session& s, ShardingEngine& engine, const TrainStart& start);
   ~Trainer();
   Trainer(const Trainer&) = delete;

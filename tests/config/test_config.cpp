@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/config.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
@@ -327,59 +327,7 @@ TEST(Config, RangeErrorsNameFieldValueAndRange) {
   EXPECT_NO_THROW(validate_config(d));
 }
 
-TEST(Config, CrossFieldRules) {
-  auto problem_paths = [](const std::vector<std::string>& sets) {
-    Config c;
-    for (const auto& s : sets) apply_override(c, s);
-    std::vector<std::string> paths;
-    for (const auto& p : check_config(c)) paths.insert(paths.end(), p.paths.begin(), p.paths.end());
-    return paths;
-  };
-  using V = std::vector<std::string>;
-  EXPECT_EQ(problem_paths({"comm.backend=NCCL", "runtime.device=CPU"}),
-            (V{"comm.backend", "runtime.device"}));
-  EXPECT_TRUE(problem_paths({"comm.backend=NCCL", "runtime.device=CUDA"}).empty());
-  EXPECT_EQ(problem_paths({"offload.params=NVME", "offload.optimizer=CPU"}),
-            (V{"offload.params", "offload.nvme_path"}));
-  EXPECT_TRUE(problem_paths({"offload.params=NVME", "offload.optimizer=CPU", "offload.nvme_path=/nvme"}).empty());
-  // Parameter offload streams the shards through the offloaded optimizer's step.
-  EXPECT_EQ(problem_paths({"offload.params=CPU"}), (V{"offload.params", "offload.optimizer"}));
-  EXPECT_EQ(problem_paths({"scheduler.type=COSINE"}),
-            (V{"scheduler.type", "scheduler.total_steps"}));
-  EXPECT_EQ(problem_paths({"scheduler.warmup_steps=10", "scheduler.total_steps=10"}),
-            (V{"scheduler.total_steps", "scheduler.warmup_steps"}));
-  EXPECT_TRUE(problem_paths({"scheduler.type=COSINE", "scheduler.total_steps=11",
-                             "scheduler.warmup_steps=10"})
-                  .empty());
-  EXPECT_EQ(problem_paths({"checkpoint.interval_steps=100"}),
-            (V{"checkpoint.interval_steps", "checkpoint.dir"}));
-  EXPECT_EQ(problem_paths({"optimizer.nesterov=true"}),
-            (V{"optimizer.nesterov", "optimizer.momentum"}));
-  EXPECT_TRUE(problem_paths({"optimizer.nesterov=true", "optimizer.momentum=0.9"}).empty());
-  EXPECT_EQ(problem_paths({"model.d_model=100", "model.n_head=3"}), (V{"model.d_model", "model.n_head"}));
-  EXPECT_TRUE(problem_paths({"model.d_model=96", "model.n_head=3"}).empty());
-  EXPECT_EQ(problem_paths({"model.n_head=0"}), (V{"model.n_head"})) << "out of range, not a division by zero";
-  EXPECT_EQ(problem_paths({"logging.level=loud"}), (V{"logging.level"}));
-  EXPECT_EQ(problem_paths({"logging.ranks=0,x"}), (V{"logging.ranks"}));
-  EXPECT_TRUE(problem_paths({"logging.level=DEBUG", "logging.ranks=0,3"}).empty());
-
-  Config c;
-  apply_override(c, "offload.optimizer=NVME");
-  std::string msg = error_of([&] { validate_config(c); });
-  EXPECT_CONTAINS(msg, "offload.optimizer = NVME needs offload.nvme_path");
-  // offload.grads: the same two rules as offload.params.
-  EXPECT_EQ(problem_paths({"offload.grads=NVME"}),
-            (V{"offload.grads", "offload.nvme_path", "offload.grads", "offload.optimizer"}));
-  EXPECT_TRUE(problem_paths({"offload.grads=CPU", "offload.optimizer=CPU"}).empty());
-  Config g;
-  apply_override(g, "offload.grads=CPU");
-  msg = error_of([&] { validate_config(g); });
-  EXPECT_CONTAINS(msg, "offload.grads = CPU needs offload.optimizer = CPU or NVME");
-  apply_override(g, "offload.optimizer=CPU");
-  apply_override(g, "offload.grads=NVME");
-  msg = error_of([&] { validate_config(g); });
-  EXPECT_CONTAINS(msg, "offload.grads = NVME needs offload.nvme_path");
-}
+// (The rules between keys, one test each: test_config_rules.cpp.)
 
 TEST(Config, ParseCommandLine) {
   CommandLine cl =

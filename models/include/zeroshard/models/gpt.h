@@ -1,8 +1,10 @@
 #pragma once
-// A GPT-style decoder for train_gpt: token + position embeddings, pre-norm blocks (causal
-// self-attention and an MLP, each on a residual branch with dropout), a final LayerNorm, and an
-// output layer tied to the token embedding (one tensor, two names). Each block is a
-// zeroshard::Unit (a sharded unit) and may run under activation checkpointing.
+// The built-in demo family (train_gpt trains it): a GPT-style byte-level decoder with token +
+// position embeddings, pre-norm blocks (causal self-attention and an MLP, each on a residual branch
+// with dropout), a final LayerNorm, and an output layer tied to the token embedding (one tensor,
+// two names). Each block is a zeroshard::Unit (a sharded unit) and may run under activation
+// checkpointing; its Linear layers are zeroshard::lora::Linear (they carry LoRA adapters when the
+// engine's unit hooks add them).
 //
 // Initialisation (GPT-2's): weights N(0, 0.02), the residual output projections
 // N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm (1, 0). It happens inside the constructors, so
@@ -16,12 +18,21 @@
 
 #include <vector>
 
-#include "zeroshard/core/config.h"
 #include "zeroshard/adapt/lora.h"
 #include "zeroshard/engine/unit.h"
 
-namespace zs_examples {
+namespace zeroshard::models {
 
+// Which blocks recompute their activations in backward instead of storing them.
+struct ActivationCheckpointing {
+  bool enabled = false;
+  int every_n_blocks = 1;  // blocks 0, n, 2n, ... (>= 1)
+  // Whether block `block_index` (0-based) is checkpointed: enabled and block_index % every_n_blocks
+  // == 0. UsageError naming the field for every_n_blocks < 1 or a negative block_index.
+  bool applies_to(int block_index) const;
+};
+
+// The model's shape as plain values (the defaults are the config's `model` section).
 struct GptOptions {
   int64_t vocab_size = 256;
   int64_t d_model = 128;
@@ -30,10 +41,9 @@ struct GptOptions {
   int64_t seq_len = 128;
   int64_t mlp_ratio = 4;
   double dropout = 0.1;
-  zeroshard::config::ActivationCheckpointingConfig checkpointing;  // which blocks recompute
-  c10::Device device = c10::kCPU;   // where parameters live (moved there as each module is built)
+  ActivationCheckpointing checkpointing;  // which blocks recompute
+  c10::Device device = c10::kCPU;         // where parameters live (moved there as each module is built)
 
-  static GptOptions from_config(const zeroshard::Config& cfg, c10::Device device);
   // Trainable parameters: embeddings + blocks + final norm (the tied output layer adds none).
   int64_t num_params() const;
 };
@@ -62,4 +72,4 @@ struct GptImpl : torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-}  // namespace zs_examples
+}  // namespace zeroshard::models

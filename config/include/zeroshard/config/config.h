@@ -1,18 +1,18 @@
 #pragma once
-// zeroshard's configuration: a protobuf message (core/proto/zeroshard.proto, the single source of
+// zeroshard's configuration: a protobuf message (config/proto/zeroshard.proto, the single source of
 // truth for keys, types, defaults and ranges) filled from, in order of precedence (later wins):
 //   1. the schema defaults,
 //   2. a config file: `--config FILE`, or the environment variable ZS_CONFIG when no --config is
 //      given; text format (.textproto .txtpb .pbtxt .prototxt) or JSON (.json),
 //   3. `--set key=value` overrides, applied in command-line order,
-// then validated (ranges from the schema's zs_min/zs_max options, plus a few cross-field rules).
-// Unknown keys, wrong types and out-of-range values are ConfigErrors naming the file or override,
-// the dotted field path and the allowed values; nothing is silently ignored. docs/config.md lists
-// every key; a test keeps it equal to list_config_fields().
+// then validated (ranges from the schema's zs_min/zs_max options, plus the rules between keys,
+// config_rules.cpp: the one place each is written). Unknown keys, wrong types and out-of-range
+// values are ConfigErrors naming the file or override, the dotted field path and the allowed
+// values; nothing is silently ignored. docs/config.md lists every key; a test keeps it equal to
+// list_config_fields(). resolve.h turns a validated Config into the plain options of every layer.
 //
 // This is the protobuf edge of the library: the one public header that includes the generated
-// schema (zeroshard.pb.h). The other public headers forward-declare the config types they convert
-// from (ShardingOptions::from_config, ...) and otherwise take plain option structs.
+// schema (zeroshard.pb.h). No layer below zs_config names a config type (a test holds this).
 //
 // Thread-safety: all functions are reentrant; a Config is a plain value (not safe to mutate from
 // two threads at once, like any protobuf message).
@@ -57,7 +57,9 @@ struct ConfigProblem {
 };
 
 // Every range violation (zs_min/zs_max/zs_multiple_of, non-finite doubles) of every leaf field,
-// set or default, plus the cross-field rules documented in docs/config.md. Empty when valid.
+// set or default, every bad entry of a list (optimizer.param_groups) or of a key with a format
+// of its own (logging.level, logging.ranks, model.init_rename), plus the rules between keys
+// documented in docs/config.md ("Rules between keys"). Empty when valid.
 std::vector<ConfigProblem> check_config(const Config& cfg);
 
 // Throws ConfigError listing everything check_config() finds, e.g.
@@ -77,10 +79,22 @@ struct CommandLine {
 // value has no '='.
 CommandLine parse_command_line(int argc, const char* const* argv);
 
+// Where the values of a Config built from a command line came from.
+struct ConfigOrigin {
+  std::string file;                    // the config file read; empty when none
+  Config from_file;                    // the file's own keys (proto2 presence: what it set)
+  std::vector<std::string> overrides;  // the --set assignments, in order
+  // "--set KEY=VALUE" (the last override of `path`), "config file FILE", or "default".
+  std::string of(const std::string& path) const;
+  // The dotted paths of every key the file or an override set, in schema order (a list such as
+  // optimizer.param_groups counts as one key).
+  std::vector<std::string> set_keys() const;
+};
+
 // defaults -> file (cl.config_path, else $ZS_CONFIG if set and non-empty) -> cl.overrides in
 // order -> validate_config. Validation errors say where each bad value came from (the --set
-// override, the file, or the default).
-Config build_config(const CommandLine& cl);
+// override, the file, or the default). `origin` (may be null) receives where the values came from.
+Config build_config(const CommandLine& cl, ConfigOrigin* origin = nullptr);
 
 // The effective config as text format: every leaf field, set or default, so it can be logged,
 // diffed, and loaded back with load_config_file (a .textproto).

@@ -1,7 +1,7 @@
 // Config files (text format and JSON), validation, printing and the field list, all by protobuf
 // reflection over zeroshard.proto: the schema is the only place a key, default or range is written.
 
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/config.h"
 #include "config_internal.h"
 
 #include <google/protobuf/io/tokenizer.h>
@@ -21,7 +21,7 @@
 #include <sstream>
 
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/logging.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard {
 namespace {
@@ -32,24 +32,6 @@ using Cpp = pb::FieldDescriptor::CppType;
 
 std::string join_path(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
-}
-
-// Shortest text that reads back as the same double, without exponent padding: 600, 0.001, 1e-8.
-std::string format_double(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.15g", v);
-  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof(buf), "%.17g", v);
-  std::string s = buf;
-  size_t e = s.find('e');
-  if (e != std::string::npos) {
-    std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
-    std::string sign = exponent[0] == '-' ? "-" : "";
-    size_t digits = exponent.find_first_not_of("+-0");
-    s = mantissa + "e" + sign + (digits == std::string::npos ? "0" : exponent.substr(digits));
-  }
-  return s;
 }
 
 std::string quote(const std::string& s) {
@@ -95,9 +77,9 @@ std::string leaf_text(const pb::Message& m, const pb::FieldDescriptor* f) {
     case Cpp::CPPTYPE_UINT64:
       return std::to_string(r->GetUInt64(m, f));
     case Cpp::CPPTYPE_DOUBLE:
-      return format_double(r->GetDouble(m, f));
+      return config_detail::format_value(r->GetDouble(m, f));
     case Cpp::CPPTYPE_FLOAT:
-      return format_double(r->GetFloat(m, f));
+      return config_detail::format_value(r->GetFloat(m, f));
     case Cpp::CPPTYPE_ENUM:
       return r->GetEnum(m, f)->name();
     case Cpp::CPPTYPE_STRING:
@@ -131,7 +113,7 @@ long double numeric_value(const pb::Message& m, const pb::FieldDescriptor* f) {
 
 std::string bound_text(const pb::FieldDescriptor* f, double bound) {
   if (is_integer_type(f)) return std::to_string(static_cast<long long>(bound));
-  return format_double(bound);
+  return config_detail::format_value(bound);
 }
 
 // "[0.1, 86400]", "(0, 1)", ">= 1", "any"; plus ", multiple of N".
@@ -203,92 +185,6 @@ void for_each_leaf(const pb::Message& m, const std::string& prefix,
     } else {
       fn(m, f, path);
     }
-  }
-}
-
-// ---- cross-field rules (documented in docs/config.md, "Rules between keys") ----
-
-void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
-  auto add = [&](std::vector<std::string> paths, std::string message) {
-    out->push_back({std::move(paths), std::move(message)});
-  };
-  if (c.comm().backend() == opt::CommConfig::NCCL &&
-      c.runtime().device() == opt::RuntimeConfig::CPU) {
-    add({"comm.backend", "runtime.device"},
-        "comm.backend = NCCL needs a GPU, but runtime.device = CPU; allowed: comm.backend MPI or "
-        "AUTO with a CPU device, or runtime.device CUDA/AUTO");
-  }
-  for (const char* which : {"optimizer", "params", "grads"}) {
-    const std::string w = which;
-    const bool nvme = (w == "optimizer" ? c.offload().optimizer()
-                       : w == "params"  ? c.offload().params()
-                                        : c.offload().grads()) == opt::OffloadConfig::NVME;
-    if (nvme && c.offload().nvme_path().empty()) {
-      add({std::string("offload.") + which, "offload.nvme_path"},
-          std::string("offload.") + which +
-              " = NVME needs offload.nvme_path (a directory on the NVMe drive), but it is empty");
-    }
-  }
-  if (c.offload().params() != opt::OffloadConfig::DEVICE && c.offload().optimizer() == opt::OffloadConfig::DEVICE) {
-    add({"offload.params", "offload.optimizer"},
-        std::string("offload.params = ") + opt::OffloadConfig::Target_Name(c.offload().params()) +
-            " needs offload.optimizer = CPU or NVME (the fp32 master and moments live with the offloaded "
-            "optimizer, whose step streams the parameter shards), but offload.optimizer = DEVICE");
-  }
-  if (c.offload().grads() != opt::OffloadConfig::DEVICE && c.offload().optimizer() == opt::OffloadConfig::DEVICE) {
-    add({"offload.grads", "offload.optimizer"},
-        std::string("offload.grads = ") + opt::OffloadConfig::Target_Name(c.offload().grads()) +
-            " needs offload.optimizer = CPU or NVME (the offloaded optimizer's step brings each gradient shard in "
-            "with its parameters), but offload.optimizer = DEVICE");
-  }
-  if (c.offload().keep_param_dtype_shard()) {
-    if (c.offload().params() == opt::OffloadConfig::DEVICE) {
-      add({"offload.keep_param_dtype_shard", "offload.params"},
-          "offload.keep_param_dtype_shard = true needs offload.params = CPU or NVME (it keeps a param_dtype copy "
-          "beside an offloaded fp32 shard), but offload.params = DEVICE");
-    }
-    if (c.precision().param_dtype() == opt::PrecisionConfig::FP32 || c.precision().autocast()) {
-      add({"offload.keep_param_dtype_shard", "precision.param_dtype"},
-          std::string("offload.keep_param_dtype_shard = true needs precision.param_dtype = BF16 or FP16 without "
-                      "precision.autocast (the copy is the shard in the dtype units compute in), but "
-                      "precision.param_dtype = ") +
-              opt::PrecisionConfig::DType_Name(c.precision().param_dtype()) +
-              (c.precision().autocast() ? " with precision.autocast = true" : ""));
-    }
-  }
-  const auto& s = c.scheduler();
-  if (s.type() == opt::SchedulerConfig::COSINE && s.total_steps() == 0) {
-    add({"scheduler.type", "scheduler.total_steps"},
-        "scheduler.type = COSINE needs scheduler.total_steps > 0 (the step where the decay ends)");
-  } else if (s.total_steps() > 0 && s.total_steps() <= s.warmup_steps()) {
-    add({"scheduler.total_steps", "scheduler.warmup_steps"},
-        detail::concat("scheduler.total_steps = ", s.total_steps(),
-                       " must exceed scheduler.warmup_steps = ", s.warmup_steps()));
-  }
-  if (c.checkpoint().interval_steps() > 0 && c.checkpoint().dir().empty()) {
-    add({"checkpoint.interval_steps", "checkpoint.dir"},
-        detail::concat("checkpoint.interval_steps = ", c.checkpoint().interval_steps(),
-                       " needs checkpoint.dir, but it is empty"));
-  }
-  if (c.model().n_head() > 0 && c.model().d_model() % c.model().n_head() != 0) {
-    add({"model.d_model", "model.n_head"},
-        detail::concat("model.d_model = ", c.model().d_model(), " must be a multiple of model.n_head = ",
-                       c.model().n_head(), " (each head gets d_model / n_head features)"));
-  }
-  if (c.optimizer().nesterov() && c.optimizer().momentum() <= 0) {
-    add({"optimizer.nesterov", "optimizer.momentum"},
-        "optimizer.nesterov = true needs optimizer.momentum > 0");
-  }
-  // String keys with a fixed vocabulary: reuse the logging parsers so the rules cannot drift.
-  try {
-    parse_log_level(c.logging().level(), "logging.level");
-  } catch (const ConfigError& e) {
-    add({"logging.level"}, e.message());
-  }
-  try {
-    parse_log_ranks(c.logging().ranks(), LogSettings{}, "logging.ranks");
-  } catch (const ConfigError& e) {
-    add({"logging.ranks"}, e.message());
   }
 }
 
@@ -432,7 +328,7 @@ std::string value_kind(const pb::Value& v) {
     case pb::Value::kNullValue:
       return "null";
     case pb::Value::kNumberValue:
-      return "number " + format_double(v.number_value());
+      return "number " + config_detail::format_value(v.number_value());
     case pb::Value::kStringValue:
       return "string " + quote(v.string_value());
     case pb::Value::kBoolValue:
@@ -567,7 +463,7 @@ std::vector<ConfigProblem> check_config(const Config& cfg) {
                   std::string problem = range_problem(m, f, path);
                   if (!problem.empty()) problems.push_back({{path}, problem});
                 });
-  check_cross_field(cfg, &problems);
+  config_detail::check_cross_field(cfg, &problems);
   return problems;
 }
 
@@ -579,6 +475,16 @@ void validate_config(const Config& cfg) {
 }
 
 namespace config_detail {
+
+std::string format_value(double v) {
+  std::string s = format_double(v);  // shortest round trip, e.g. "1e-08"
+  const size_t e = s.find('e');
+  if (e == std::string::npos) return s;
+  const std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
+  const std::string sign = exponent[0] == '-' ? "-" : "";
+  const size_t digits = exponent.find_first_not_of("+-0");
+  return mantissa + "e" + sign + (digits == std::string::npos ? "0" : exponent.substr(digits));
+}
 
 std::string format_problems(const std::vector<ConfigProblem>& problems,
                             const std::function<std::string(const ConfigProblem&)>& suffix) {

@@ -1,12 +1,12 @@
 #pragma once
-// Private helpers of the config layer (config.cpp, config_override.cpp): messages built from the
-// schema's descriptors.
+// Private helpers of the config layer (config.cpp, config_override.cpp, config_rules.cpp): messages
+// built from the schema's descriptors, and the rules between keys.
 
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/config.h"
 
 namespace zeroshard {
 
@@ -24,6 +24,15 @@ std::string enum_names(const google::protobuf::EnumDescriptor* e);
 // suffix(problem), e.g. where its values came from.
 std::string format_problems(const std::vector<ConfigProblem>& problems,
                             const std::function<std::string(const ConfigProblem&)>& suffix);
+
+// The schema's style of a double: the shortest text that reads back as the same value, with an
+// exponent not padded with zeros (600, 0.001, 1e-8), as docs/config.md shows defaults and ranges.
+std::string format_value(double v);
+
+// Appends every violated rule between keys (config_rules.cpp, "Rules between keys" in
+// docs/config.md: the one place each rule is written) and every bad list entry or key with a
+// format of its own to `out`.
+void check_cross_field(const Config& cfg, std::vector<ConfigProblem>* out);
 
 }  // namespace config_detail
 

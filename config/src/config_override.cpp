@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -11,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "zeroshard/core/config.h"
+#include "zeroshard/config/config.h"
 #include "config_internal.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
@@ -250,12 +251,47 @@ bool path_is_set(const pb::Message& root, const std::string& path) {
   std::string part;
   while (std::getline(ss, part, '.')) {
     const pb::FieldDescriptor* f = m->GetDescriptor()->FindFieldByName(part);
-    if (f == nullptr || !m->GetReflection()->HasField(*m, f)) return false;
+    if (f == nullptr) return false;
+    if (f->is_repeated()) return m->GetReflection()->FieldSize(*m, f) > 0;  // a list: one key
+    if (!m->GetReflection()->HasField(*m, f)) return false;
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
       m = &m->GetReflection()->GetMessage(*m, f);
     }
   }
   return true;
+}
+
+// The dotted paths of every key set in `m` (a repeated field counts as one key), depth-first.
+void collect_set_paths(const pb::Message& m, const std::string& prefix, std::vector<std::string>* out) {
+  std::vector<const pb::FieldDescriptor*> fields;
+  m.GetReflection()->ListFields(m, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const std::string path = join_path(prefix, f->name());
+    if (!f->is_repeated() && f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      collect_set_paths(m.GetReflection()->GetMessage(m, f), path, out);
+    } else {
+      out->push_back(path);
+    }
+  }
+}
+
+// Every key of the schema in schema order: the leaves, and each list as one key.
+std::vector<std::string> config_key_paths() {
+  std::vector<std::string> paths;
+  std::function<void(const pb::Descriptor*, const std::string&)> walk = [&](const pb::Descriptor* d,
+                                                                            const std::string& prefix) {
+    for (int i = 0; i < d->field_count(); ++i) {
+      const pb::FieldDescriptor* f = d->field(i);
+      const std::string path = join_path(prefix, f->name());
+      if (!f->is_repeated() && f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        walk(f->message_type(), path);
+      } else {
+        paths.push_back(path);
+      }
+    }
+  };
+  walk(Config::descriptor(), "");
+  return paths;
 }
 
 }  // namespace
@@ -371,34 +407,50 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
   return cl;
 }
 
-Config build_config(const CommandLine& cl) {
-  std::string file = cl.config_path;
-  if (file.empty()) {
-    const char* env = std::getenv("ZS_CONFIG");
-    if (env != nullptr && *env != '\0') file = env;
+std::string ConfigOrigin::of(const std::string& path) const {
+  std::string from;
+  for (const std::string& a : overrides) {
+    if (trim(a.substr(0, a.find('='))) == path) from = "--set " + a;
   }
-  Config from_file;
-  if (!file.empty()) from_file = load_config_file(file);
-  Config cfg = from_file;
+  if (from.empty() && path_is_set(from_file, path)) from = "config file " + file;
+  return from.empty() ? "default" : from;
+}
+
+std::vector<std::string> ConfigOrigin::set_keys() const {
+  std::vector<std::string> keys;
+  collect_set_paths(from_file, "", &keys);
+  for (const std::string& a : overrides) keys.push_back(trim(a.substr(0, a.find('='))));
+  std::vector<std::string> ordered;
+  for (const std::string& path : config_key_paths()) {
+    if (std::find(keys.begin(), keys.end(), path) != keys.end()) ordered.push_back(path);
+  }
+  return ordered;
+}
+
+Config build_config(const CommandLine& cl, ConfigOrigin* origin_out) {
+  ConfigOrigin origin;
+  origin.file = cl.config_path;
+  if (origin.file.empty()) {
+    const char* env = std::getenv("ZS_CONFIG");
+    if (env != nullptr && *env != '\0') origin.file = env;
+  }
+  if (!origin.file.empty()) origin.from_file = load_config_file(origin.file);
+  origin.overrides = cl.overrides;
+  Config cfg = origin.from_file;
   for (const std::string& assignment : cl.overrides) apply_override(cfg, assignment);
 
   auto problems = check_config(cfg);
-  if (problems.empty()) return cfg;
+  if (problems.empty()) {
+    if (origin_out != nullptr) *origin_out = std::move(origin);
+    return cfg;
+  }
   // Say where each value involved came from: the last --set of that key, else the file.
-  auto origin = [&](const ConfigProblem& p) {
+  auto where = [&](const ConfigProblem& p) {
     std::string out;
-    for (const std::string& path : p.paths) {
-      std::string from;
-      for (const std::string& a : cl.overrides) {
-        if (trim(a.substr(0, a.find('='))) == path) from = "--set " + a;
-      }
-      if (from.empty() && path_is_set(from_file, path)) from = "config file " + file;
-      if (from.empty()) from = "default";
-      out += (out.empty() ? " (" : "; ") + path + " from " + from;
-    }
+    for (const std::string& path : p.paths) out += (out.empty() ? " (" : "; ") + path + " from " + origin.of(path);
     return out.empty() ? out : out + ")";
   };
-  ZS_THROW(ConfigError, config_detail::format_problems(problems, origin));
+  ZS_THROW(ConfigError, config_detail::format_problems(problems, where));
 }
 
 std::vector<std::string> config_field_paths() {

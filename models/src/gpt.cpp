@@ -1,4 +1,6 @@
-#include "gpt_model.h"
+// The built-in GPT (gpt.h): construction with GPT-2's initialisation, forward, the block checkpointing rule.
+
+#include "zeroshard/models/gpt.h"
 
 #include <ATen/ops/arange.h>
 #include <c10/core/GradMode.h>
@@ -14,7 +16,7 @@
 #include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/base/error.h"
 
-namespace zs_examples {
+namespace zeroshard::models {
 namespace {
 
 void init_linear(zeroshard::lora::Linear& l, double std) {
@@ -25,19 +27,12 @@ void init_linear(zeroshard::lora::Linear& l, double std) {
 
 }  // namespace
 
-GptOptions GptOptions::from_config(const zeroshard::Config& cfg, c10::Device device) {
-  GptOptions o;
-  const auto& m = cfg.model();
-  o.vocab_size = m.vocab_size();
-  o.d_model = m.d_model();
-  o.n_head = m.n_head();
-  o.n_layer = m.n_layer();
-  o.seq_len = m.seq_len();
-  o.mlp_ratio = m.mlp_ratio();
-  o.dropout = m.dropout();
-  o.checkpointing = cfg.activation_checkpointing();
-  o.device = device;
-  return o;
+bool ActivationCheckpointing::applies_to(int block_index) const {
+  ZS_REQUIRE(every_n_blocks >= 1, zeroshard::UsageError, "ActivationCheckpointing.every_n_blocks = ", every_n_blocks,
+             " is out of range; allowed: >= 1");
+  ZS_REQUIRE(block_index >= 0, zeroshard::UsageError, "ActivationCheckpointing::applies_to: block_index = ",
+             block_index, " is negative; blocks are numbered from 0");
+  return enabled && block_index % every_n_blocks == 0;
 }
 
 int64_t GptOptions::num_params() const {
@@ -106,7 +101,7 @@ GptImpl::GptImpl(const GptOptions& o) : options(o) {
 torch::Tensor GptImpl::forward(torch::Tensor idx) {
   const int64_t t = idx.size(1);
   ZS_REQUIRE(t <= options.seq_len, zeroshard::UsageError, "a sequence of ", t,
-             " tokens exceeds the context length model.seq_len = ", options.seq_len);
+             " tokens exceeds the context length GptOptions.seq_len = ", options.seq_len);
   torch::Tensor pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(idx.device()));
   torch::Tensor x = drop(wte(idx) + wpe(pos));
   // With frozen embeddings (LoRA) the blocks' input needs no gradient, but a (reentrant)
@@ -115,7 +110,7 @@ torch::Tensor GptImpl::forward(torch::Tensor idx) {
   if (c10::GradMode::is_enabled() && !x.requires_grad()) x.requires_grad_(true);
   for (size_t i = 0; i < blocks.size(); ++i) {
     zeroshard::Unit<BlockImpl> block = blocks[i];  // a holder copy: shares the module
-    if (zeroshard::should_checkpoint(options.checkpointing, static_cast<int>(i))) {
+    if (options.checkpointing.applies_to(static_cast<int>(i))) {
       x = zeroshard::checkpoint([block](const at::Tensor& h) mutable { return block(h); }, x);
     } else {
       x = block(x);
@@ -124,4 +119,4 @@ torch::Tensor GptImpl::forward(torch::Tensor idx) {
   return torch::nn::functional::linear(ln_f(x), wte->weight);
 }
 
-}  // namespace zs_examples
+}  // namespace zeroshard::models
