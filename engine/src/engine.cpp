@@ -483,9 +483,9 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   static const int kStepPhase = memory_phase_id("optimizer step");
   MemoryPhase phase(kStepPhase);
   ZS_REQUIRE(!optimizer.expects_offloaded_params() || impl_->param_store != nullptr, UsageError,
-             "optimizer ", optimizer.describe(), " was made for offload.params = CPU or NVME, but this engine keeps "
-             "its parameter shards on the device: build the engine with ShardingOptions::from_config(config) (the "
-             "two-section overload leaves out the offload section)");
+             "optimizer ", optimizer.describe(), " was made for offloaded parameter shards (OffloadOptions.params = CPU "
+             "or NVME), but this engine keeps them on the device (ShardingOptions.offload_params.target = DEVICE): "
+             "build both from the same RunOptions (resolve(), run.sharding and run.offload)");
   if (impl_->param_store != nullptr || impl_->grad_store != nullptr) {
     // Offloaded parameters or gradients: the optimizer brings each shard in through the pager
     // while it updates it, so at most a shard or two is resident.
