@@ -27,10 +27,13 @@ std::string join(const std::vector<std::string>& items) {
 
 // ConfigError naming every key that was set but that `program` does not act on.
 void refuse_unread_keys(const Program& program, const ConfigOrigin& origin) {
-  if (program.accept_unread) return;
   std::vector<std::string> unread;
   for (const std::string& key : origin.set_keys()) {
-    if (!program.acts_on(key)) unread.push_back(key + " (set by " + origin.of(key) + ")");
+    if (program.acts_on(key)) continue;
+    const std::string where = origin.of(key);
+    const bool by_override = where.compare(0, 6, "--set ") == 0;
+    if (program.accept_unread_in_file && !by_override) continue;
+    unread.push_back(key + " (set by " + where + ")");
   }
   if (unread.empty()) return;
   ZS_THROW(ConfigError, program.name, " does not act on ",

@@ -332,7 +332,8 @@ TEST(LoadRun, NamesEveryRefusedKeyAndWhereItWasSet) {
 }
 
 TEST(LoadRun, ResolvesWhatTheProgramActsOn) {
-  const Run run = load({"--set", "model.dropout=0.3", "--min-accuracy", "0.5", "--set", "train.steps=4"}, fashion());
+  const zeroshard::Run run =
+      load({"--set", "model.dropout=0.3", "--min-accuracy", "0.5", "--set", "train.steps=4"}, fashion());
   EXPECT_EQ(run.options.model.dropout, 0.3);
   EXPECT_EQ(run.options.train.steps, 4);
   EXPECT_EQ(run.args, (std::vector<std::string>{"prog", "--min-accuracy", "0.5"}));
@@ -343,10 +344,22 @@ TEST(LoadRun, ResolvesWhatTheProgramActsOn) {
             std::string::npos);
 }
 
-TEST(LoadRun, ProgramsThatReadAnotherProgramsConfigAcceptEveryKey) {
+TEST(LoadRun, ProgramsThatReadAnotherProgramsConfigFileAcceptItsKeys) {
   Program estimate{"zeroshard-estimate", {{"sharding", "precision"}}};
-  estimate.accept_unread = true;
-  EXPECT_EQ(load({"--set", "train.steps=4"}, estimate).options.train.steps, 4);
+  estimate.accept_unread_in_file = true;
+  const std::string file = ::testing::TempDir() + "zs_test_load_run_estimate.textproto";
+  std::ofstream(file) << "train { steps: 4 }\nsharding { strategy: NO_SHARD }\n";
+  EXPECT_EQ(load({"--config", file}, estimate).options.train.steps, 4);
+  // A --set of a key the program does not act on is refused even so, naming the key.
+  EXPECT_NE(test::error_text_of<ConfigError>([&] { load({"--config", file, "--set", "lora.rank=8"}, estimate); })
+                .find("zeroshard-estimate does not act on lora.rank (set by --set lora.rank=8), so the run would "
+                      "ignore it: remove it; zeroshard-estimate acts on runtime, comm, logging.level, logging.ranks, "
+                      "memory, sharding, precision"),
+            std::string::npos);
+  // A file key overridden by --set is the override's, and refused.
+  EXPECT_NE(test::error_text_of<ConfigError>([&] { load({"--config", file, "--set", "train.steps=5"}, estimate); })
+                .find("zeroshard-estimate does not act on train.steps (set by --set train.steps=5)"),
+            std::string::npos);
   // The Session's keys are every program's; a section covers its keys, a key only itself.
   const Program selftest{"zeroshard-selftest", {}};
   EXPECT_TRUE(selftest.acts_on("comm.timeout_s"));

@@ -88,12 +88,12 @@ bool parse(const std::vector<std::string>& rest, Args& a) {
 }
 
 int run(int argc, char** argv) {
-  // The config of the training run to estimate: it sets keys only the training program acts on
-  // (train.*, model.*), which are accepted here; the estimate reads the ones below.
+  // The config file of the training run to estimate: it sets keys only the training program acts on
+  // (train.*, model.*), which are accepted from the file; the estimate reads the ones below.
   zs::Program program{"zeroshard-estimate",
                       {{"sharding", "precision", "optimizer.type", "optimizer.momentum", "offload",
                         "activation_checkpointing"}}};
-  program.accept_unread = true;
+  program.accept_unread_in_file = true;
   const zs::Run run = zs::load_run(argc, argv, program);
   Args args;
   if (!parse(run.args, args)) return 0;

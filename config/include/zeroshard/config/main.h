@@ -31,9 +31,10 @@ struct Program {
   Program(std::string name, std::initializer_list<std::vector<std::string>> key_lists);
   std::string name;
   std::vector<std::string> reads;
-  // Accept keys the program does not act on (zeroshard-estimate reads the config of a training run,
-  // which sets keys only the training program acts on). Off: such keys are refused.
-  bool accept_unread = false;
+  // Accept the keys a config file sets that the program does not act on (zeroshard-estimate reads
+  // the config file of a training run, which sets keys only the training program acts on). A
+  // `--set` of such a key is refused all the same: it can only be a mistake. Off: refused wherever set.
+  bool accept_unread_in_file = false;
   // Whether the program acts on `path` (a leaf key, or a list such as optimizer.param_groups).
   bool acts_on(const std::string& path) const;
 };
@@ -60,7 +61,7 @@ struct Run {
   Config config;                  // the effective config (validated), e.g. to save into checkpoints
   RunOptions options;             // resolve(config)
   std::vector<std::string> args;  // the command line without --config / --set, argv[0] first
-  // to_textproto(config): the text a checkpoint stores and prints back.
+  // The config in protobuf text format, the keys that were set: the text a checkpoint stores.
   std::string config_text() const;
 };
 
