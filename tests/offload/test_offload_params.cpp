@@ -585,5 +585,8 @@ TEST(OffloadParams, UsageErrors) {
   zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
   t.forward_backward(0);
   err = error_of<zs::UsageError>([&] { t.engine->step(opt); });
-  EXPECT_TRUE(contains(err, "ShardingOptions::from_config(config)")) << err;
+  EXPECT_TRUE(contains(err, " was made for offloaded parameter shards (OffloadOptions.params = CPU or NVME), but "
+                            "this engine keeps them on the device (ShardingOptions.offload_params.target = DEVICE): "
+                            "build both from the same RunOptions (resolve(), run.sharding and run.offload)"))
+      << err;
 }
