@@ -271,8 +271,12 @@ void ShardedUnit::input_grad_ready(uint64_t pass_number) {
   maybe_post_backward();
 }
 
-// post_backward once the parameters' gradients and the watched inputs' are all complete.
+// post_backward once the parameters' gradients and the watched inputs' are all complete. The root
+// has no inputs to watch (the model's own come before it) and its frozen parameters may be read by
+// a backward that runs after its last gradient arrived (a frozen final norm before a trainable
+// head): a root with frozen parameters stays gathered until the backward ends (finalize_backward).
 void ShardedUnit::maybe_post_backward() {
+  if (is_root && has_frozen()) return;
   const int grads_due = pass.grads_due < 0 ? grads_expected_ : pass.grads_due;
   const int inputs_due = pass.inputs_due < 0 ? pass.inputs_watched : pass.inputs_due;
   if (pass.grads_seen >= grads_due && !pass.inputs_opaque && pass.inputs_seen >= inputs_due) post_backward();
