@@ -23,7 +23,6 @@
 #include "zeroshard/core/session.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
 #include "zeroshard/checkpoint/pretrained.h"
 #include "zeroshard/engine/sharded_init.h"
 
@@ -83,7 +82,7 @@ int run(zs::Session& s, const zs::Run&) {
   // The bound: this rank's shards, the root's own parameters (the embeddings: built before the
   // blocks, whole until the engine takes the model) and the largest other unit (whole while built).
   int64_t shards = 0, root = 0, unit = 0;
-  const std::vector<zs::FlatParam*> flats = engine.flat_params();  // the root's first
+  const std::vector<zs::FlatShard*> flats = engine.flat_shards();  // the root's first
   for (size_t i = 0; i < flats.size(); ++i) {
     shards += flats[i]->shard_numel() * 4;
     (i == 0 ? root : unit) = std::max<int64_t>(i == 0 ? root : unit, flats[i]->padded_numel() * 4);

@@ -7,7 +7,9 @@
 #     --tests          also the packages only the tests use: Debian's python3-torch (PyTorch 1.13,
 #                      ~160 MB), the real PyTorch the round-trip tests exchange weights and models with,
 #                      docker-compose (Compose v1), which checks docker/docker-compose.yml, and GNU time
-#                      (bench_vs_pytorch.py's peak RSS per rank; not in a minimal Debian)
+#                      (bench_vs_pytorch.py's peak RSS per rank; not in a minimal Debian); after the
+#                      build, the npm test clients into BUILD_DIR/clients (scripts/install-clients.sh;
+#                      needs Node.js 20 or newer with npm)
 #     --container      also what a cluster container runs (openssh-server for mpirun between
 #                      containers, docker/entrypoint.sh), installed without recommended packages
 #     --cuda           the CUDA image's set (docker/Dockerfile.cuda): no Debian LibTorch (it is
@@ -147,6 +149,13 @@ for t in "${targets[@]}"; do target_args+=(--target "$t"); done
 echo "setup: building ${targets[*]:-everything} with $jobs jobs"
 cmake --build "$build_dir" -j "$jobs" "${target_args[@]}"
 phase_done build
+
+if ((with_tests)); then
+  # The clients nobody here wrote that the tests compare with (llama.cpp, Hugging Face's tokenizers
+  # and Jinja, tiktoken, published vocabularies), pinned by tests/clients/package-lock.json.
+  scripts/install-clients.sh "$build_dir"
+  phase_done clients
+fi
 
 summary=$(printf '%s, ' "${timings[@]}")
 echo "setup: done in $((SECONDS - start)) s (${summary%, })"

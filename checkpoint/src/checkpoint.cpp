@@ -57,8 +57,8 @@ void Checkpointer::Impl::join() {
 }
 
 void Checkpointer::Impl::check_no_pending_grads(const char* what) const {
-  for (FlatParam* f : engine.flat_params()) {
-    ZS_REQUIRE(!f->has_grad_buffer() && !f->reduce_pending(), UsageError, "checkpoint ", what,
+  for (FlatShard* f : engine.flat_shards()) {
+    ZS_REQUIRE(!f->gradients_pending(), UsageError, "checkpoint ", what,
                " with gradients of unit '", f->name(), "' still pending: ", what, " between optimizer steps");
   }
 }

@@ -19,7 +19,7 @@
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/io/aio.h"
 #include "zeroshard/checkpoint/checkpoint.h"
-#include "zeroshard/engine/flat_param.h"
+#include "zeroshard/engine/flat_shard.h"
 
 namespace zeroshard::detail {
 
@@ -66,10 +66,10 @@ struct Checkpointer::Impl {
 
   // save (checkpoint_save.cpp)
   detail::Snapshot snapshot(ShardedOptimizer& opt, const TrainingState& st);
-  void snapshot_shards(detail::Snapshot& s, const std::vector<FlatParam*>& flats,
+  void snapshot_shards(detail::Snapshot& s, const std::vector<FlatShard*>& flats,
                        const std::vector<ShardOptimizerState>& opt_state, const std::vector<std::string>& state_names);
   void snapshot_buffers(detail::Snapshot& s);
-  void fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st, const std::vector<FlatParam*>& flats,
+  void fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st, const std::vector<FlatShard*>& flats,
                      const std::vector<ShardOptimizerState>& opt_state);
   std::string write(const detail::Snapshot& s, Communicator& c);  // collective over c
   void prepare_dir(const std::string& root, const std::string& tmp);
@@ -79,11 +79,11 @@ struct Checkpointer::Impl {
 
   // load (checkpoint_load.cpp)
   void apply(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir, TrainingState& out);
-  void check_structure(const ckpt::Manifest& m, const std::vector<FlatParam*>& flats, const std::string& dir) const;
+  void check_structure(const ckpt::Manifest& m, const std::vector<FlatShard*>& flats, const std::string& dir) const;
   void check_optimizer(const ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir) const;
   void check_param_groups(const ckpt::Manifest& m, const std::string& dir) const;
   void load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
-                  const std::vector<FlatParam*>& flats);
+                  const std::vector<FlatShard*>& flats);
   void load_buffers(const ckpt::Manifest& m, const std::string& dir);
   void load_rank_state(const ckpt::Manifest& m, const std::string& dir, TrainingState& out);
 };

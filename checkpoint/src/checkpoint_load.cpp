@@ -92,7 +92,7 @@ class SavedShards {
 void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                                TrainingState& out) {
   at::NoGradGuard no_grad;
-  const std::vector<FlatParam*> flats = engine.flat_params();
+  const std::vector<FlatShard*> flats = engine.flat_shards();
   check_structure(m, flats, dir);
   check_optimizer(opt, m, dir);
   check_param_groups(m, dir);
@@ -113,7 +113,7 @@ void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, c
   }
 }
 
-void Checkpointer::Impl::check_structure(const ckpt::Manifest& m, const std::vector<FlatParam*>& flats,
+void Checkpointer::Impl::check_structure(const ckpt::Manifest& m, const std::vector<FlatShard*>& flats,
                                          const std::string& dir) const {
   using detail::shape_str;
   // Compare parameter by parameter first, so the error names the first parameter that differs.
@@ -122,7 +122,7 @@ void Checkpointer::Impl::check_structure(const ckpt::Manifest& m, const std::vec
     for (const auto& p : fe.params()) saved.push_back(&p);
   }
   std::vector<const ParamSlot*> mine;
-  for (FlatParam* f : flats) {
+  for (FlatShard* f : flats) {
     for (const ParamSlot& s : f->slots()) mine.push_back(&s);
   }
   for (size_t i = 0; i < std::max(saved.size(), mine.size()); ++i) {
@@ -185,14 +185,14 @@ void Checkpointer::Impl::check_param_groups(const ckpt::Manifest& m, const std::
 }
 
 void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
-                                    const std::vector<FlatParam*>& flats) {
+                                    const std::vector<FlatShard*>& flats) {
   SavedShards saved(m, dir, io);
   const std::vector<std::string> names = opt.state_names();
   std::vector<ShardOptimizerState> opt_state;
   for (size_t i = 0; i < flats.size(); ++i) {
-    FlatParam& f = *flats[i];
+    FlatShard& f = *flats[i];
     const auto& fe = m.flats(static_cast<int>(i));
-    const int64_t lo = static_cast<int64_t>(f.shard_group().rank()) * f.shard_numel();
+    const int64_t lo = f.shard_begin();
     const int64_t hi = lo + f.shard_numel();
     f.shard().copy_(saved.read_range(i, "param", lo, hi, f.padded_numel()));
     f.release_shard();  // offloaded: written back to its store now, one shard resident at a time
@@ -205,7 +205,7 @@ void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest&
     opt_state.push_back(std::move(st));
   }
   // Gathered copies hold the old values: every unit gathers again at its next forward.
-  for (FlatParam* f : flats) f->free_full();
+  for (FlatShard* f : flats) f->free_gathered();
   opt.import_state(std::move(opt_state), m.optimizer_steps());
 }
 

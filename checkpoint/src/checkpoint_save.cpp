@@ -36,8 +36,8 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
   s.rank = comm->rank();
   s.world = comm->size();
   s.holds_shards = engine.replica_rank() == 0;
-  const std::vector<FlatParam*> flats = engine.flat_params();
-  s.shard_rank = flats.empty() ? 0 : flats.front()->shard_group().rank();
+  const std::vector<FlatShard*> flats = engine.flat_shards();
+  s.shard_rank = engine.shard_rank();
   std::vector<ShardOptimizerState> opt_state;
   if (s.holds_shards) opt_state = opt.export_state();
   if (s.holds_shards) snapshot_shards(s, flats, opt_state, opt.state_names());
@@ -73,12 +73,12 @@ at::Tensor host_copy(const at::Tensor& t, bool async) {
 
 }  // namespace
 
-void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatParam*>& flats,
+void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatShard*>& flats,
                                          const std::vector<ShardOptimizerState>& opt_state,
                                          const std::vector<std::string>& state_names) {
   size_t trainable_index = 0;
   for (size_t i = 0; i < flats.size(); ++i) {
-    FlatParam& f = *flats[i];
+    FlatShard& f = *flats[i];
     s.sections.push_back({detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, host_copy(f.shard_for_read(), o.async_save), {}});
     f.release_shard();  // offloaded: back to the store (unchanged); the snapshot keeps its copy
     if (!f.trainable()) continue;
@@ -100,7 +100,7 @@ void Checkpointer::Impl::snapshot_buffers(Snapshot& s) {
 }
 
 void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st,
-                                       const std::vector<FlatParam*>& flats,
+                                       const std::vector<FlatShard*>& flats,
                                        const std::vector<ShardOptimizerState>& opt_state) {
   m.set_format_version(ckpt::kFormatVersion);
   m.set_zeroshard_version(ZS_VERSION);
@@ -116,7 +116,7 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
   const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
   size_t group_index = 0;  // groups cover the trainable parameters, in this order
   for (size_t i = 0; i < flats.size(); ++i) {
-    FlatParam& f = *flats[i];
+    FlatShard& f = *flats[i];
     ckpt::FlatEntry* fe = m.add_flats();
     fe->set_unit(f.name());
     fe->set_name(detail::flat_key(i));

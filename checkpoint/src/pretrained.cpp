@@ -16,7 +16,7 @@
 #include "zeroshard/base/logging.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "zeroshard/engine/flat_shard.h"
 #include "zeroshard/optim/param_groups.h"
 #include "zeroshard/formats/tensor_dir.h"
 
@@ -34,7 +34,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 struct Target {
   std::vector<std::string> names;  // the first is the qualified name
   std::vector<int64_t> shape;
-  FlatParam* flat = nullptr;  // parameter: its flat parameter and place in it
+  FlatShard* flat = nullptr;  // parameter: its flat parameter and place in it
   int64_t offset = 0;
   at::Tensor buffer;          // buffer
   std::string source;         // the file tensor it is read from ("" when absent)
@@ -55,7 +55,7 @@ std::string map_name(std::string name, const PretrainedOptions& o) {
 
 std::vector<Target> model_targets(ShardingEngine& engine) {
   std::vector<Target> out;
-  for (FlatParam* f : engine.flat_params()) {
+  for (FlatShard* f : engine.flat_shards()) {
     for (const ParamSlot& s : f->slots()) {
       Target t;
       t.names.push_back(s.name);
@@ -146,13 +146,13 @@ void check_strict(const Match& m, const std::string& path) {
 // This rank's part of parameter `t`: the elements of its slot that fall into the rank's shard of
 // the flat parameter, read straight into the fp32 master shard.
 int64_t load_param_part(const Target& t, TensorFile& file) {
-  FlatParam& f = *t.flat;
+  FlatShard& f = *t.flat;
   const int64_t numel = [&] {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     return n;
   }();
-  const int64_t lo = static_cast<int64_t>(f.shard_group().rank()) * f.shard_numel();
+  const int64_t lo = f.shard_begin();
   const int64_t hi = lo + f.shard_numel();
   const int64_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + numel);
   if (a >= b) return 0;
@@ -186,7 +186,7 @@ PretrainedReport load_local(ShardingEngine& engine, const std::string& path, con
   r.format = file->format();
   // Targets come flat by flat: an offloaded shard is loaded once, filled, and written back when
   // the next flat starts, so at most one is resident.
-  FlatParam* resident = nullptr;
+  FlatShard* resident = nullptr;
   for (const Target& t : m.targets) {
     if (t.source.empty()) continue;
     if (resident != nullptr && t.flat != resident) resident->release_shard();
@@ -196,7 +196,7 @@ PretrainedReport load_local(ShardingEngine& engine, const std::string& path, con
   }
   if (resident != nullptr) resident->release_shard();
   // Gathered copies hold the old values: every unit gathers again at its next forward.
-  for (FlatParam* f : engine.flat_params()) f->free_full();
+  for (FlatShard* f : engine.flat_shards()) f->free_gathered();
   r.bytes_read = file->bytes_read();
   r.missing = std::move(m.missing);
   r.missing.insert(r.missing.end(), m.not_required.begin(), m.not_required.end());
@@ -219,8 +219,8 @@ std::string PretrainedReport::summary() const {
 }
 
 PretrainedReport load_pretrained(ShardingEngine& engine, const std::string& path, const PretrainedOptions& options) {
-  for (FlatParam* f : engine.flat_params()) {
-    ZS_REQUIRE(!f->has_grad_buffer() && !f->reduce_pending(), UsageError, "load_pretrained with gradients of unit '",
+  for (FlatShard* f : engine.flat_shards()) {
+    ZS_REQUIRE(!f->gradients_pending(), UsageError, "load_pretrained with gradients of unit '",
                f->name(), "' still pending: load between optimizer steps");
   }
   Communicator& world = *engine.session().world();

@@ -1,7 +1,7 @@
 // ShardingEngine: construction (groups, units, structure check, flat parameters) and the
-// optimizer side (clipping, step, zero_grad, state). The forward/backward lifecycle is in
-// engine_hooks.cpp (what a backward will run: engine_graph.cpp), the offload stores and the
-// optimizer's pager in engine_offload.cpp.
+// optimizer side (clipping, step, zero_grad, state). A unit's lifecycle is in sharded_unit.cpp,
+// the pass as a whole in engine_root.cpp (what a backward will run: engine_graph.cpp), the offload
+// stores and the optimizer's pager in engine_offload.cpp.
 #include "buffers.h"
 #include "engine_internal.h"
 #include "sharded_init_internal.h"
@@ -33,13 +33,14 @@
 namespace zeroshard {
 
 namespace detail {
-void register_managed_unit(const torch::nn::Module* module, UnitState* unit);
+void register_managed_unit(const torch::nn::Module* module, ShardedUnit* unit);
 void unregister_managed_unit(const torch::nn::Module* module);
 }  // namespace detail
 
 detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
                            detail::ShardedInitImpl* sharded_init)
-    : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init) {
+    : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init),
+      schedule(units, options.limit_all_gathers) {
   if (init != nullptr) {
     init->deactivate();
     mem = init->mem;
@@ -62,7 +63,7 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
   check_same_structure();
   check_parameters();  // before any flat parameter is built: a refused wrap changes nothing
   init_flat_params();
-  install_grad_hooks();
+  for (auto& u : units) u->install_grad_hooks();
   for (auto& u : units) detail::register_managed_unit(u->module, u.get());
 }
 
@@ -141,17 +142,8 @@ std::unordered_set<const torch::nn::Module*> detail::ShardingEngineImpl::auto_wr
 
 void detail::ShardingEngineImpl::discover_units() {
   auto make_unit = [&](torch::nn::Module* module, std::string name, bool is_root) {
-    auto u = std::make_unique<detail::UnitState>();
-    u->name = std::move(name);
-    u->module = module;
-    u->is_root = is_root;
-    u->engine = this;
-    u->ordinal = static_cast<int>(units.size());
-    const std::string what = is_root ? std::string("outside units (root module)") : "unit '" + u->name + "'";
-    u->phase_forward = memory_phase_id("forward: " + what);
-    u->phase_backward = memory_phase_id("backward: " + what);
-    u->phase_recompute = memory_phase_id("backward: recompute of " + what);
-    units.push_back(std::move(u));
+    units.push_back(std::make_unique<detail::ShardedUnit>(*this, std::move(name), static_cast<int>(units.size()),
+                                                          module, is_root));
     return units.back().get();
   };
   root = make_unit(model.get(), "<root>", true);
@@ -161,7 +153,7 @@ void detail::ShardingEngineImpl::discover_units() {
   };
   // Owner of each parameter tensor (first name seen) and the slots per unit.
   struct Seen {
-    detail::UnitState* owner;
+    detail::ShardedUnit* owner;
     std::string name;
     std::vector<std::string> aliases;
     at::Tensor param;
@@ -170,8 +162,8 @@ void detail::ShardingEngineImpl::discover_units() {
   };
   std::unordered_map<const void*, size_t> index;
   std::vector<Seen> seen;
-  std::function<void(torch::nn::Module&, const std::string&, detail::UnitState*)> visit =
-      [&](torch::nn::Module& m, const std::string& prefix, detail::UnitState* owner) {
+  std::function<void(torch::nn::Module&, const std::string&, detail::ShardedUnit*)> visit =
+      [&](torch::nn::Module& m, const std::string& prefix, detail::ShardedUnit* owner) {
         for (const auto& item : m.named_parameters(/*recurse=*/false)) {
           const void* key = item.value().unsafeGetTensorImpl();
           auto it = index.find(key);
@@ -187,7 +179,7 @@ void detail::ShardingEngineImpl::discover_units() {
         for (const auto& child : m.named_children()) {
           torch::nn::Module& c = *child.value();
           const std::string path = prefix + child.key();
-          detail::UnitState* next = owner;
+          detail::ShardedUnit* next = owner;
           if (wants_unit(c)) {
             ZS_REQUIRE(detail::find_managed_unit(&c) == nullptr, UsageError, "module '", path,
                        "' is already wrapped by another ShardingEngine; wrap a module once");
@@ -217,7 +209,7 @@ void detail::ShardingEngineImpl::discover_units() {
   }
 }
 
-bool detail::ShardingEngineImpl::adopt(detail::UnitState* u, const detail::UnitSlots& slots) {
+bool detail::ShardingEngineImpl::adopt(detail::ShardedUnit* u, const detail::UnitSlots& slots) {
   if (init == nullptr) return false;
   auto it = init->units.find(u->module);
   if (it == init->units.end()) return false;
@@ -455,17 +447,25 @@ GradientShards& ShardingEngine::gradients() {
 
 const std::vector<ParamGroupAssignment>& ShardingEngine::param_groups() const { return impl_->param_groups; }
 
-std::vector<FlatParam*> ShardingEngine::flat_params() {
-  std::vector<FlatParam*> out;
+std::vector<FlatShard*> ShardingEngine::flat_shards() {
+  std::vector<FlatShard*> out;
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) out.push_back(f.get());
   }
   return out;
 }
 
+std::vector<FlatParam*> detail::flat_params(ShardingEngine& engine) {
+  std::vector<FlatParam*> out;
+  for (FlatShard* s : engine.flat_shards()) out.push_back(static_cast<FlatParam*>(s));
+  return out;
+}
+
 int ShardingEngine::replica_rank() const {
   return impl_->replicate_group ? impl_->replicate_group->rank() : 0;
 }
+
+int ShardingEngine::shard_rank() const { return impl_->shard_group->rank(); }
 
 const ShardingOptions& ShardingEngine::options() const { return impl_->options; }
 Session& ShardingEngine::session() { return impl_->session; }

@@ -8,7 +8,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"
 #include "zeroshard/store/shard_store.h"
 
 namespace zeroshard {
@@ -38,7 +38,7 @@ void detail::ShardingEngineImpl::start_param_store() {
   }
 }
 
-void detail::ShardingEngineImpl::store_unit_shards(detail::UnitState* u) {
+void detail::ShardingEngineImpl::store_unit_shards(detail::ShardedUnit* u) {
   if (param_store == nullptr) return;
   detail::io_on_every_rank(*session.world(), detail::concat("storing the parameter shards of unit '", u->name, "'"),
                            "zs.offload.params", [&] {
@@ -82,11 +82,11 @@ void detail::ShardingEngineImpl::log_param_store() const {
                         : std::string());
 }
 
-void detail::ShardingEngineImpl::read_ahead(detail::UnitState* u) {
-  if (param_store == nullptr || recording_order || u->forward_index < 0) return;
-  const int next = in_backward() ? backward_next(u->forward_index - 1) : u->forward_index + 1;
-  if (next < 0 || next >= static_cast<int>(forward_order.size())) return;
-  for (auto& f : forward_order[static_cast<size_t>(next)]->flats) {
+void detail::ShardingEngineImpl::read_ahead(const detail::ShardedUnit& u) {
+  if (param_store == nullptr) return;
+  const detail::ShardedUnit* next = schedule.next_after(u, in_backward());
+  if (next == nullptr) return;
+  for (auto& f : next->flats) {
     if (!f->gathered() && !f->has_param_dtype_copy()) f->prefetch_shard();  // a copy is gathered as it is
   }
 }

@@ -1,4 +1,4 @@
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/isfinite.h>
@@ -7,8 +7,6 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <chrono>
-#include <functional>
 #include <utility>
 
 #include "zeroshard/base/error.h"
@@ -19,20 +17,20 @@ namespace zeroshard {
 FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool trainable,
                      std::shared_ptr<Communicator> shard_group, std::shared_ptr<Communicator> replicate,
                      MemoryStats* mem, c10::ScalarType param_dtype, c10::ScalarType reduce_dtype,
-                     bool offloaded_shard, std::shared_ptr<const ShardCodec> codec)
+                     bool offload_capable, std::shared_ptr<const ShardCodec> codec)
     : name_(std::move(name)),
       slots_(std::move(slots)),
       trainable_(trainable),
       shard_group_(std::move(shard_group)),
       replicate_(std::move(replicate)),
       mem_(mem),
+      offload_capable_(offload_capable),
       param_dtype_(param_dtype),
       reduce_dtype_(reduce_dtype),
-      offloaded_shard_(offloaded_shard),
       codec_(std::move(codec)) {
   ZS_CHECK(!slots_.empty(), "unit '", name_, "' has no parameters to flatten");
   const bool encoded = codec_ != nullptr;
-  ZS_CHECK(!encoded || (!trainable_ && !offloaded_shard_), "unit '", name_, "': an encoded (", codec_->name(),
+  ZS_CHECK(!encoded || (!trainable_ && !offload_capable_), "unit '", name_, "': an encoded (", codec_->name(),
            ") shard is frozen and resident");
   // Encoded: every parameter starts a block, and every rank's shard is whole blocks.
   const int64_t align = encoded ? codec_->alignment() : 1;
@@ -48,24 +46,20 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
   numel_ = offset;
   padded_ = (numel_ + n * align - 1) / (n * align) * (n * align);
   shard_numel_ = padded_ / n;
-  aliased_ = n == 1 && param_dtype_ == c10::kFloat && !offloaded_shard_ && !encoded;
+  aliased_ = n == 1 && param_dtype_ == c10::kFloat && !offload_capable_ && !encoded;
+  grad_ = detail::resident_grad(shard_numel_, mem_);
 }
 
 FlatParam::~FlatParam() {
-  if (shard_.defined()) mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
-  if (packed_.defined()) mem_->sub(MemCategory::kShardedParams, shard_storage_bytes());
-  if (lp_shard_.defined()) mem_->sub(MemCategory::kShardedParams, lp_bytes(shard_numel_));
-  if (gathered_packed_.defined()) mem_->sub(MemCategory::kCommBuffers, gathered_packed_.numel());
+  grad_.reset();
+  storage_.reset();
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
   if (grad_buffer_.defined()) mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
-  if (grad_resident()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));  // not a placeholder
   mem_->sub(MemCategory::kCommBuffers, staged_bytes_);
 }
 
-int64_t FlatParam::bytes(int64_t elements) const { return elements * 4; }
-int64_t FlatParam::shard_storage_bytes() const {
-  return codec_ != nullptr ? codec_->encoded_bytes(shard_numel_) : bytes(shard_numel_);
-}
+detail::ShardShape FlatParam::shape() const { return {name_, shard_numel_, device_, param_dtype_, mem_}; }
+
 int64_t FlatParam::lp_bytes(int64_t elements) const {
   return elements * static_cast<int64_t>(c10::elementSize(param_dtype_));
 }
@@ -78,7 +72,7 @@ void FlatParam::rename(std::string name,
   ZS_CHECK(slot_names.size() == slots_.size(), "renaming ", slots_.size(), " parameters of '", name_, "' with ",
            slot_names.size(), " names");
   name_ = std::move(name);
-  if (store_ != nullptr) store_->rename(store_slot_, name_);
+  if (storage_ != nullptr) storage_->rename(name_);
   for (size_t i = 0; i < slots_.size(); ++i) {
     slots_[i].name = slot_names[i].first;
     slots_[i].aliases = slot_names[i].second;
@@ -103,10 +97,10 @@ void FlatParam::init_from_params(Communicator* sync_from) {
   device_ = slots_.front().param.device();
   c10::AutoGradMode no_grad(false);
   const bool sync = sync_from != nullptr && sync_from->size() > 1;
-  const int64_t lo = aliased_ ? 0 : static_cast<int64_t>(shard_group_->rank()) * shard_numel_;
+  const int64_t lo = aliased_ ? 0 : shard_begin();
   const int64_t hi = lo + (aliased_ ? padded_ : shard_numel_);
   const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
-  shard_ = at::zeros({hi - lo}, fp32);
+  at::Tensor shard = at::zeros({hi - lo}, fp32);
   // Each parameter (rank 0's values when syncing) gives this rank's part of it to the shard and
   // lets go of its storage at once: building a unit holds its bytes once, never the parameters and
   // a whole flat copy of them together (the rank's shards plus one unit, measured in
@@ -119,16 +113,17 @@ void FlatParam::init_from_params(Communicator* sync_from) {
                " encoding of parameter '", s.name, "' of unit '", name_,
                "': a value is not finite (nan or inf); only finite weights can be stored encoded");
     const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-    if (a < b) shard_.narrow(0, a - lo, b - a).copy_(p.reshape({-1}).narrow(0, a - s.offset, b - a));
+    if (a < b) shard.narrow(0, a - lo, b - a).copy_(p.reshape({-1}).narrow(0, a - s.offset, b - a));
     s.param.set_data(at::empty({0}, p.options()));
   }
-  mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
   if (codec_ != nullptr) {
-    shard_dirty_ = true;
-    release_shard();  // encoded; the fp32 values go
+    storage_ = detail::encoded_shard(shape(), shard, codec_);
+    storage_->release(nullptr);  // encoded; the fp32 values go
+  } else {
+    storage_ = detail::resident_shard(shape(), shard);
   }
   if (aliased_) {
-    full_ = shard_;
+    full_ = shard;
     point_params_at(full_);
     drop_param_grads();
     return;
@@ -147,93 +142,25 @@ void FlatParam::point_params_at(const at::Tensor& flat) {
   for (ParamSlot& s : slots_) s.param.set_data(flat.narrow(0, s.offset, s.numel).view(s.shape));
 }
 
-at::Tensor& FlatParam::shard() {
-  if (store_ != nullptr || codec_ != nullptr) {
-    resident_shard();
-    shard_dirty_ = true;
-  }
-  return shard_;
-}
-
-const at::Tensor& FlatParam::resident_shard() {
-  if (codec_ != nullptr && !shard_.defined()) {
-    shard_ = at::empty({shard_numel_}, packed_.options().dtype(at::kFloat));
-    codec_->decode(packed_, shard_);
-    shard_dirty_ = false;
-    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
-  }
-  if (store_ != nullptr && !shard_.defined()) {
-    shard_ = store_->load(store_slot_, device_);
-    shard_dirty_ = false;
-    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
-  }
-  return shard_;
-}
-
-at::Tensor& FlatParam::shard_for_overwrite() {
-  if (codec_ != nullptr && !shard_.defined()) {
-    shard_ = at::zeros({shard_numel_}, packed_.options().dtype(at::kFloat));  // the gaps between parameters stay 0
-    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
-  }
-  if (store_ != nullptr && !shard_.defined()) {
-    shard_ = store_->allocate(store_slot_, device_);
-    mem_->add(MemCategory::kShardedParams, bytes(shard_numel_));
-  }
-  shard_dirty_ = store_ != nullptr || codec_ != nullptr;
-  return shard_;
-}
-
 void FlatParam::attach_store(ShardStore* store, bool keep_param_dtype_copy) {
-  ZS_CHECK(offloaded_shard_ && store_ == nullptr && shard_.defined() && !aliased_, "attach_store on unit '", name_,
-           "' that was not built for an offloaded shard, or twice");
-  ZS_CHECK(!keep_param_dtype_copy || param_dtype_ != c10::kFloat, "unit '", name_,
-           "': a param_dtype copy of the shard needs a param_dtype other than fp32");
-  store_slot_ = store->add(name_, shard_numel_);
-  store_ = store;
-  if (keep_param_dtype_copy) {
-    c10::AutoGradMode no_grad(false);
-    lp_shard_ = shard_.to(param_dtype_);
-    mem_->add(MemCategory::kShardedParams, lp_bytes(shard_numel_));
+  ZS_CHECK(offload_capable_ && storage_ != nullptr && !storage_->stored() && !aliased_, "attach_store on unit '",
+           name_, "' that was not built for an offloaded shard, or twice");
+  at::Tensor values = storage_->values();
+  storage_.reset();  // its bytes leave the account before the store's resident copy enters it
+  try {
+    storage_ = detail::stored_shard(shape(), values, store, keep_param_dtype_copy);
+  } catch (...) {
+    storage_ = detail::resident_shard(shape(), values);  // nothing moved: the shard stays as it was
+    throw;
   }
-  shard_dirty_ = true;
-  release_shard();
+  storage_->release(nullptr);  // written to the store (a failed write keeps it resident, modified)
 }
 
-void FlatParam::prefetch_shard() {
-  if (store_ != nullptr && !shard_.defined()) store_->prefetch(store_slot_, device_);
+void FlatParam::attach_grad_store(ShardStore* store) {
+  ZS_CHECK(trainable_ && !grad_->stored() && !grad_->shard().defined(), "attach_grad_store on unit '", name_,
+           "': frozen, attached twice, or with a gradient");
+  grad_ = detail::stored_grad(shard_numel_, mem_, store, name_, device_);
 }
-
-void FlatParam::release_shard(std::vector<at::Tensor>* retired) {
-  if (codec_ != nullptr && shard_.defined()) {
-    if (shard_dirty_) {
-      at::Tensor packed = codec_->encode(shard_, "unit '" + name_ + "'");  // throws with the shard resident, modified
-      if (!packed_.defined()) mem_->add(MemCategory::kShardedParams, shard_storage_bytes());
-      packed_ = std::move(packed);
-      shard_dirty_ = false;
-    }
-    shard_ = at::Tensor();
-    mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
-    return;
-  }
-  if (store_ == nullptr || !shard_.defined()) return;
-  if (shard_dirty_) {
-    if (lp_shard_.defined()) {
-      // The resident copy follows the master first: should the write fail, the shard stays resident
-      // and modified (what gathers read meanwhile), and the copy already holds its values.
-      c10::AutoGradMode no_grad(false);
-      lp_shard_.copy_(shard_);
-    }
-    store_->save(store_slot_, shard_);  // throws with the shard still resident and modified
-    shard_dirty_ = false;
-  }
-  if (retired != nullptr) retired->push_back(std::move(shard_));
-  shard_ = at::Tensor();
-  mem_->sub(MemCategory::kShardedParams, bytes(shard_numel_));
-}
-
-std::string FlatParam::shard_file() const { return store_ != nullptr ? store_->file(store_slot_) : std::string(); }
-
-bool FlatParam::gathered() const { return aliased_ || full_allocated_; }
 
 void FlatParam::alloc_full_storage() {
   c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
@@ -245,91 +172,28 @@ void FlatParam::alloc_full_storage() {
   mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
 }
 
-namespace {
-
-// An all-gather whose result is finished by `done` (run once, after the wait).
-class ThenWork final : public Work {
- public:
-  ThenWork(std::shared_ptr<Work> inner, std::function<void()> done) : inner_(std::move(inner)), done_(std::move(done)) {}
-  void wait(std::chrono::milliseconds timeout) override {
-    inner_->wait(timeout);
-    if (done_) {
-      std::function<void()> done = std::move(done_);
-      done_ = nullptr;
-      done();
-    }
-  }
-  bool is_completed() override { return inner_->is_completed(); }
-  std::exception_ptr exception() const override { return inner_->exception(); }
-  const CollectiveSignature& signature() const override { return inner_->signature(); }
-
- private:
-  std::shared_ptr<Work> inner_;
-  std::function<void()> done_;
-};
-
-}  // namespace
-
 std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements) {
   if (gathered()) return nullptr;
   alloc_full_storage();
-  if (codec_ != nullptr) {
-    if (shard_.defined()) release_shard();  // values handed out and changed: encoded first
-    c10::AutoGradMode no_grad(false);
-    if (shard_group_->size() == 1) {
-      codec_->decode(packed_, full_);
-      return nullptr;
-    }
-    *elements += padded_;
-    // The packed shards (4.5 bits per weight) are what travels; dequantised once they are here.
-    gathered_packed_ = at::empty({packed_.numel() * shard_group_->size()}, packed_.options());
-    mem_->add(MemCategory::kCommBuffers, gathered_packed_.numel());
-    return std::make_shared<ThenWork>(shard_group_->all_gather_into(gathered_packed_, packed_, tag),
-                                      [this] { dequantize_gathered(); });
-  }
-  // An offloaded shard with its param_dtype copy resident: the copy is what is gathered (the cast
-  // shard, bitwise), and the store is not read. A shard resident itself (handed out by shard(),
-  // perhaps changed) is gathered as below.
-  const bool from_copy = lp_shard_.defined() && !shard_.defined();
-  if (shard_group_->size() == 1) {
-    // One rank, low precision: the "gather" is the cast itself, written straight into the full
-    // buffer (bitwise what gathering the cast shard gives, without the copy or the collective).
-    c10::AutoGradMode no_grad(false);
-    full_.copy_(from_copy ? lp_shard_ : resident_shard());
-    return nullptr;
-  }
-  *elements += padded_;
-  if (from_copy) return shard_group_->all_gather_into(full_, lp_shard_, tag);
-  resident_shard();
-  if (param_dtype_ == c10::kFloat) return shard_group_->all_gather_into(full_, shard_, tag);
-  // Low-precision compute: the shard is cast straight into this rank's slice of the full buffer
-  // and gathered in place, so no cast copy of the shard exists while the gather is in flight.
-  c10::AutoGradMode no_grad(false);
-  at::Tensor mine = full_.narrow(0, shard_group_->rank() * shard_numel_, shard_numel_);
-  mine.copy_(shard_);
-  return shard_group_->all_gather_into(full_, mine, tag);
-}
-
-void FlatParam::dequantize_gathered() {
-  c10::AutoGradMode no_grad(false);
-  const int64_t b = packed_.numel();
-  for (int r = 0; r < shard_group_->size(); ++r) {
-    codec_->decode(gathered_packed_.narrow(0, r * b, b), full_.narrow(0, r * shard_numel_, shard_numel_));
-  }
+  return storage_->gather({full_, shard_group_.get(), tag, elements});
 }
 
 void FlatParam::free_full() {
-  if (gathered_packed_.defined()) {
-    // Kept until here: on a GPU the dequantisation is queued on the stream that waited for the gather.
-    mem_->sub(MemCategory::kCommBuffers, gathered_packed_.numel());
-    gathered_packed_ = at::Tensor();
-  }
+  storage_->gather_freed();
   if (aliased_ || !full_allocated_) return;
   c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));
   impl->set_nbytes(0);
   full_allocated_ = false;
   mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
+}
+
+at::Tensor FlatParam::gather_values(const std::string& tag) {
+  const at::Tensor& shard = storage_->for_read();
+  if (aliased_) return shard.clone();
+  at::Tensor out = at::empty({padded_}, shard.options());
+  shard_group_->all_gather_into(out, shard, tag)->wait();
+  return out;
 }
 
 void FlatParam::prepare_grads() {
@@ -469,97 +333,10 @@ void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::ve
   staged_bytes_ = 0;
   pending_out_ = at::Tensor();
   release_grad_buffer(retired);
-  if (grad_shard_.defined()) {
-    grad_for_read();  // offloaded: brought back to add to
-    grad_shard_.add_(reduced);
-    grad_dirty_ = true;
-  } else {
-    set_resident_grad(std::move(reduced));
-  }
-  // Offloaded: stored at once, written behind the rest of backward (the engine flushes the store
-  // at the end of backward; a failed write keeps the values in memory: nothing is lost).
-  release_grad(/*write_behind=*/true);
-}
-
-void FlatParam::set_resident_grad(at::Tensor g) {
-  grad_shard_ = std::move(g);
-  grad_dirty_ = true;
-  mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
-}
-
-void FlatParam::attach_grad_store(ShardStore* store) {
-  ZS_CHECK(trainable_ && grad_store_ == nullptr && !grad_shard_.defined(), "attach_grad_store on unit '", name_,
-           "': frozen, attached twice, or with a gradient");
-  grad_store_ = store;
-  grad_slot_ = store->add(name_, shard_numel_);
-}
-
-const at::Tensor& FlatParam::grad_for_read() {
-  if (grad_store_ == nullptr || grad_resident() || !grad_shard_.defined()) return grad_shard_;
-  at::Tensor g = grad_store_->load(grad_slot_, device_);
-  // In place on a tensor of its own (read from a file, or copied to the device); out of place
-  // where the store hands out its own host tensor (CPU store, CPU run): the stored values stay what
-  // they are, the factors stay recorded for them. Either way the same kernel: the same values.
-  const bool own = grad_store_->target() != OffloadTarget::kCpu || !device_.is_cpu();
-  for (size_t k = 0; k < grad_scales_.size(); ++k) apply_grad_scale(g, grad_scales_[k], /*in_place=*/own);
-  grad_shard_ = std::move(g);
-  grad_dirty_ = false;
-  mem_->add(MemCategory::kGradShards, bytes(shard_numel_));
-  return grad_shard_;
-}
-
-void FlatParam::prefetch_grad() {
-  if (grad_store_ != nullptr && grad_shard_.defined() && !grad_resident()) grad_store_->prefetch(grad_slot_, device_);
-}
-
-void FlatParam::release_grad(bool write_behind) {
-  if (grad_store_ == nullptr || !grad_resident()) return;
-  if (grad_dirty_ || !grad_stored_) {
-    if (write_behind) {
-      grad_store_->save_async(grad_slot_, grad_shard_);
-    } else {
-      grad_store_->save(grad_slot_, grad_shard_);  // throws with the gradient still resident and changed
-    }
-    grad_stored_ = true;
-    grad_dirty_ = false;
-    grad_scales_.clear();
-    // A new identity for new values (an interrupted optimizer step tells gradients apart by it).
-    grad_placeholder_ = at::empty({shard_numel_}, at::TensorOptions().dtype(at::kFloat).device(c10::kMeta));
-  }
-  grad_shard_ = grad_placeholder_;
-  mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
-}
-
-void FlatParam::apply_grad_scale(at::Tensor& g, const GradScale& s, bool in_place) const {
-  c10::AutoGradMode no_grad(false);
-  if (s.tensor.defined()) {
-    if (in_place) {
-      g.mul_(s.tensor.to(g.options()));
-    } else {
-      g = g.mul(s.tensor.to(g.options()));
-    }
-  } else if (in_place) {
-    g.mul_(s.value);
-  } else {
-    g = g.mul(s.value);
-  }
-}
-
-void FlatParam::scale_grad(const at::Tensor& factor) { scale_grad(GradScale{factor, 1}); }
-void FlatParam::scale_grad(double factor) { scale_grad(GradScale{at::Tensor(), factor}); }
-
-void FlatParam::scale_grad(GradScale s) {
-  if (!grad_shard_.defined()) return;
-  if (grad_resident()) {
-    apply_grad_scale(grad_shard_, s, /*in_place=*/true);
-    grad_dirty_ = true;
-  } else {
-    grad_scales_.push_back(std::move(s));
-  }
-}
-
-std::string FlatParam::grad_file() const {
-  return grad_store_ != nullptr ? grad_store_->file(grad_slot_) : std::string();
+  grad_->add(std::move(reduced));
+  // Stored gradients go to the store at once, written behind the rest of backward (the engine
+  // flushes the store at the end of backward; a failed write keeps the values in memory).
+  grad_->release(/*write_behind=*/true);
 }
 
 void FlatParam::abandon_reduce() noexcept {
@@ -576,25 +353,6 @@ void FlatParam::abandon_reduce() noexcept {
   pending_out_ = at::Tensor();
   release_grad_buffer(nullptr);
   drop_param_grads();
-}
-
-void FlatParam::drop_grad_shard() {
-  if (!grad_shard_.defined()) return;
-  if (grad_resident()) mem_->sub(MemCategory::kGradShards, bytes(shard_numel_));
-  grad_shard_ = at::Tensor();
-  if (grad_store_ != nullptr) grad_store_->discard(grad_slot_);
-  grad_stored_ = false;
-  grad_dirty_ = false;
-  grad_scales_.clear();
-  grad_placeholder_ = at::Tensor();
-}
-
-at::Tensor FlatParam::gather_values(const std::string& tag) {
-  if (aliased_) return shard_.clone();
-  resident_shard();
-  at::Tensor out = at::empty({padded_}, shard_.options());
-  shard_group_->all_gather_into(out, shard_, tag)->wait();
-  return out;
 }
 
 }  // namespace zeroshard

@@ -8,7 +8,7 @@
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"
 
 namespace zeroshard::detail {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "groups.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"
 #include "zeroshard/store/shard_store.h"
 #include "zeroshard/engine/sharded_init.h"
 

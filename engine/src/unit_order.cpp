@@ -53,7 +53,7 @@ OrderExchange start_exchange(Communicator& group, const std::vector<int32_t>& se
   return ex;
 }
 
-std::string describe(const std::vector<int32_t>& seq, const std::vector<std::unique_ptr<detail::UnitState>>& units) {
+std::string describe(const std::vector<int32_t>& seq, const std::vector<std::unique_ptr<detail::ShardedUnit>>& units) {
   constexpr size_t kMaxNames = 16;
   std::ostringstream os;
   for (size_t i = 0; i < seq.size() && i < kMaxNames; ++i) os << (i ? ", " : "") << "'" << units[seq[i]]->name << "'";
@@ -66,7 +66,7 @@ std::string describe(const std::vector<int32_t>& seq, const std::vector<std::uni
 // sequences are exchanged (every rank saw the same hashes, so every one is here) and the error
 // names the first unit where they differ; otherwise it names the ranks that differ and this
 // rank's own sequence.
-void verify_exchange(OrderExchange& ex, const std::vector<std::unique_ptr<detail::UnitState>>& units,
+void verify_exchange(OrderExchange& ex, const std::vector<std::unique_ptr<detail::ShardedUnit>>& units,
                      const char* where, bool exchange_sequences) {
   if (!ex.work) return;
   std::shared_ptr<Work> work = std::move(ex.work);
@@ -162,23 +162,20 @@ void detail::ShardingEngineImpl::check_unit_order_without_grad() {
 }
 
 void detail::ShardingEngineImpl::rerecord_prefetch_order() {
-  if (recording_order) return;  // the first forward records the order as it goes (pre_forward)
+  if (schedule.recording()) return;  // the first forward records the order as it goes (pre_forward)
   // The prefetch order becomes what this forward ran (first calls only).
-  std::vector<detail::UnitState*> order;
+  std::vector<detail::ShardedUnit*> order;
   std::vector<bool> seen(units.size(), false);
   for (int32_t o : forward_sequence) {
     if (!seen[o]) order.push_back(units[o].get());
     seen[o] = true;
   }
-  if (order == forward_order) return;
-  for (auto& u : units) u->forward_index = -1;
-  for (size_t i = 0; i < order.size(); ++i) order[i]->forward_index = static_cast<int>(i);
-  forward_order = std::move(order);
+  if (!schedule.rerecord(std::move(order))) return;
   // A unit the old order prefetched but this forward never ran is still gathered: free it now
   // (every rank issued that gather, so waiting for it completes).
   if (reshard_after_forward()) {
     for (auto& u : units) {
-      if (!seen[u->ordinal] && !u->is_root) reshard(u.get());
+      if (!seen[u->ordinal] && !u->is_root) u->reshard();
     }
   }
 }

@@ -59,7 +59,7 @@ auto keeping_error(Fn&& fn) -> decltype(fn()) {
 void op_unit_enter(const c10::IValue& self) {
   ScriptNode* node = find_node(self);
   if (node == nullptr) return;  // an instance of a unit's class that is not a unit itself
-  UnitState* unit = find_managed_unit(node);
+  ShardedUnit* unit = find_managed_unit(node);
   if (unit == nullptr) return;  // no engine (yet): plain forward
   keeping_error([&] {
     node->enter(unit);
@@ -70,21 +70,21 @@ void op_unit_enter(const c10::IValue& self) {
 
 at::Tensor op_unit_input(const c10::IValue& self, at::Tensor x) {
   ScriptNode* node = find_node(self);
-  UnitState* unit = node != nullptr ? find_managed_unit(node) : nullptr;
+  ShardedUnit* unit = node != nullptr ? find_managed_unit(node) : nullptr;
   if (unit == nullptr) return x;
   return unit_mark_input(unit, cast_input(x, unit_input_dtype(unit)));
 }
 
 at::Tensor op_unit_exit(const c10::IValue& self, at::Tensor x) {
   ScriptNode* node = find_node(self);
-  UnitState* unit = node != nullptr ? find_managed_unit(node) : nullptr;
+  ShardedUnit* unit = node != nullptr ? find_managed_unit(node) : nullptr;
   if (unit != nullptr) keeping_error([&] { unit_post_forward(unit, {x}); });
   return x;
 }
 
 std::vector<at::Tensor> op_unit_exit_list(const c10::IValue& self, std::vector<at::Tensor> xs) {
   ScriptNode* node = find_node(self);
-  UnitState* unit = node != nullptr ? find_managed_unit(node) : nullptr;
+  ShardedUnit* unit = node != nullptr ? find_managed_unit(node) : nullptr;
   if (unit != nullptr) keeping_error([&] { unit_post_forward(unit, xs); });
   return xs;
 }
@@ -173,7 +173,7 @@ ScriptNode::ScriptNode(torch::jit::Module script, std::string path, std::uint64_
   }
 }
 
-void ScriptNode::enter(UnitState* unit) {
+void ScriptNode::enter(ShardedUnit* unit) {
   // A recomputation (activation checkpoint, inside backward) runs the forward again: allowed.
   const bool recompute = unit_in_backward(unit);
   ZS_REQUIRE(recompute || entered_generation_ != *generation_, UsageError, "unit '", path_,

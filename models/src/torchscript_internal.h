@@ -14,7 +14,7 @@
 
 namespace zeroshard::detail {
 
-struct UnitState;
+class ShardedUnit;
 
 // One script submodule as a torch::nn::Module holding the same parameter and buffer tensors,
 // under the same names (so the engine, checkpoints and state dicts see the script's names).
@@ -25,7 +25,7 @@ class ScriptNode : public torch::nn::Module {
   // The model's forward starts (called on the root).
   void begin_pass();
   // A unit's forward starts: UsageError when it already ran in this pass (not a recomputation).
-  void enter(UnitState* unit);
+  void enter(ShardedUnit* unit);
   // Also switches the script module (the root does it for all of them).
   void train(bool on = true) override;
   const std::string& path() const { return path_; }

@@ -21,7 +21,7 @@
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/checkpoint/pretrained.h"
 #include "zeroshard/engine/sharded_init.h"
 
@@ -141,7 +141,7 @@ TEST(Pretrained, EveryStrategyLoadsExactlyReadingOnlyItsShards) {
     EXPECT_EQ(max_diff(m.engine->full_state_dict(), state, &worst), 0.0) << worst;
     // This rank read exactly the elements of its shards (padding excluded), nothing more.
     int64_t mine = 0;
-    for (zs::FlatParam* f : m.engine->flat_params()) {
+    for (zs::FlatParam* f : zs::detail::flat_params(*m.engine)) {
       const int64_t lo = static_cast<int64_t>(f->shard_group().rank()) * f->shard_numel();
       mine += std::max<int64_t>(0, std::min(lo + f->shard_numel(), f->numel()) - lo);
     }
@@ -286,7 +286,7 @@ TEST(Pretrained, HostMemoryIsTheShardsPlusTheUnitBeingBuilt) {
   // The root's own parameters (embeddings) are built first and stay whole until the engine takes
   // the model; every other unit is whole only while it is built.
   int64_t shards = 0, root = 0, largest_unit = 0;
-  const std::vector<zs::FlatParam*> flats = engine.flat_params();  // the root's first
+  const std::vector<zs::FlatParam*> flats = zs::detail::flat_params(engine);  // the root's first
   for (size_t i = 0; i < flats.size(); ++i) {
     shards += flats[i]->shard_numel() * 4;
     if (i == 0) root = flats[i]->padded_numel() * 4;

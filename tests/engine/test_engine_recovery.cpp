@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "engine/engine_test_util.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 
 namespace {
 
@@ -196,7 +196,7 @@ TEST(Recovery, BackwardThrowsInsideNoSync) {
   }
   EXPECT_TRUE(contains(failure, "injected backward failure")) << failure;
   engine.reset_after_error();
-  for (zs::FlatParam* f : engine.flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(engine)) {
     EXPECT_FALSE(f->has_grad_buffer()) << f->name() << ": gradient buffer kept after reset_after_error()";
   }
   for (const zs::ParamShard& p : engine.param_shards()) {

@@ -25,7 +25,7 @@
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/optim/optimizer.h"
 #include "zeroshard/store/shard_store.h"
 
@@ -50,7 +50,7 @@ std::string describe(Target opt, Target params, Target grads) {
 
 int64_t trainable_shard_numel(zs::ShardingEngine& e) {
   int64_t n = 0;
-  for (zs::FlatParam* f : e.flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(e)) {
     if (f->trainable()) n += f->shard_numel();
   }
   return n;
@@ -113,7 +113,7 @@ TEST(GpuOffload, Bf16CopyOnTheDeviceTrainsBitwiseAsResident) {
     t.train(opt, 0, 4);
     EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0) << "parameters on " << zs::to_string(params);
     int64_t copies = 0;
-    for (zs::FlatParam* f : t.engine->flat_params()) {
+    for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) {
       EXPECT_TRUE(f->has_param_dtype_copy()) << f->name();
       copies += 2 * f->shard_numel();
     }

@@ -20,7 +20,7 @@
 #include "zeroshard/models/hf_checkpoint.h"
 #include "zeroshard/models/llama.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
@@ -285,7 +285,7 @@ TEST(LlamaModel, ShardedLoadOfTwoShardsIsExactAndReadsOnlyThisRanksBytes) {
     EXPECT_EQ(zs::test::max_abs_diff(full.at(k), v), 0.0) << k;
   }
   int64_t mine = 0;  // this rank's shard elements (padding excluded)
-  for (zs::FlatParam* f : m.engine->flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(*m.engine)) {
     const int64_t lo = static_cast<int64_t>(f->shard_group().rank()) * f->shard_numel();
     mine += std::max<int64_t>(0, std::min(lo + f->shard_numel(), f->numel()) - lo);
   }

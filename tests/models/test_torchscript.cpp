@@ -28,7 +28,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/models/torchscript.h"
 
 namespace zs = zeroshard;
@@ -410,7 +410,7 @@ TEST(TorchScriptMemory, FullShardHoldsUnitsNotTheModel) {
   for (const auto& p : torch::jit::load(model_file(t.file)).parameters()) model_bytes += p.nbytes();
   int64_t root = 0;
   std::vector<int64_t> units;
-  const std::vector<zs::FlatParam*> flats = s.engine->flat_params();  // the root's first
+  const std::vector<zs::FlatParam*> flats = zs::detail::flat_params(*s.engine);  // the root's first
   for (size_t i = 0; i < flats.size(); ++i) (i == 0 ? root : units.emplace_back()) = flats[i]->padded_numel() * 4;
   std::sort(units.rbegin(), units.rend());
   const int64_t gathered = root + units.at(0) + units.at(1);

@@ -26,7 +26,7 @@
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/optim/grad_scaler.h"
 #include "zeroshard/store/shard_store.h"
 
@@ -72,7 +72,7 @@ std::string any_error_of(const std::function<void()>& fn) {
 // such one: the last the optimizer step reaches).
 zs::FlatParam* large_trainable(zs::ShardingEngine& e) {
   zs::FlatParam* pick = nullptr;
-  for (zs::FlatParam* f : e.flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(e)) {
     if (f->trainable() && f->shard_numel() * 4 > 4096 + 100) pick = f;
   }
   return pick;
@@ -94,7 +94,7 @@ char flip_byte(const std::string& file, off_t offset) {
 // placeholder on the meta device with its file on disk (NVME).
 void expect_gradients_offloaded(zs::ShardingEngine& e, bool nvme, const std::string& what) {
   EXPECT_EQ(e.memory().current(zs::MemCategory::kGradShards), 0) << what;
-  for (zs::FlatParam* f : e.flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(e)) {
     if (!f->trainable()) continue;
     ASSERT_TRUE(f->grad_shard().defined()) << what << ": " << f->name();
     EXPECT_TRUE(f->grad_shard().is_meta()) << what << ": " << f->name();
@@ -229,7 +229,7 @@ TEST(OffloadGrads, FewGradientShardsResidentAtOnce) {
                              zs::test::rank());
   t.train(opt, 0, 3);
   int64_t total = 0, largest = 0;
-  for (zs::FlatParam* f : t.engine->flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) {
     if (!f->trainable()) continue;
     total += 4 * f->shard_numel();
     largest = std::max<int64_t>(largest, 4 * f->shard_numel());

@@ -19,7 +19,7 @@
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/store/shard_store.h"
 #include "zeroshard/engine/sharded_init.h"
 
@@ -54,7 +54,7 @@ int64_t param_store_reads(zs::ShardingEngine& e) { return e.param_store()->io_st
 // resident shard bytes is 2 per shard element.
 void expect_only_copies_resident(zs::ShardingEngine& e, const std::string& what) {
   int64_t copies = 0;
-  for (zs::FlatParam* f : e.flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(e)) {
     EXPECT_TRUE(f->has_param_dtype_copy()) << f->name() << ", " << what;
     EXPECT_FALSE(f->shard_resident()) << f->name() << ", " << what;
     copies += 2 * f->shard_numel();
@@ -107,11 +107,11 @@ TEST(ParamDtypeShard, WithoutTheCopyGathersReadTheStoreAndCpuShardsKeepItToo) {
       zs_test::offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kNvme, dir.path),
       zs::test::rank());
   t.train(opt, 0, 2);
-  for (zs::FlatParam* f : t.engine->flat_params()) EXPECT_FALSE(f->has_param_dtype_copy()) << f->name();
+  for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) EXPECT_FALSE(f->has_param_dtype_copy()) << f->name();
   const int64_t before = param_store_reads(*t.engine);
   t.forward_backward(2);
   int64_t shard_bytes = 0;
-  for (zs::FlatParam* f : t.engine->flat_params()) shard_bytes += 4 * f->shard_numel();
+  for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) shard_bytes += 4 * f->shard_numel();
   EXPECT_GE(param_store_reads(*t.engine) - before, shard_bytes) << "every shard is read at least once";
 
   Trainer ref(bf16_resident());
@@ -123,7 +123,7 @@ TEST(ParamDtypeShard, WithoutTheCopyGathersReadTheStoreAndCpuShardsKeepItToo) {
   zs::OffloadedOptimizer c_opt(zs_test::trainer_adamw_options(), ro, zs::test::rank());
   c.train(c_opt, 0, 4);
   EXPECT_EQ(max_diff(c.params(), ref.params()), 0.0);
-  for (zs::FlatParam* f : c.engine->flat_params()) EXPECT_TRUE(f->has_param_dtype_copy()) << f->name();
+  for (zs::FlatParam* f : zs::detail::flat_params(*c.engine)) EXPECT_TRUE(f->has_param_dtype_copy()) << f->name();
 }
 
 // The disk fills up while the step writes masters back. State on NVMe: the step rolls back (the

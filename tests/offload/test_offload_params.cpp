@@ -30,7 +30,7 @@
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/engine/engine.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/store/shard_store.h"
 #include "zeroshard/engine/sharded_init.h"
@@ -101,7 +101,7 @@ std::string error_of(const std::function<void()>& fn) {
 // The last trainable flat parameter: the last shard an optimizer step updates.
 zs::FlatParam* last_trainable(zs::ShardingEngine& e) {
   zs::FlatParam* last = nullptr;
-  for (zs::FlatParam* f : e.flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(e)) {
     if (f->trainable()) last = f;
   }
   return last;
@@ -109,7 +109,7 @@ zs::FlatParam* last_trainable(zs::ShardingEngine& e) {
 
 int64_t shard_bytes_total(zs::ShardingEngine& e) {
   int64_t n = 0;
-  for (zs::FlatParam* f : e.flat_params()) n += 4 * f->shard_numel();
+  for (zs::FlatParam* f : zs::detail::flat_params(e)) n += 4 * f->shard_numel();
   return n;
 }
 
@@ -145,7 +145,7 @@ TEST(OffloadParams, NvmeShardsTrainBitwiseAsResident) {
         EXPECT_EQ(max_diff(t.params(), want), 0.0) << what;
         // Between steps no shard is resident; every shard has its file.
         EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << what;
-        for (zs::FlatParam* f : t.engine->flat_params()) {
+        for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) {
           EXPECT_FALSE(f->shard_resident()) << f->name();
           EXPECT_TRUE(fs::exists(f->shard_file())) << f->shard_file();
         }
@@ -184,7 +184,7 @@ TEST(OffloadParams, FewShardsResidentAtOnce) {
   t.train(opt, 0, 3);
   const int64_t total = shard_bytes_total(*t.engine);
   int64_t largest = 0;
-  for (zs::FlatParam* f : t.engine->flat_params()) largest = std::max<int64_t>(largest, 4 * f->shard_numel());
+  for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) largest = std::max<int64_t>(largest, 4 * f->shard_numel());
   const int64_t peak = t.engine->memory().peak(zs::MemCategory::kShardedParams);
   if (zs::test::rank() == 0) {
     std::printf("  resident shard peak %lld of %lld bytes (largest shard %lld), on disk %lld\n",
@@ -302,7 +302,7 @@ TEST(OffloadParams, CorruptedParameterFileIsNamed) {
   zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
   t.train(opt, 0, 2);
   zs::FlatParam* victim = nullptr;
-  for (zs::FlatParam* f : t.engine->flat_params()) {
+  for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) {
     if (f->shard_numel() * 4 > 4096 + 100) victim = f;  // at least two chunks
   }
   ASSERT_NE(victim, nullptr);

@@ -24,7 +24,7 @@
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/estimate/estimate.h"
-#include "zeroshard/engine/flat_param.h"
+#include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/offload/offload_optimizer.h"
 
 #include <filesystem>
@@ -315,7 +315,7 @@ TEST(EstimateModelStates, NvmeOffloadWithinTenPercentOfTheEngine) {
       // in the middle of backward; where the peak falls at the end of backward (nothing left to
       // read ahead: here at 2 ranks) the measured peak is lower by up to those two shards.
       std::vector<int64_t> shards;
-      for (zs::FlatParam* f : engine.flat_params()) shards.push_back(4 * f->shard_numel());
+      for (zs::FlatParam* f : zs::detail::flat_params(engine)) shards.push_back(4 * f->shard_numel());
       std::sort(shards.rbegin(), shards.rend());
       const int64_t two_shards = shards.at(0) + shards.at(1);
       const int64_t peak = m.total_peak() - m.current(MemCategory::kPinnedHost);

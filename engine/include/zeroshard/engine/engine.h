@@ -45,12 +45,12 @@
 #include "zeroshard/engine/options.h"
 #include "zeroshard/optim/optimizer.h"
 #include "zeroshard/optim/param_groups.h"
+#include "zeroshard/engine/flat_shard.h"
 #include "zeroshard/engine/unit.h"
 
 namespace zeroshard {
 
 class ShardedInit;
-class FlatParam;
 class ShardStore;
 namespace detail {
 struct ShardingEngineImpl;
@@ -173,10 +173,12 @@ class ShardingEngine {
   void reset_comm_counters();
 
   // Every flat parameter, in a fixed order (units root first, then pre-order; trainable before
-  // frozen): what checkpoints save and load.
-  std::vector<FlatParam*> flat_params();
+  // frozen): what checkpoints save and load (flat_shard.h).
+  std::vector<FlatShard*> flat_shards();
   // This rank's index among the replicas of its shard (0 unless NO_SHARD / HYBRID_SHARD).
   int replica_rank() const;
+  // This rank's index in its shard group: which shard of every flat parameter it holds.
+  int shard_rank() const;
   const ShardingOptions& options() const;
   Session& session();
   torch::nn::Module& model();

@@ -30,23 +30,23 @@
 namespace zeroshard {
 namespace detail {
 
-struct UnitState;
+class ShardedUnit;
 
 void declare_unit(const torch::nn::Module* module);
 bool is_declared_unit(const torch::nn::Module* module);
-UnitState* find_managed_unit(const torch::nn::Module* module);
-void unit_pre_forward(UnitState* unit);
-void unit_post_forward(UnitState* unit, const std::vector<at::Tensor>& outputs);
+ShardedUnit* find_managed_unit(const torch::nn::Module* module);
+void unit_pre_forward(ShardedUnit* unit);
+void unit_post_forward(ShardedUnit* unit, const std::vector<at::Tensor>& outputs);
 // A unit's tensor argument as its forward should see it: through an identity autograd node whose
 // backward tells the engine this input's gradient is done (units with frozen parameters end their
 // backward by it, see engine_hooks.cpp), or unchanged where the engine does not need that.
-at::Tensor unit_mark_input(UnitState* unit, const at::Tensor& t);
+at::Tensor unit_mark_input(ShardedUnit* unit, const at::Tensor& t);
 // An argument of a type that may hold tensors the engine cannot see (a struct, a tuple).
-void unit_input_opaque(UnitState* unit);
+void unit_input_opaque(ShardedUnit* unit);
 // Whether a backward pass through the unit's engine runs (a forward now is a recomputation).
-bool unit_in_backward(UnitState* unit);
+bool unit_in_backward(ShardedUnit* unit);
 // The dtype a unit's floating inputs are cast to, or nullopt (no mixed precision / no casting).
-c10::optional<c10::ScalarType> unit_input_dtype(UnitState* unit);
+c10::optional<c10::ScalarType> unit_input_dtype(ShardedUnit* unit);
 
 // Casts floating tensors to `dtype` (when given); everything else passes through unchanged.
 inline at::Tensor cast_input(const at::Tensor& t, c10::optional<c10::ScalarType> dtype) {
@@ -74,12 +74,12 @@ void collect_tensors(const std::tuple<Ts...>& t, std::vector<at::Tensor>& out) {
 }
 // The arguments of a unit call, each tensor through unit_mark_input; numbers and strings as they
 // are; anything else (may hide tensors) reported with unit_input_opaque.
-inline at::Tensor mark_input(UnitState* unit, const at::Tensor& t) { return unit_mark_input(unit, t); }
-inline std::vector<at::Tensor> mark_input(UnitState* unit, std::vector<at::Tensor> v) {
+inline at::Tensor mark_input(ShardedUnit* unit, const at::Tensor& t) { return unit_mark_input(unit, t); }
+inline std::vector<at::Tensor> mark_input(ShardedUnit* unit, std::vector<at::Tensor> v) {
   for (at::Tensor& t : v) t = unit_mark_input(unit, t);
   return v;
 }
-inline c10::optional<at::Tensor> mark_input(UnitState* unit, c10::optional<at::Tensor> t) {
+inline c10::optional<at::Tensor> mark_input(ShardedUnit* unit, c10::optional<at::Tensor> t) {
   if (t) t = unit_mark_input(unit, *t);
   return t;
 }
@@ -87,7 +87,7 @@ template <typename T,
           typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, at::Tensor> &&
                                       !std::is_same_v<std::decay_t<T>, std::vector<at::Tensor>> &&
                                       !std::is_same_v<std::decay_t<T>, c10::optional<at::Tensor>>>>
-T&& mark_input(UnitState* unit, T&& value) {
+T&& mark_input(ShardedUnit* unit, T&& value) {
   using V = std::decay_t<T>;
   if constexpr (!std::is_arithmetic_v<V> && !std::is_enum_v<V> && !std::is_convertible_v<const V&, std::string>) {
     unit_input_opaque(unit);
@@ -104,7 +104,7 @@ void collect_tensors(const T&, std::vector<at::Tensor>&) {}
 // (e.g. picked by the auto-wrap policy). Plain forward when no engine manages the module.
 template <typename Impl, typename... Args>
 auto call(Impl& module, Args&&... args) {
-  detail::UnitState* unit = detail::find_managed_unit(&module);
+  detail::ShardedUnit* unit = detail::find_managed_unit(&module);
   if (unit == nullptr) return module.forward(std::forward<Args>(args)...);
   detail::unit_pre_forward(unit);
   const c10::optional<c10::ScalarType> dtype = detail::unit_input_dtype(unit);

@@ -1,0 +1,177 @@
+// The pass as a whole: the root forward (engine.forward), the start and the end of a backward
+// (the final callback reduces what never fired and waits for every reduction), and the way back
+// to a usable engine after a forward or backward that threw.
+#include <torch/csrc/autograd/engine.h>
+
+#include "engine_internal.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
+#include "zeroshard/core/host_memory.h"
+
+namespace zeroshard {
+
+namespace detail {
+
+// Gradient buffers retired to the reduce-scatter stream that may be outstanding before the compute
+// stream waits for the oldest (bounds their memory when the host runs ahead of the GPU).
+constexpr size_t kMaxRetiredGradBuffers = 2;
+
+bool ShardingEngineImpl::reshard_after_forward() const {
+  return options.strategy == ShardingStrategy::kFullShard || options.strategy == ShardingStrategy::kHybridShard;
+}
+
+void ShardingEngineImpl::begin_backward() {
+  outer_backward_phase = current_memory_phase();
+  callback_queued = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+  // Before the backward's first collective: every rank ran the same units (unit_order.cpp).
+  check_unit_order_at_backward();
+}
+
+void ShardingEngineImpl::retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) {
+  if (!buffers.empty()) retired_grads.release_after(std::move(buffers), streams->mark(streams->reduce_scatter()));
+  if (retired_grads.poll() > kMaxRetiredGradBuffers) retired_grads.release_after_wait(compute, kMaxRetiredGradBuffers);
+}
+
+void ShardingEngineImpl::finalize_backward() {
+  // Units whose parameters did not all receive gradients (unused this step) are reduced now, with
+  // zeros for the missing ones, so every rank issues the same collectives.
+  for (auto& u : units) {
+    if (u->pass.pre_backward_done && !u->pass.post_backward_done) u->post_backward();
+  }
+  // Replicas that ran different units paired their all-reduces wrongly: say so before their
+  // results become gradients.
+  finish_replica_order_check();
+  const c10::Stream compute = streams->current();
+  if (no_sync_depth == 0) {
+    streams->wait(streams->reduce_scatter(), compute);
+    {
+      DeviceStreams::Use on_reduce_scatter(*streams, streams->reduce_scatter());
+      for (auto& u : units) u->reduce_finish(compute);
+    }
+    // The optimizer, clipping and the next step read the gradient shards on the compute stream.
+    streams->wait(compute, streams->reduce_scatter());
+  }
+  // Offloaded gradients were written behind the backward: a failed write fails it (the values
+  // stay in memory until reset_after_error() drops this step's gradients).
+  if (grad_store != nullptr) grad_store->flush();
+  retired_grads.release_after_wait(compute);
+  for (auto& u : units) {
+    if (options.strategy != ShardingStrategy::kNoShard) u->reshard();
+    u->reset_pass();
+  }
+  ++backward_passes;
+  reducing.clear();
+  replica_reducing.clear();
+  callback_queued = false;
+  schedule.stop_recording();
+  set_memory_phase(outer_backward_phase);
+}
+
+void ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
+  // Each step below waits for collectives this rank issued before the failure; ranks that failed
+  // at the same point issued the same ones, so every wait completes.
+  const c10::Stream compute = streams->current();
+  if (replica_order_check.work) {  // issued by every replica at the same point
+    try {
+      replica_order_check.work->wait();
+    } catch (...) {
+    }
+    replica_order_check = OrderExchange{};
+  }
+  for (auto& u : units) u->abandon_gathers();
+  if (drop_grads) {
+    try {
+      // Reductions ran on the reduce-scatter stream: compute must not reuse their memory before.
+      streams->wait(compute, streams->reduce_scatter());
+      retired_grads.release_after_wait(compute);
+    } catch (...) {
+    }
+    for (auto& u : units) {
+      for (auto& f : u->flats) {
+        f->abandon_reduce();
+        f->drop_grad_shard();
+      }
+    }
+  }
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      try {
+        if (!f->aliased()) f->free_full();  // NO_SHARD gathers again at the next forward
+      } catch (...) {
+      }
+    }
+    u->reset_pass();
+  }
+  ++backward_passes;
+  reducing.clear();
+  replica_reducing.clear();
+  root_active = false;
+  autocast.reset();
+  if (callback_queued) set_memory_phase(outer_backward_phase);
+  if (forward_failed) set_memory_phase(outer_forward_phase);
+  callback_queued = false;
+  forward_failed = false;
+}
+
+void ShardingEngineImpl::require_finished_backward(const char* what) const {
+  ZS_REQUIRE(!in_backward(), UsageError, what, ": the last backward did not finish (it threw), so the gradients "
+             "are partial; skip this step: the next engine.forward() (or engine.reset_after_error()) drops them "
+             "and makes the engine usable again");
+}
+
+}  // namespace detail
+
+void ShardingEngine::begin_root() {
+  ZS_REQUIRE(!impl_->root_active, UsageError, "engine.forward() called inside another engine.forward()");
+  if (impl_->in_backward()) {
+    // Only a backward that threw leaves this set at a forward (a successful one clears it at
+    // its end); every rank that threw at the same point resets alike.
+    ZS_LOG(kWarn) << "the last backward did not finish (it threw): dropping the gradients since the last "
+                     "step and resharding every unit before this forward";
+    impl_->reset_after_error(/*drop_grads=*/true);
+  } else if (impl_->forward_failed) {
+    impl_->reset_after_error(/*drop_grads=*/false);
+  }
+  impl_->forward_sequence.clear();
+  impl_->sequence_checked = false;
+  impl_->root_active = true;
+  impl_->outer_forward_phase = current_memory_phase();
+  if (impl_->options.autocast) {
+    impl_->autocast = std::make_unique<AutocastGuard>(impl_->comm->backend() == std::string("nccl")
+                                                          ? c10::DeviceType::CUDA
+                                                          : c10::DeviceType::CPU,
+                                                      impl_->options.autocast_dtype);
+  }
+  impl_->sync_buffers_before_forward();
+  impl_->root->pre_forward();
+}
+
+void ShardingEngine::abort_root() noexcept {
+  // The memory phase stays where the forward failed, for an out-of-memory report, until the next
+  // forward or reset_after_error restores the caller's. A forward produces no gradients: those
+  // accumulated before it (no_sync micro-batches, earlier backward passes) stay.
+  impl_->root_active = false;
+  impl_->autocast.reset();
+  impl_->forward_failed = true;
+  try {
+    for (auto& u : impl_->units) u->reshard();
+  } catch (...) {
+  }
+}
+
+void ShardingEngine::reset_after_error() {
+  ZS_REQUIRE(!impl_->root_active, UsageError, "reset_after_error() called inside engine.forward()");
+  impl_->reset_after_error(/*drop_grads=*/true);
+}
+
+void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
+  impl_->root_active = false;
+  impl_->autocast.reset();
+  impl_->root->post_forward(outputs);
+  set_memory_phase(impl_->outer_forward_phase);
+  // No backward follows a forward without grad: its unit sequence is checked now.
+  if (!c10::GradMode::is_enabled()) impl_->check_unit_order_without_grad();
+}
+
+}  // namespace zeroshard

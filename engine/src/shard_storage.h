@@ -1,0 +1,85 @@
+#pragma once
+// Where a flat parameter's fp32 shard lives between uses, and how a gather reads it. One small
+// interface, three modes (FlatParam picks one when it is built or attached to a store):
+//   ResidentShard  an fp32 tensor in working memory (the default; the parameters may alias it)
+//   StoredShard    in a ShardStore (offload.params = CPU / NVME), resident only while used; with a
+//                  param_dtype copy kept resident (offload.keep_param_dtype_shard) gathers read the
+//                  copy and never the store
+//   EncodedShard   encoded by a ShardCodec (NF4): frozen, resident in its encoded form
+// values() brings the values in and counts them as modified (release() writes or encodes them
+// back); for_read() brings them in unmodified; for_overwrite() hands a tensor whose old values are
+// not needed. release() drops what is resident (a failed write keeps it resident and modified).
+// Not thread-safe: the training thread drives it.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zeroshard/comm/communicator.h"
+#include "zeroshard/core/memory_stats.h"
+#include "zeroshard/engine/unit_hook.h"
+
+namespace zeroshard {
+
+class ShardStore;
+
+namespace detail {
+
+// What every mode needs to know about its flat parameter.
+struct ShardShape {
+  std::string name;  // the flat parameter's, for messages
+  int64_t shard_numel = 0;
+  c10::Device device{c10::kCPU};
+  c10::ScalarType param_dtype = c10::kFloat;
+  MemoryStats* mem = nullptr;
+};
+
+// A gather of the shard into the full buffer (param_dtype, padded) over the shard group.
+struct GatherInto {
+  at::Tensor full;
+  Communicator* group = nullptr;
+  std::string tag;
+  int64_t* elements = nullptr;  // elements gathered are added here
+};
+
+class ShardStorage {
+ public:
+  virtual ~ShardStorage() = default;
+  virtual at::Tensor& values() = 0;
+  virtual const at::Tensor& for_read() = 0;
+  virtual at::Tensor& for_overwrite() = 0;
+  virtual void mark_modified() = 0;
+  // With `retired`, a dropped tensor goes there (for a caller whose side stream may still read it).
+  virtual void release(std::vector<at::Tensor>* retired) = 0;
+  virtual void prefetch() {}
+  virtual bool resident() const = 0;
+  virtual int64_t bytes_between_uses() const = 0;  // what this rank keeps for the shard
+  // Starts the gather into `g.full` (its storage allocated); null when there is nothing to wait for.
+  virtual std::shared_ptr<Work> gather(const GatherInto& g) = 0;
+  virtual void gather_freed() {}  // the full buffer was freed: drop what the gather kept
+  virtual bool stored() const { return false; }
+  virtual bool has_param_dtype_copy() const { return false; }
+  virtual const ShardCodec* codec() const { return nullptr; }
+  virtual std::string file() const { return {}; }
+  virtual void rename(const std::string& name) {}
+};
+
+// The fp32 values `shard` gathered into g.full: the cast copy when one rank holds everything, else
+// an all-gather (low-precision compute: the shard cast into this rank's slice, gathered in place).
+std::shared_ptr<Work> gather_fp32(const GatherInto& g, const at::Tensor& shard, const ShardShape& shape);
+
+// `values`: the fp32 shard (contiguous, [shard_numel]); accounted as sharded parameters.
+std::unique_ptr<ShardStorage> resident_shard(const ShardShape& shape, at::Tensor values);
+// Moves `values` into a new slot of `store` (which must outlive the result). `keep_param_dtype_copy`:
+// the shard cast to param_dtype stays resident, kept equal to the master whenever it changes.
+std::unique_ptr<ShardStorage> stored_shard(const ShardShape& shape, at::Tensor values, ShardStore* store,
+                                           bool keep_param_dtype_copy);
+// Encodes `values` with `codec` (UsageError naming the unit for a value it cannot store).
+std::unique_ptr<ShardStorage> encoded_shard(const ShardShape& shape, at::Tensor values,
+                                            std::shared_ptr<const ShardCodec> codec);
+
+}  // namespace detail
+}  // namespace zeroshard
