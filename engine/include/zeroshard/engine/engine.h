@@ -1,8 +1,8 @@
 #pragma once
 // ShardingEngine: fully sharded data parallelism (ZeRO-3 / FSDP) over a LibTorch module.
 //
-//   zeroshard::ShardingEngine engine(session, model, zeroshard::ShardingOptions::from_config(cfg.sharding()));
-//   auto opt = zeroshard::make_optimizer(cfg.optimizer());
+//   zeroshard::ShardingEngine engine(session, model, run.sharding);   // run = zeroshard::resolve(config)
+//   auto opt = zeroshard::make_optimizer(run.optimizer);
 //   for (...) {
 //     auto loss = engine.forward([&] { return loss_fn(model->forward(x), y); });
 //     loss.backward();                 // gradients are reduce-scattered into fp32 shards
