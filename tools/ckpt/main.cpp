@@ -27,6 +27,7 @@
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/config/config.h"
+#include "zeroshard/config/resolve.h"
 #include "zeroshard/models/gguf_export.h"
 
 namespace zs = zeroshard;
@@ -89,9 +90,16 @@ double lora_scale_of(const std::string& path) {
   ZS_REQUIRE(google::protobuf::TextFormat::ParseFromString(zs::ckpt::saved_run(dir).config_text, &cfg),
              zs::CheckpointError, "checkpoint '", dir,
              "': its run's config does not parse, so the LoRA scale (lora.alpha / lora.rank) is unknown");
-  ZS_REQUIRE(cfg.lora().rank() > 0, zs::CheckpointError, "checkpoint '", dir,
-             "' was saved by a run with lora.rank = ", cfg.lora().rank(), ": it has no adapters to merge");
-  return cfg.lora().alpha() / cfg.lora().rank();
+  try {
+    zs::validate_config(cfg);
+  } catch (const zs::ConfigError& e) {
+    ZS_THROW(zs::CheckpointError, "checkpoint '", dir, "': its run's config is not valid, so the LoRA scale is "
+             "unknown: ", e.message());
+  }
+  const zs::lora::Options lora = zs::resolve(cfg).lora;
+  ZS_REQUIRE(lora.rank > 0, zs::CheckpointError, "checkpoint '", dir, "' was saved by a run with lora.rank = ",
+             lora.rank, ": it has no adapters to merge");
+  return lora.alpha / lora.rank;
 }
 
 // export HF_DIR OUT --format gguf
