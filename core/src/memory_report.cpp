@@ -193,10 +193,10 @@ void apply_memory_options(const MemoryOptions& options, c10::Device device, int 
   const std::string& dir = options.snapshot_dir;
   if (!dir.empty()) {
     struct stat st {};
-    ZS_REQUIRE(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), ConfigError, "MemoryOptions.snapshot_dir = '",
-               dir, "' is not an existing directory");
-    ZS_REQUIRE(::access(dir.c_str(), W_OK) == 0, ConfigError, "MemoryOptions.snapshot_dir = '", dir,
-               "' is not writable by this process: ", detail::errno_string(errno));
+    ZS_REQUIRE(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), ConfigError, "memory.snapshot_dir = '",
+               dir, "' is not an existing directory (MemoryOptions.snapshot_dir)");
+    ZS_REQUIRE(::access(dir.c_str(), W_OK) == 0, ConfigError, "memory.snapshot_dir = '", dir,
+               "' is not writable by this process (MemoryOptions.snapshot_dir): ", detail::errno_string(errno));
   }
   MemoryReportOptions o;
   o.snapshot_dir = dir;

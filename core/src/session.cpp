@@ -147,8 +147,8 @@ void Session::pick_device() {
     device_ = c10::Device(c10::kCPU);
     return;
   }
-  ZS_REQUIRE(gpus > 0, ConfigError, "SessionOptions.device = CUDA but no CUDA device is visible on host ", host_,
-             " (this LibTorch ", torch::cuda::is_available() ? "sees no GPU" : "has no CUDA support or no GPU",
+  ZS_REQUIRE(gpus > 0, ConfigError, "runtime.device = CUDA (SessionOptions.device) but no CUDA device is visible on host ",
+             host_, " (this LibTorch ", torch::cuda::is_available() ? "sees no GPU" : "has no CUDA support or no GPU",
              "); choose the device CPU or AUTO");
   const detail::DeviceChoice choice = detail::select_cuda_device(local_rank_, local_world_size_, gpus, host_);
   if (choice.one_per_rank) {
@@ -196,11 +196,11 @@ CommOptions Session::comm_options(const std::string& name) const {
 std::shared_ptr<Communicator> Session::device_world() {
   const CommBackend backend = options_.comm_backend;
   if (device_.is_cpu()) {
-    ZS_REQUIRE(backend != CommBackend::kNccl, ConfigError, "SessionOptions.comm_backend = NCCL but the device is "
-               "cpu; NCCL needs CUDA tensors. Use the backend AUTO or MPI");
+    ZS_REQUIRE(backend != CommBackend::kNccl, ConfigError, "comm.backend = NCCL (SessionOptions.comm_backend) but "
+               "the device is cpu; NCCL needs CUDA tensors. Use the backend AUTO or MPI");
     return world_;
   }
-  ZS_REQUIRE(backend != CommBackend::kMpi, ConfigError, "SessionOptions.comm_backend = MPI but the device is ",
+  ZS_REQUIRE(backend != CommBackend::kMpi, ConfigError, "comm.backend = MPI (SessionOptions.comm_backend) but the device is ",
              device_.str(), "; the MPI backend takes CPU tensors only. Use the backend AUTO or NCCL");
   if (!device_world_) device_world_ = make_nccl_communicator(world_, device_.index(), comm_options("world/nccl"));
   return device_world_;
