@@ -548,3 +548,49 @@ TEST(LlamaExport, BadAdaptersAndCheckpointsHaveExactErrors) {
             "'" + kWork + "/peft' already exists: an export writes a new directory (remove it, or name another)");
   EXPECT_FALSE(fs::exists(tmp.path + "/out")) << "nothing is left of a failed export";
 }
+
+TEST(LlamaExport, ADamagedRankFileFailsTheExportNamingTheSection) {
+  const zs::test::RankDir tmp("llama-export-damaged");
+  fs::copy(kWork + "/ckpt", tmp.path + "/ckpt", fs::copy_options::recursive);
+  const std::string file = tmp.path + "/ckpt/step-00000004/rank-1.zsr";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);  // inside the first section after the 16-byte magic
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  const std::string error =
+      message_of<zs::CheckpointError>([&] { zm::export_gguf_from_checkpoint(tmp.path + "/ckpt", tmp.path + "/x.gguf"); });
+  EXPECT_EQ(error.substr(0, error.find(" at offset")), "checksum mismatch in '" + file + "', section 'f0/param'");
+  EXPECT_NE(error.find("; the file is damaged"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(tmp.path + "/x.gguf"));
+}
+
+TEST(LlamaExport, APeftAdapterLoadedOntoTheBaseTrainsOn) {
+  const std::string base = kWork + "/base";
+  const zm::LlamaConfig c = zm::LlamaConfig::read(base);
+  const zm::PeftAdapter a = zm::read_peft_adapter(kWork + "/peft", c, base);
+  zs::ShardingOptions so;
+  so.unit_hooks.push_back(zs::lora::unit_hook(a.lora));
+  zs::ShardedInit init(zs::test::session(), so);
+  zm::LlamaForCausalLM model(zm::LlamaOptions{c});
+  zs::ShardingEngine engine(init, model.ptr());
+  zm::load_hf_weights(engine, c, base);
+  zm::load_peft_adapter(engine, a);
+  EXPECT_EQ(engine.num_trainable_params(), 3 * (4 * 64 + 64 * 4 + 4 * 64 + 32 * 4 + 4 * 96 + 64 * 4));
+  auto opt = zs::make_adamw({1e-2});
+  const at::Tensor x = at::tensor(read_ids(), at::kLong).view({1, -1});
+  std::vector<double> losses;
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor loss = engine.forward([&] { return zm::causal_lm_loss(model->forward(x), x); });
+    losses.push_back(loss.item<double>());
+    loss.backward();
+    engine.step(*opt);
+    engine.zero_grad();
+  }
+  EXPECT_NEAR(losses[0], mean(token_nll(kWork + "/peft.torch.json")), 1e-4) << "it starts where the adapter ended";
+  EXPECT_LT(losses[2], losses[0]) << "and trains on";
+}
