@@ -109,6 +109,7 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
   m.set_strategy(to_string(engine.options().strategy));
   m.set_shard_group_size(engine.shard_group_size());
   m.set_config_text(config_text);
+  ckpt::describe_model(m, o.model);
   m.set_optimizer(opt.describe());
   for (const auto& n : opt.state_names()) m.add_optimizer_state_names(n);
   m.set_optimizer_steps(opt.steps());

@@ -169,6 +169,12 @@ void RankFileReader::read(const RankFileSection& s, void* dst) const {
              "; the file is damaged");
 }
 
+void RankFileReader::read_part(const RankFileSection& s, int64_t begin, int64_t bytes, void* dst) const {
+  ZS_REQUIRE(begin >= 0 && bytes >= 0 && begin + bytes <= s.bytes, CheckpointError, "'", path_, "', section '", s.name,
+             "': bytes [", begin, ", ", begin + bytes, ") lie outside its ", s.bytes, " bytes");
+  read_at(dst, bytes, s.offset + begin);
+}
+
 std::string RankFileReader::read_bytes(const std::string& name) const {
   const RankFileSection& s = section(name);
   std::string out(static_cast<size_t>(s.bytes), '\0');
