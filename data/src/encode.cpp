@@ -54,10 +54,7 @@ Document RecordEncoder::encode(const Record& record) const {
       break;
   }
   if (doc.tokens.empty() || !options_.eos_id) return doc;
-  if (doc.tokens.back() != *options_.eos_id) {
-    doc.tokens.push_back(*options_.eos_id);
-    doc.trained.push_back(doc.trained.back());
-  }
+  if (doc.tokens.back() != *options_.eos_id) append(&doc, {*options_.eos_id}, doc.trained.back() != 0);
   return doc;
 }
 
