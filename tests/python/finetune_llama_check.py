@@ -362,6 +362,17 @@ def cmd_errors(a):
     expect_error(a, "a sample longer than the model's positions", [model, "--data", bad_json, "--seq-len", "300"],
                  "--seq-len 300 exceeds the model's max_position_embeddings of 256 (%s)"
                  % os.path.join(model, "config.json"))
+    chat = os.path.join(a.fixture, "chat.jsonl")
+    expect_error(a, "a bad number", [model, "--data", chat, "--lr", "abc"], "--lr 'abc' is not a number (usage: "
+                 "mpirun -n N finetune_llama MODEL_DIR --data FILE.jsonl [OPTIONS]; finetune_llama --help lists the "
+                 "options)")
+    expect_error(a, "a value out of range", [model, "--data", chat, "--global-batch", "0"],
+                 "--global-batch must be at least 1, got 0")
+    expect_error(a, "a global batch the ranks cannot split", [model, "--data", chat, "--global-batch", "3", "--seq-len", "32"],
+                 "the global batch of 3 samples does not split into 2 rank(s) x 1 micro-batch(es); use a multiple "
+                 "of 2 (e.g. 2)", ranks=2)
+    expect_error(a, "a missing model directory", [os.path.join(work, "no-model"), "--data", chat],
+                 "model config '%s' cannot be read (no such file)" % os.path.join(work, "no-model"))
     missing = os.path.join(work, "missing.jsonl")
     expect_error(a, "missing data file", [model, "--data", missing], "--data '%s': no such file" % missing)
     ckpt = os.path.join(work, "ckpt")
