@@ -40,10 +40,11 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
   s.shard_rank = engine.shard_rank();
   std::vector<ShardOptimizerState> opt_state;
   if (s.holds_shards) opt_state = opt.export_state();
-  ZS_REQUIRE(!o.async_save || opt.placement().nvme == 0, UsageError, "checkpoint.async_save copies this rank's "
-             "optimizer state into host memory to write it while training goes on; with the state offloaded to NVMe ("
-             , opt.placement().nvme / 1048576, " MiB on rank ", s.rank, ") that copy is what offloading avoids: save "
-             "synchronously (checkpoint.async_save = false), which streams the state shard by shard");
+  const int64_t on_nvme = opt.placement().nvme;
+  ZS_REQUIRE(!o.async_save || on_nvme == 0, UsageError, "checkpoint.async_save copies this rank's optimizer state "
+             "into host memory to write it while training goes on; with the state offloaded to NVMe (",
+             on_nvme / 1048576, " MiB on rank ", s.rank, ") that copy is what offloading avoids: save synchronously "
+             "(checkpoint.async_save = false), which streams the state shard by shard");
   if (s.holds_shards) snapshot_shards(s, flats, opt_state, opt.state_names());
   {
     auto gen = at::detail::getDefaultCPUGenerator();
