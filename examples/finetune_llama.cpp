@@ -1,7 +1,7 @@
 // finetune_llama: fine-tunes a Llama-family Hugging Face model directory (config.json, the weights,
 // the tokenizer files with their chat template) on JSONL data, fully sharded over the job's ranks.
 //
-//   mpirun -n 2 build/bin/finetune_llama MODEL_DIR --data chat.jsonl --seq-len 512 --global-batch 16 \
+//   mpirun -n 2 build/bin/finetune_llama MODEL_DIR --data chat.jsonl --seq-len 512 --global-batch 16
 //       --steps 200 --lora-rank 8 --ckpt-dir ckpt --save-every 50 [--resume auto]
 //   -> step 1 loss 2.71828183 samples [12, 40, 3, ...]          (one line per step, from rank 0)
 //
