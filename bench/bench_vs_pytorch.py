@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""zeroshard's train_gpt against the real PyTorch peer, side by side in one run (issue 15).
+"""zeroshard's train_gpt against the real PyTorch peer, side by side in one run.
 
   /usr/bin/python3 bench/bench_vs_pytorch.py [--bin build/bin] [--ranks 2] [--rounds 3] [--steps 20]
       [--warmup 5] [--variants fp32,bf16,bf16_ckpt] [--work DIR] [--mpirun mpirun] [--gemm-seconds 3]

@@ -5,7 +5,7 @@
 # (precision.frozen_linear = NF4) trains under the same limit and prints its memory summary.
 # The pretrained weights are exported by zeroshard (a base trained one step, then
 # `zeroshard-ckpt export`); any safetensors, torch.save or TorchScript file of the same model loads
-# the same way (README, "Bring your own weights").
+# the same way (docs/pretrained.md; README, "Fine-tune a model trained in Python").
 #
 #   examples/qlora_under_limit.sh [--dim 768] [--layers 15] [--heads 12] [--limit-mib 900]
 #                                 [--steps 6] [--work DIR]

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# check-torch-headers.sh: compile (not link) zeroshard's GPU targets on this machine against the
+# check-torch-headers.sh: compile (not link) zeroshard's GPU targets on a Debian 12 machine against the
 # LibTorch headers and CMake files of a CUDA torch wheel brought back from a GPU machine, so that
-# LibTorch API drift is found here, for free, before device time is spent on a build (docs/gpu.md).
+# LibTorch API drift is found without a GPU, before the GPU machine's time is spent on a build
+# (docs/gpu.md).
 #
 #   scripts/check-torch-headers.sh pack OUT_FILE      # on the GPU machine: write the headers' tarball
-#   scripts/check-torch-headers.sh check TARBALL...   # here: unpack, configure, compile the objects
+#   scripts/check-torch-headers.sh check TARBALL...   # on Debian 12: unpack, configure, compile the objects
 #
 # pack: torch/include + torch/share/cmake of `python3 -c 'import torch'` and the nvidia-nccl wheel's
 #   include/, xz-compressed (torch 2.11: 62 MiB -> 3.4 MiB), one file (split it with `split -b 15M`

@@ -92,7 +92,7 @@ cat "$out/machine.txt"
 unpack_debs() {
   shopt -s nullglob
   local files=("$debs"/*.deb)
-  ((${#files[@]})) || die "no .deb files in $debs: run scripts/fetch-gpu-debs.sh on a networked Debian 12 machine and carry .gpu-debs to this one"
+  ((${#files[@]})) || die "no .deb files in $debs: run scripts/fetch-gpu-debs.sh on a networked Debian 12 machine and copy .gpu-debs next to this checkout"
   local stamp
   stamp=$(stat -c '%n %s %Y' "${files[@]}" | md5sum | cut -d' ' -f1)
   if [[ "$(cat "$prefix/.zeroshard-debs" 2>/dev/null)" != "$stamp" ]]; then

@@ -174,6 +174,13 @@ std::string describe_manifest(const Manifest& m) {
     os << "  " << rf.file() << ": " << rf.bytes() << " bytes, CRC-32C " << rf.crc32c() << " (rank " << rf.rank()
        << ")\n";
   }
+  if (m.has_hf_config()) os << "model config    config.json, " << m.hf_config().size() << " bytes\n";
+  if (m.has_lora()) {
+    os << "LoRA            rank " << m.lora().rank() << ", alpha " << m.lora().alpha() << ", dropout " << m.lora().dropout()
+       << ", targets";
+    for (const auto& t : m.lora().targets()) os << " " << t;
+    os << "\n";
+  }
   for (const auto& u : m.user()) os << "user            " << u.key() << " (" << u.value().size() << " bytes)\n";
   return os.str();
 }

@@ -27,12 +27,16 @@ namespace zeroshard::detail {
 std::string flat_key(size_t i);
 std::string shape_str(const std::vector<int64_t>& s);
 
-// One section to write: metadata and a host tensor (or raw bytes).
+// One section to write: metadata and a host tensor, raw bytes, or (synchronous saves) a function
+// that produces the tensor when the section is written and one run once it is, so a save holds
+// one shard's values at a time (a shard offloaded to NVMe is read back, written, released).
 struct PendingSection {
   std::string name, dtype;
   std::vector<int64_t> shape;
-  at::Tensor tensor;  // CPU, contiguous; or undefined with `bytes` set
+  at::Tensor tensor;  // CPU, contiguous; or undefined with `bytes` or `produce` set
   std::string bytes;
+  std::function<at::Tensor()> produce;
+  std::function<void()> written;
 };
 
 // Everything a save writes, captured on the training thread.

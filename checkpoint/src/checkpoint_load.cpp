@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "checkpoint_internal.h"
@@ -36,6 +37,23 @@ class SavedShards {
     }
     ZS_REQUIRE(static_cast<int>(files_.size()) == m.shard_group_size(), CheckpointError, "checkpoint '", dir,
                "' lists ", files_.size(), " shard files, its shard group had ", m.shard_group_size(), " ranks");
+  }
+
+  // The checksums of the saved sections that hold elements [lo, hi) of flat i's `what`, streamed
+  // (nothing kept): a damaged file fails the load, not a later step.
+  void verify_range(size_t i, const std::string& what, int64_t lo, int64_t hi, int64_t padded_now) {
+    const auto& fe = m_.flats(static_cast<int>(i));
+    const int64_t S = fe.shard_numel();
+    if (fe.padded_numel() == padded_now && hi - lo == S && lo % S == 0) {
+      auto [r, sec] = section(i, what, static_cast<int>(lo / S));
+      r->verify_section(*sec);
+      return;
+    }
+    const int64_t end = std::min(hi, fe.numel());
+    for (int64_t e = lo; e < end; e = std::min<int64_t>(end, (e / S + 1) * S)) {
+      auto [r, sec] = section(i, what, static_cast<int>(e / S));
+      r->verify_section(*sec);
+    }
   }
 
   // Elements [lo, hi) of flat i's saved section `what` ("param", "opt/exp_avg", ...) in the
@@ -80,8 +98,9 @@ class SavedShards {
     return *readers_.emplace(shard_rank, ckpt::open_rank_file(dir_, *files_.at(shard_rank), io_)).first->second;
   }
 
-  const ckpt::Manifest& m_;
-  const std::string& dir_;
+  // Copies: a load's optimizer state is read lazily, at the next step (load_flats).
+  const ckpt::Manifest m_;
+  const std::string dir_;
   std::shared_ptr<IoEngine> io_;
   std::map<int, const ckpt::RankFile*> files_;
   std::map<int, std::unique_ptr<RankFileReader>> readers_;
@@ -184,9 +203,13 @@ void Checkpointer::Impl::check_param_groups(const ckpt::Manifest& m, const std::
   }
 }
 
+// Parameters are read into the shards now, one at a time. The optimizer state is imported lazily:
+// the optimizer reads each position when it applies it at the next step, so a load never holds
+// more than one position's state (offloaded to NVMe, the state goes from the file to the drive);
+// its checksums are verified here, streamed, so a damaged file fails the load on every rank.
 void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                                     const std::vector<FlatShard*>& flats) {
-  SavedShards saved(m, dir, io);
+  auto saved = std::make_shared<SavedShards>(m, dir, io);
   const std::vector<std::string> names = opt.state_names();
   std::vector<ShardOptimizerState> opt_state;
   for (size_t i = 0; i < flats.size(); ++i) {
@@ -194,13 +217,20 @@ void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest&
     const auto& fe = m.flats(static_cast<int>(i));
     const int64_t lo = f.shard_begin();
     const int64_t hi = lo + f.shard_numel();
-    f.shard().copy_(saved.read_range(i, "param", lo, hi, f.padded_numel()));
+    const int64_t padded = f.padded_numel();
+    f.shard().copy_(saved->read_range(i, "param", lo, hi, padded));
     f.release_shard();  // offloaded: written back to its store now, one shard resident at a time
     if (!f.trainable()) continue;
     ShardOptimizerState st;
     st.updates = fe.optimizer_updates();
-    if (fe.has_optimizer_state()) {
-      for (const auto& n : names) st.tensors.push_back(saved.read_range(i, "opt/" + n, lo, hi, f.padded_numel()));
+    if (fe.has_optimizer_state() && !names.empty()) {
+      for (const auto& n : names) saved->verify_range(i, "opt/" + n, lo, hi, padded);
+      st.read_numel = hi - lo;
+      st.read = [saved, names, i, lo, hi, padded] {
+        std::vector<at::Tensor> out;
+        for (const auto& n : names) out.push_back(saved->read_range(i, "opt/" + n, lo, hi, padded));
+        return out;
+      };
     }
     opt_state.push_back(std::move(st));
   }

@@ -40,12 +40,17 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
   s.shard_rank = engine.shard_rank();
   std::vector<ShardOptimizerState> opt_state;
   if (s.holds_shards) opt_state = opt.export_state();
+  const int64_t on_nvme = opt.placement().nvme;
+  ZS_REQUIRE(!o.async_save || on_nvme == 0, UsageError, "checkpoint.async_save copies this rank's optimizer state "
+             "into host memory to write it while training goes on; with the state offloaded to NVMe (",
+             on_nvme / 1048576, " MiB on rank ", s.rank, ") that copy is what offloading avoids: save synchronously "
+             "(checkpoint.async_save = false), which streams the state shard by shard");
   if (s.holds_shards) snapshot_shards(s, flats, opt_state, opt.state_names());
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     at::Tensor rng = gen.get_state();
-    s.sections.push_back({"rng/cpu", "uint8", {rng.numel()}, rng.contiguous(), {}});
+    s.sections.push_back({"rng/cpu", "uint8", {rng.numel()}, rng.contiguous(), {}, {}, {}});
   }
   const c10::Device device = engine.session().device();
   if (device.is_cuda()) {
@@ -53,9 +58,9 @@ Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState
     at::Generator gen = at::globalContext().defaultGenerator(device);
     std::lock_guard<std::mutex> lock(gen.mutex());
     at::Tensor rng = gen.get_state();
-    s.sections.push_back({"rng/cuda", "uint8", {rng.numel()}, rng.contiguous(), {}});
+    s.sections.push_back({"rng/cuda", "uint8", {rng.numel()}, rng.contiguous(), {}, {}, {}});
   }
-  for (const auto& [k, v] : st.per_rank) s.sections.push_back({"user/" + k, "bytes", {}, at::Tensor(), v});
+  for (const auto& [k, v] : st.per_rank) s.sections.push_back({"user/" + k, "bytes", {}, at::Tensor(), v, {}, {}});
   if (s.rank == 0) {
     snapshot_buffers(s);
     fill_manifest(s.manifest, opt, st, flats, opt_state);
@@ -71,6 +76,31 @@ at::Tensor host_copy(const at::Tensor& t, bool async) {
   return async && h.data_ptr() == t.data_ptr() ? h.clone() : h;
 }
 
+// The sections of one position's optimizer state. Synchronous saves read lazy state when its
+// first section is written and drop it after the last.
+void add_state_sections(Snapshot& s, const std::string& prefix, const ShardOptimizerState& os,
+                        const std::vector<std::string>& names, int64_t numel, bool async) {
+  if (!os.has_tensors()) return;
+  if (async || !os.read) {
+    const std::vector<at::Tensor> tensors = os.materialize();
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const at::Tensor t = host_copy(tensors[k].to(at::kFloat), async && !os.read);  // lazy ones are copies
+      s.sections.push_back({prefix + names.at(k), "float32", {numel}, t, {}, {}, {}});
+    }
+    return;
+  }
+  auto cache = std::make_shared<std::vector<at::Tensor>>();
+  for (size_t k = 0; k < names.size(); ++k) {
+    PendingSection p{prefix + names[k], "float32", {numel}, at::Tensor(), {}, {}, {}};
+    p.produce = [os, cache, k] {
+      if (cache->empty()) *cache = os.materialize();
+      return cache->at(k).to(at::kFloat).contiguous();
+    };
+    if (k + 1 == names.size()) p.written = [cache] { cache->clear(); };
+    s.sections.push_back(std::move(p));
+  }
+}
+
 }  // namespace
 
 void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatShard*>& flats,
@@ -79,23 +109,26 @@ void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatShar
   size_t trainable_index = 0;
   for (size_t i = 0; i < flats.size(); ++i) {
     FlatShard& f = *flats[i];
-    s.sections.push_back({detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, host_copy(f.shard_for_read(), o.async_save), {}});
-    f.release_shard();  // offloaded: back to the store (unchanged); the snapshot keeps its copy
+    PendingSection p{detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, at::Tensor(), {}, {}, {}};
+    if (o.async_save) {
+      p.tensor = host_copy(f.shard_for_read(), true);
+      f.release_shard();  // offloaded: back to the store (unchanged); the snapshot keeps its copy
+    } else {  // read when written, released after: one offloaded shard resident at a time
+      p.produce = [&f] { return f.shard_for_read().detach().to(at::kCPU).contiguous(); };
+      p.written = [&f] { f.release_shard(); };
+    }
+    s.sections.push_back(std::move(p));
     if (!f.trainable()) continue;
     const size_t pos = trainable_index++;
     if (pos >= opt_state.size()) continue;
-    const ShardOptimizerState& os = opt_state[pos];
-    for (size_t k = 0; k < os.tensors.size(); ++k) {
-      s.sections.push_back({detail::flat_key(i) + "/opt/" + state_names.at(k), "float32", {f.shard_numel()},
-                            host_copy(os.tensors[k].to(at::kFloat), o.async_save), {}});
-    }
+    add_state_sections(s, detail::flat_key(i) + "/opt/", opt_state[pos], state_names, f.shard_numel(), o.async_save);
   }
 }
 
 void Checkpointer::Impl::snapshot_buffers(Snapshot& s) {
   for (const auto& b : engine.model().named_buffers()) {
     s.sections.push_back({"buffer/" + b.key(), c10::toString(b.value().scalar_type()), b.value().sizes().vec(),
-                          host_copy(b.value(), o.async_save), {}});
+                          host_copy(b.value(), o.async_save), {}, {}, {}});
   }
 }
 
@@ -109,6 +142,7 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
   m.set_strategy(to_string(engine.options().strategy));
   m.set_shard_group_size(engine.shard_group_size());
   m.set_config_text(config_text);
+  ckpt::describe_model(m, o.model);
   m.set_optimizer(opt.describe());
   for (const auto& n : opt.state_names()) m.add_optimizer_state_names(n);
   m.set_optimizer_steps(opt.steps());
@@ -127,7 +161,7 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
     if (f.trainable()) {
       const size_t pos = trainable_index++;
       fe->set_optimizer_updates(pos < opt_state.size() ? opt_state[pos].updates : 0);
-      fe->set_has_optimizer_state(pos < opt_state.size() && !opt_state[pos].tensors.empty());
+      fe->set_has_optimizer_state(pos < opt_state.size() && opt_state[pos].has_tensors());
     }
     for (const ParamSlot& ps : f.slots()) {
       ckpt::ParamEntry* pe = fe->add_params();
@@ -225,11 +259,22 @@ int64_t Checkpointer::Impl::write_rank_file(const Snapshot& s, const std::string
              "share, e.g. NFS or Lustre); node-local directories cannot hold a sharded checkpoint");
   RankFileWriter w(tmp + "/" + ckpt::rank_file_name(s.rank), s.rank, s.shard_rank, io);
   for (const PendingSection& p : s.sections) {
-    if (p.tensor.defined()) {
+    if (p.produce) {
+      const at::Tensor t = p.produce();
+      try {
+        ZS_REQUIRE(t.numel() == p.shape.at(0), CheckpointError, "section '", p.name, "' came with ", t.numel(),
+                   " elements, expected ", p.shape.at(0));
+        w.add(p.name, p.dtype, p.shape, t.data_ptr(), static_cast<int64_t>(t.nbytes()));
+      } catch (...) {
+        if (p.written) p.written();  // an offloaded shard goes back to its store, unchanged
+        throw;
+      }
+    } else if (p.tensor.defined()) {
       w.add(p.name, p.dtype, p.shape, p.tensor.data_ptr(), static_cast<int64_t>(p.tensor.nbytes()));
     } else {
       w.add(p.name, p.dtype, p.shape, p.bytes.data(), static_cast<int64_t>(p.bytes.size()));
     }
+    if (p.written) p.written();
   }
   ckpt::RankFile rf;
   ckpt::set_record(&rf, w.finish(ckpt::rank_file_name(s.rank)));

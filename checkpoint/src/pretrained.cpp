@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "pretrained_rename.h"
 #include "zeroshard/comm/collective_step.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -46,13 +47,6 @@ struct Match {
   std::vector<std::string> not_required;  // missing, but PretrainedOptions::not_required allows it
 };
 
-std::string map_name(std::string name, const PretrainedOptions& o) {
-  if (!o.strip_prefix.empty() && name.rfind(o.strip_prefix, 0) == 0) name = name.substr(o.strip_prefix.size());
-  name = o.add_prefix + name;
-  auto it = o.rename.find(name);
-  return it == o.rename.end() ? name : it->second;
-}
-
 std::vector<Target> model_targets(ShardingEngine& engine) {
   std::vector<Target> out;
   for (FlatShard* f : engine.flat_shards()) {
@@ -81,8 +75,17 @@ std::vector<Target> model_targets(ShardingEngine& engine) {
 Match match(ShardingEngine& engine, const TensorFile& file, const PretrainedOptions& o) {
   Match m;
   m.targets = model_targets(engine);
+  const detail::NameMapper mapper(o);
   std::map<std::string, std::string> by_model_name;  // mapped name -> file name
-  for (const TensorInfo& t : file.tensors()) by_model_name.emplace(map_name(t.name, o), t.name);
+  for (const TensorInfo& t : file.tensors()) {
+    std::string rule;
+    const std::string name = mapper.map(t.name, &rule);
+    auto [it, fresh] = by_model_name.emplace(name, t.name);
+    ZS_REQUIRE(fresh, CheckpointError, "pretrained weights '", file.path(), "': '", it->second, "' and '", t.name,
+               "' both become model name '", name, "'",
+               rule.empty() ? std::string(" (after strip_prefix, add_prefix and rename)")
+                            : " (the second by rename pattern '" + rule + "')");
+  }
   const std::map<std::string, std::string> file_aliases = file.aliases();
   auto root = [&](const std::string& file_name) {
     auto it = file_aliases.find(file_name);
@@ -116,7 +119,7 @@ Match match(ShardingEngine& engine, const TensorFile& file, const PretrainedOpti
     t.source = found.front();
   }
   for (const TensorInfo& t : file.tensors()) {
-    if (!used.count(t.name)) m.unexpected.push_back(map_name(t.name, o) + " " + shape_str(t.shape));
+    if (!used.count(t.name)) m.unexpected.push_back(mapper.map(t.name) + " " + shape_str(t.shape));
   }
   return m;
 }
@@ -176,9 +179,10 @@ int64_t load_buffer(const Target& t, TensorFile& file) {
   return n;
 }
 
-PretrainedReport load_local(ShardingEngine& engine, const std::string& path, const PretrainedOptions& o) {
+PretrainedReport load_local(ShardingEngine& engine, const TensorFileOpener& open, const PretrainedOptions& o) {
   at::NoGradGuard no_grad;
-  std::unique_ptr<TensorFile> file = open_tensor_path(path);  // a file, or a model directory
+  std::unique_ptr<TensorFile> file = open();
+  const std::string path = file->path();
   Match m = match(engine, *file, o);
   if (o.strict) check_strict(m, path);
   PretrainedReport r;
@@ -219,6 +223,10 @@ std::string PretrainedReport::summary() const {
 }
 
 PretrainedReport load_pretrained(ShardingEngine& engine, const std::string& path, const PretrainedOptions& options) {
+  return load_pretrained(engine, [&path] { return open_tensor_path(path); }, options);  // a file or a model directory
+}
+
+PretrainedReport load_pretrained(ShardingEngine& engine, const TensorFileOpener& open, const PretrainedOptions& options) {
   for (FlatShard* f : engine.flat_shards()) {
     ZS_REQUIRE(!f->gradients_pending(), UsageError, "load_pretrained with gradients of unit '",
                f->name(), "' still pending: load between optimizer steps");
@@ -226,7 +234,7 @@ PretrainedReport load_pretrained(ShardingEngine& engine, const std::string& path
   Communicator& world = *engine.session().world();
   PretrainedReport report;
   const detail::StepOutcome step = detail::run_step(world, true, "zs.pretrained",
-                                                    [&] { report = load_local(engine, path, options); });
+                                                    [&] { report = load_local(engine, open, options); });
   if (step.any_failed()) {
     const std::string what = detail::first_error(world, step, "zs.pretrained.error");
     ZS_THROW(CheckpointError, "loading pretrained weights failed on rank(s) ", step.failed_ranks(), ": ",

@@ -199,6 +199,11 @@ void check_checkpoint(const Config& c, Problems* out) {
         detail::concat("checkpoint.interval_steps = ", c.checkpoint().interval_steps(),
                        " needs checkpoint.dir, but it is empty"));
   }
+  if (c.checkpoint().async_save() && c.offload().optimizer() == Target::NVME) {
+    add(out, {"checkpoint.async_save", "offload.optimizer"},
+        "checkpoint.async_save = true needs the optimizer state in memory (an async save copies it whole before "
+        "writing), but offload.optimizer = NVME; a synchronous save streams it from the drive shard by shard");
+  }
 }
 
 // String keys with a fixed vocabulary: the logger's own parsers, so the rules cannot drift.

@@ -17,6 +17,9 @@ void RecordEncoder::append(Document* doc, const std::vector<int32_t>& ids, bool 
   for (int32_t id : ids) {
     ZS_REQUIRE(id >= 0 && id < vocab, DataError, "the tokenizer produced id ", id, ", outside its vocabulary of ",
                vocab);
+    ZS_REQUIRE(options_.model_vocab_size <= 0 || id < options_.model_vocab_size, DataError, "token id ", id, " (",
+               tokenizer_.id_to_token(id), ") is outside the model's vocabulary of ", options_.model_vocab_size,
+               " ids");
   }
   doc->tokens.insert(doc->tokens.end(), ids.begin(), ids.end());
   doc->trained.insert(doc->trained.end(), ids.size(), trained ? 1 : 0);
@@ -51,10 +54,7 @@ Document RecordEncoder::encode(const Record& record) const {
       break;
   }
   if (doc.tokens.empty() || !options_.eos_id) return doc;
-  if (doc.tokens.back() != *options_.eos_id) {
-    doc.tokens.push_back(*options_.eos_id);
-    doc.trained.push_back(doc.trained.back());
-  }
+  if (doc.tokens.back() != *options_.eos_id) append(&doc, {*options_.eos_id}, doc.trained.back() != 0);
   return doc;
 }
 

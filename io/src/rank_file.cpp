@@ -6,10 +6,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "rank_file.pb.h"
 #include "zeroshard/base/crc32c.h"
@@ -164,6 +166,27 @@ const RankFileSection& RankFileReader::section(const std::string& name) const {
 void RankFileReader::read(const RankFileSection& s, void* dst) const {
   read_at(dst, s.bytes, s.offset);
   const uint32_t crc = crc32c(dst, static_cast<size_t>(s.bytes));
+  ZS_REQUIRE(crc == s.crc32c, CheckpointError, "checksum mismatch in '", path_, "', section '", s.name,
+             "' at offset ", s.offset, " (", s.bytes, " bytes): CRC-32C ", crc, ", expected ", s.crc32c,
+             "; the file is damaged");
+}
+
+void RankFileReader::read_part(const RankFileSection& s, int64_t begin, int64_t bytes, void* dst) const {
+  ZS_REQUIRE(begin >= 0 && bytes >= 0 && begin + bytes <= s.bytes, CheckpointError, "'", path_, "', section '", s.name,
+             "': bytes [", begin, ", ", begin + bytes, ") lie outside its ", s.bytes, " bytes");
+  read_at(dst, bytes, s.offset + begin);
+}
+
+void RankFileReader::verify_section(const RankFileSection& s) const {
+  constexpr int64_t kPiece = 16 << 20;
+  std::vector<char> piece(static_cast<size_t>(std::min<int64_t>(kPiece, s.bytes)));
+  uint32_t crc = 0;
+  for (int64_t done = 0; done < s.bytes;) {
+    const int64_t n = std::min<int64_t>(kPiece, s.bytes - done);
+    read_at(piece.data(), n, s.offset + done);
+    crc = crc32c(piece.data(), static_cast<size_t>(n), crc);
+    done += n;
+  }
   ZS_REQUIRE(crc == s.crc32c, CheckpointError, "checksum mismatch in '", path_, "', section '", s.name,
              "' at offset ", s.offset, " (", s.bytes, " bytes): CRC-32C ", crc, ", expected ", s.crc32c,
              "; the file is damaged");

@@ -11,8 +11,10 @@
 #include <functional>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/checkpoint/checkpoint_tensors.h"
 #include "zeroshard/formats/tensor_dir.h"
 #include "zeroshard/models/hf_checkpoint.h"
+#include "zeroshard/models/llama_checkpoint.h"
 
 namespace zeroshard::models {
 namespace {
@@ -122,7 +124,7 @@ gguf::Vocabulary vocabulary_for(const LlamaConfig& c, const GgufExportOptions& o
   return v;
 }
 
-at::Tensor read_whole(TensorDirectory& dir, const Planned& p) {
+at::Tensor read_whole(TensorFile& dir, const Planned& p) {
   int64_t n = 1;
   for (int64_t d : p.shape) n *= d;
   at::Tensor t = at::empty({n}, at::kFloat);
@@ -170,18 +172,37 @@ at::Tensor llama3_rope_factors(const LlamaConfig& c) {
   return at::tensor(factors, at::kFloat);
 }
 
+std::string directory_name(const std::string& path) {
+  return std::filesystem::path(path).lexically_normal().filename().string();
+}
+
 GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, const GgufExportOptions& o) {
   const LlamaConfig c = LlamaConfig::read(hf_dir, o.config);
   std::unique_ptr<TensorDirectory> dir = TensorDirectory::open(hf_dir);
-  check_hf_checkpoint(c, *dir);
+  return export_gguf(c, *dir, out, o);
+}
+
+GgufExportReport export_gguf_from_checkpoint(const std::string& ckpt, const std::string& out,
+                                             const GgufExportOptions& options) {
+  const LlamaCheckpoint ck = LlamaCheckpoint::open(ckpt, options.config);
+  ckpt::CheckpointTensors weights(ck.dir, ckpt::CheckpointTensors::Options{/*merge_lora=*/true});
+  GgufExportOptions o = options;
+  if (o.name.empty()) o.name = directory_name(std::filesystem::path(ck.dir).parent_path().string());
+  GgufExportReport r = export_gguf(ck.config, weights, out, o);
+  weights.check_rest();
+  return r;
+}
+
+GgufExportReport export_gguf(const LlamaConfig& c, TensorFile& weights, const std::string& out,
+                             const GgufExportOptions& o) {
+  check_hf_checkpoint(c, weights);
   GgufExportReport r;
   r.architecture = c.model_type == "qwen2" ? "qwen2" : "llama";
   const gguf::Vocabulary vocab = vocabulary_for(c, o);
   const std::vector<Planned> tensors = plan(c, r.architecture == "llama", o.dtype);
   gguf::Writer w(out);
   w.add("general.architecture", gguf::Value::string(r.architecture));
-  const std::string name =
-      o.name.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string() : o.name;
+  const std::string name = o.name.empty() ? directory_name(weights.path()) : o.name;
   w.add("general.name", gguf::Value::string(name.empty() ? "model" : name));
   w.add("general.file_type", gguf::Value::uint32(file_type(o.dtype)));
   if (o.dtype == GgufDtype::kQ8_0) w.add("general.quantization_version", gguf::Value::uint32(2));
@@ -189,7 +210,7 @@ GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, 
   vocab.write_to(w);
   for (const Planned& p : tensors) w.declare(p.gguf_name, p.shape, p.type);
   for (const Planned& p : tensors) {
-    w.write(p.gguf_name, p.hf_name.empty() ? llama3_rope_factors(c) : read_whole(*dir, p));
+    w.write(p.gguf_name, p.hf_name.empty() ? llama3_rope_factors(c) : read_whole(weights, p));
     ++r.tensors;
   }
   w.finish();

@@ -42,8 +42,14 @@ std::string all_of(const std::vector<std::string>& items) {
   return out;
 }
 
+// The file of `dir` holding tensor `name`: its shard for a model directory, else the file itself.
+std::string file_of(const TensorFile& dir, const std::string& name) {
+  const auto* d = dynamic_cast<const TensorDirectory*>(&dir);
+  return d != nullptr ? d->file_of(name) : dir.path();
+}
+
 // The tied head stored in the files: fine when it is the embedding's alias, else a problem.
-void check_tied_head(const LlamaConfig& c, const TensorDirectory& dir, const TensorInfo& t, Problems& p) {
+void check_tied_head(const LlamaConfig& c, const TensorFile& dir, const TensorInfo& t, Problems& p) {
   const std::map<std::string, std::string> aliases = dir.aliases();
   const std::string embed = "model.embed_tokens.weight";
   auto root = [&](const std::string& n) {
@@ -51,7 +57,7 @@ void check_tied_head(const LlamaConfig& c, const TensorDirectory& dir, const Ten
     return it == aliases.end() ? n : it->second;
   };
   if (root(t.name) != root(embed)) {
-    p.untied.push_back("lm_head.weight in " + dir.file_of(t.name) + ": config.json ties it to " + embed +
+    p.untied.push_back("lm_head.weight in " + file_of(dir, t.name) + ": config.json ties it to " + embed +
                        " (tie_word_embeddings) but the checkpoint stores it as a separate tensor");
   }
 }
@@ -100,7 +106,7 @@ std::vector<TensorInfo> hf_tensors(const LlamaConfig& c) {
   return out;
 }
 
-void check_hf_checkpoint(const LlamaConfig& c, const TensorDirectory& dir) {
+void check_hf_checkpoint(const LlamaConfig& c, const TensorFile& dir) {
   Problems p;
   std::map<std::string, std::vector<int64_t>> expected;
   for (const TensorInfo& t : hf_tensors(c)) {
@@ -109,10 +115,10 @@ void check_hf_checkpoint(const LlamaConfig& c, const TensorDirectory& dir) {
     if (got == nullptr) {
       p.missing.push_back(t.name + " " + shape_str(t.shape));
     } else if (got->shape != t.shape) {
-      p.mismatched.push_back(t.name + " in " + dir.file_of(t.name) + ": file " + shape_str(got->shape) +
+      p.mismatched.push_back(t.name + " in " + file_of(dir, t.name) + ": file " + shape_str(got->shape) +
                              ", config.json " + shape_str(t.shape));
     } else if (!is_float(got->dtype)) {
-      p.not_float.push_back(t.name + " in " + dir.file_of(t.name) + ": " + c10::toString(got->dtype));
+      p.not_float.push_back(t.name + " in " + file_of(dir, t.name) + ": " + c10::toString(got->dtype));
     }
   }
   for (const TensorInfo& t : dir.tensors()) {
@@ -121,7 +127,7 @@ void check_hf_checkpoint(const LlamaConfig& c, const TensorDirectory& dir) {
       check_tied_head(c, dir, t, p);
       continue;
     }
-    p.unexpected.push_back(t.name + " " + shape_str(t.shape) + " in " + dir.file_of(t.name));
+    p.unexpected.push_back(t.name + " " + shape_str(t.shape) + " in " + file_of(dir, t.name));
   }
   if (p.empty()) return;
   std::ostringstream os;

@@ -101,12 +101,20 @@ void FusedCpuOptimizer::step_with_copy(const std::vector<ParamShard>& shards,
     ZS_REQUIRE(pending_->size() == shards.size(), UsageError, name_, ": the imported state has ", pending_->size(),
                " shard positions, the step got ", shards.size(), " shards");
     for (size_t i = 0; i < shards.size(); ++i) {
-      for (const at::Tensor& t : (*pending_)[i].tensors) {
-        ZS_REQUIRE(t.numel() == shards[i].param.numel(), UsageError, name_, ": imported state of shard ", i, " ('",
-                   shards[i].name, "') has ", t.numel(), " elements, the shard has ", shards[i].param.numel());
-      }
+      const ShardOptimizerState& st = (*pending_)[i];
+      ZS_REQUIRE(!st.has_tensors() || st.numel() == shards[i].param.numel(), UsageError, name_,
+                 ": imported state of shard ", i, " ('", shards[i].name, "') has ", st.numel(),
+                 " elements, the shard has ", shards[i].param.numel());
     }
-    for (size_t i = 0; i < shards.size(); ++i) set_state(i, (*pending_)[i]);
+    for (size_t i = 0; i < shards.size(); ++i) {
+      ShardOptimizerState& st = (*pending_)[i];
+      if (st.read) {  // a checkpoint's state, read one position at a time
+        st.tensors = st.materialize();
+        st.read = nullptr;
+      }
+      set_state(i, st);
+      st = ShardOptimizerState();
+    }
     pending_.reset();
   }
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -131,7 +139,7 @@ std::vector<ShardOptimizerState> FusedCpuOptimizer::export_state() const {
 void FusedCpuOptimizer::import_state(std::vector<ShardOptimizerState> state, int64_t steps) {
   const size_t want = state_names().size();
   for (size_t i = 0; i < state.size(); ++i) {
-    ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == want, UsageError, name_,
+    ZS_REQUIRE(state[i].read || state[i].tensors.empty() || state[i].tensors.size() == want, UsageError, name_,
                " import_state: position ", i, " has ", state[i].tensors.size(), " state tensors, expected ", want);
     for (at::Tensor& t : state[i].tensors) t = t.to(at::kCPU, at::kFloat).contiguous().clone();
   }

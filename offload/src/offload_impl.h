@@ -192,6 +192,7 @@ struct OffloadedOptimizer::Impl {
   void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
                   const ShardOptimizerState* imported = nullptr);
   void apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager);
+  std::vector<at::Tensor> read_moments(detail::NvmeShardFiles& f);
   // The next shard after `i` with a gradient (shards.size() when none): read ahead while i updates.
   static size_t next_with_grad(const std::vector<ParamShard>& shards, size_t i) {
     for (++i; i < shards.size(); ++i) {

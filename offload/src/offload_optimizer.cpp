@@ -205,13 +205,18 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
   ZS_REQUIRE(pending->size() == shards.size(), UsageError, "OffloadedOptimizer: the imported state has ",
              pending->size(), " shard positions, the step got ", shards.size(), " shards");
   for (size_t i = 0; i < shards.size(); ++i) {
-    for (const at::Tensor& t : (*pending)[i].tensors) {
-      ZS_REQUIRE(t.numel() == pager.numel(i), UsageError, "OffloadedOptimizer: imported state of shard ", i, " ('",
-                 shards[i].name, "') has ", t.numel(), " elements, the shard has ", pager.numel(i));
-    }
+    const ShardOptimizerState& st = (*pending)[i];
+    ZS_REQUIRE(!st.has_tensors() || st.numel() == pager.numel(i), UsageError, "OffloadedOptimizer: imported state "
+               "of shard ", i, " ('", shards[i].name, "') has ", st.numel(), " elements, the shard has ",
+               pager.numel(i));
   }
   for (size_t i = 0; i < shards.size(); ++i) {
-    const ShardOptimizerState& st = (*pending)[i];
+    ShardOptimizerState& st = (*pending)[i];
+    if (st.read) {  // a checkpoint's state, read one position at a time and dropped once applied
+      st.tensors = st.materialize();
+      st.read = nullptr;
+      for (at::Tensor& t : st.tensors) t = t.to(at::kCPU, at::kFloat).contiguous();
+    }
     if (o.target == OffloadTarget::kCpu) {
       HostSlot& slot = host[i];
       slot.updates = st.updates;
@@ -240,6 +245,7 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
         f.started = true;
       }
     }
+    st = ShardOptimizerState();
   }
   pending.reset();
 }
@@ -349,6 +355,25 @@ std::vector<std::string> OffloadedOptimizer::state_names() const {
   return {"momentum_buffer"};
 }
 
+// The moments of one shard's files, read chunk by chunk through the staging buffer.
+std::vector<at::Tensor> OffloadedOptimizer::Impl::read_moments(detail::NvmeShardFiles& f) {
+  ZS_REQUIRE(broken.empty(), IoError, "offloaded optimizer: cannot read the state back (e.g. for a checkpoint): ",
+             "an earlier ", broken, "; restart from the last checkpoint");
+  ensure_buffers();
+  std::vector<at::Tensor> out;
+  for (int j = 0; j < state_arrays; ++j) out.push_back(at::empty({f.numel}, at::kFloat));
+  float* buf = buffers[0].data_ptr<float>();
+  for (int64_t k = 0; k < f.chunks; ++k) {
+    const int64_t c = f.chunk_numel(k);
+    read_record(f, f.current, k, buf);
+    for (int j = 0; j < state_arrays; ++j) {
+      std::memcpy(out[static_cast<size_t>(j)].data_ptr<float>() + k * f.chunk_elems, buf + (1 + j) * f.chunk_elems,
+                  static_cast<size_t>(c) * sizeof(float));
+    }
+  }
+  return out;
+}
+
 std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
   Impl& im = *impl_;
   ZS_REQUIRE(im.broken.empty(), IoError, "offloaded optimizer: cannot export the state (e.g. for a checkpoint): ",
@@ -368,19 +393,11 @@ std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
     detail::NvmeShardFiles& f = *fp;
     ShardOptimizerState st;
     st.updates = f.updates;
-    // SGD's buffer before its first update is no state (the next update starts it afresh).
+    // SGD's buffer before its first update is no state (the next update starts it afresh). Read
+    // back lazily: a checkpoint holds one shard's moments at a time.
     if (f.initialized && im.state_arrays > 0 && (!im.sgd || f.started)) {
-      im.ensure_buffers();
-      for (int j = 0; j < im.state_arrays; ++j) st.tensors.push_back(at::empty({f.numel}, at::kFloat));
-      float* buf = im.buffers[0].data_ptr<float>();
-      for (int64_t k = 0; k < f.chunks; ++k) {
-        const int64_t c = f.chunk_numel(k);
-        im.read_record(f, f.current, k, buf);
-        for (int j = 0; j < im.state_arrays; ++j) {
-          std::memcpy(st.tensors[static_cast<size_t>(j)].data_ptr<float>() + k * f.chunk_elems,
-                      buf + (1 + j) * f.chunk_elems, static_cast<size_t>(c) * sizeof(float));
-        }
-      }
+      st.read_numel = f.numel;
+      st.read = [impl = &im, files = &f] { return impl->read_moments(*files); };
     }
     out.push_back(std::move(st));
   }
@@ -390,7 +407,7 @@ std::vector<ShardOptimizerState> OffloadedOptimizer::export_state() const {
 void OffloadedOptimizer::import_state(std::vector<ShardOptimizerState> state, int64_t steps) {
   const std::vector<std::string> names = state_names();
   for (size_t i = 0; i < state.size(); ++i) {
-    ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == names.size(), UsageError,
+    ZS_REQUIRE(state[i].read || state[i].tensors.empty() || state[i].tensors.size() == names.size(), UsageError,
                "OffloadedOptimizer import_state: position ", i, " has ", state[i].tensors.size(),
                " state tensors; expected none or ", names.size(), " (", describe_names(names), ")");
     for (at::Tensor& t : state[i].tensors) t = t.to(at::kCPU, at::kFloat).contiguous();

@@ -35,6 +35,17 @@
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
+
+std::vector<at::Tensor> ShardOptimizerState::materialize() const {
+  if (!read) return tensors;
+  std::vector<at::Tensor> out = read();
+  for (size_t k = 0; k < out.size(); ++k) {
+    ZS_REQUIRE(out[k].numel() == read_numel, CheckpointError, "optimizer state tensor ", k, " read back with ",
+               out[k].numel(), " elements, expected ", read_numel);
+  }
+  return out;
+}
+
 namespace {
 
 
@@ -81,13 +92,25 @@ class ShardedOptimizerBase : public ShardedOptimizer {
 
   int64_t steps() const final { return steps_; }
 
+  // Host state aliases the live tensors; state on a GPU comes lazily (one position copied to the
+  // host at a time as a checkpoint writes it).
   std::vector<ShardOptimizerState> export_state() const final {
     if (pending_) return *pending_;
     std::vector<ShardOptimizerState> out;
     for (const ShardSlot& slot : slots_) {
       ShardOptimizerState st;
       st.updates = slot.updates;
-      for (const at::Tensor& t : slot.state) st.tensors.push_back(t.to(at::kCPU).contiguous());
+      const bool on_host = slot.state.empty() || slot.state[0].is_cpu();
+      if (on_host) {
+        for (const at::Tensor& t : slot.state) st.tensors.push_back(t.contiguous());
+      } else {
+        st.read_numel = slot.state[0].numel();
+        st.read = [state = slot.state] {
+          std::vector<at::Tensor> host;
+          for (const at::Tensor& t : state) host.push_back(t.to(at::kCPU).contiguous());
+          return host;
+        };
+      }
       out.push_back(std::move(st));
     }
     return out;
@@ -96,7 +119,7 @@ class ShardedOptimizerBase : public ShardedOptimizer {
   void import_state(std::vector<ShardOptimizerState> state, int64_t steps) final {
     const size_t want = state_names().size();
     for (size_t i = 0; i < state.size(); ++i) {
-      ZS_REQUIRE(state[i].tensors.empty() || state[i].tensors.size() == want, UsageError,
+      ZS_REQUIRE(state[i].read || state[i].tensors.empty() || state[i].tensors.size() == want, UsageError,
                  "optimizer import_state: position ", i, " has ", state[i].tensors.size(),
                  " state tensors, ", describe(), " keeps ", want);
     }
@@ -169,11 +192,9 @@ class ShardedOptimizerBase : public ShardedOptimizer {
                pending_->size(), " shard positions, the step got ", shards.size(), " shards");
     for (size_t i = 0; i < shards.size(); ++i) {
       const ShardOptimizerState& st = (*pending_)[i];
-      for (const at::Tensor& t : st.tensors) {
-        ZS_REQUIRE(t.numel() == shards[i].param.numel(), UsageError, "optimizer: imported state of shard ", i,
-                   " ('", shards[i].name, "') has ", t.numel(), " elements, the shard has ",
-                   shards[i].param.numel());
-      }
+      ZS_REQUIRE(!st.has_tensors() || st.numel() == shards[i].param.numel(), UsageError,
+                 "optimizer: imported state of shard ", i, " ('", shards[i].name, "') has ", st.numel(),
+                 " elements, the shard has ", shards[i].param.numel());
     }
     for (size_t i = 0; i < shards.size(); ++i) {
       ShardOptimizerState& st = (*pending_)[i];
@@ -183,9 +204,10 @@ class ShardedOptimizerBase : public ShardedOptimizer {
       // again from the restored `updates`.
       slots_[i].device_step = at::Tensor();
       slots_[i].state.clear();
-      for (at::Tensor& t : st.tensors) {
+      for (const at::Tensor& t : st.materialize()) {
         slots_[i].state.push_back(t.to(shards[i].param.device(), at::kFloat).contiguous().clone());
       }
+      st = ShardOptimizerState();  // one position's host copy at a time
     }
     pending_.reset();
   }

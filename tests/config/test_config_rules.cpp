@@ -217,6 +217,18 @@ TEST(ConfigRules, CheckpointIntervalNeedsADirectory) {
   expect_valid({"checkpoint.interval_steps=100", "checkpoint.dir=ckpt"});
 }
 
+TEST(ConfigRules, AsyncSaveNeedsTheOptimizerStateInMemory) {
+  const Keys nvme = {"offload.optimizer=NVME", "offload.nvme_path=/nvme"};
+  Keys sets = nvme;
+  sets.push_back("checkpoint.async_save=true");
+  expect_one_problem(sets, {"checkpoint.async_save", "offload.optimizer"},
+                     "checkpoint.async_save = true needs the optimizer state in memory (an async save copies it whole "
+                     "before writing), but offload.optimizer = NVME; a synchronous save streams it from the drive "
+                     "shard by shard");
+  expect_valid(nvme);
+  expect_valid({"offload.optimizer=CPU", "checkpoint.async_save=true"});
+}
+
 TEST(ConfigRules, LoggingKeysHaveTheLoggersVocabulary) {
   expect_one_problem({"logging.level=loud"}, {"logging.level"},
                      "logging.level: unknown log level 'loud'; allowed: trace, debug, info, warn, error, off");

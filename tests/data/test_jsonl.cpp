@@ -108,6 +108,20 @@ TEST(Jsonl, EncodesTextAndPromptCompletion) {
             "a \"messages\" record needs a chat template, and the tokenizer has none");
 }
 
+// A token the tokenizer knows but the model has no embedding row for is refused with its id and text.
+TEST(Jsonl, RefusesATokenOutsideTheModelsVocabulary) {
+  const ByteTestTokenizer tok;
+  zd::EncodeOptions o;
+  o.eos_id = tok.eos_id();
+  o.model_vocab_size = 257;  // BOS (256) fits, EOS (257) does not
+  const zd::RecordEncoder enc(tok, {}, o);
+  EXPECT_EQ(message_of([&] { enc.encode(zd::parse_record(R"({"text": "ab"})")); }),
+            "token id 257 (</s>) is outside the model's vocabulary of 257 ids");
+  o.model_vocab_size = 258;
+  EXPECT_EQ(zd::RecordEncoder(tok, {}, o).encode(zd::parse_record(R"({"text": "ab"})")).tokens,
+            (std::vector<int32_t>{256, 'a', 'b', 257}));
+}
+
 // The assistant turns of a rendered conversation (content and end-of-turn text) are trained,
 // nothing else.
 TEST(Jsonl, TrainsOnAssistantTurnsOnly) {

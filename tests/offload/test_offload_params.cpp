@@ -29,6 +29,7 @@
 #include "zeroshard/io/fault_io.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/checkpoint/checkpoint.h"
+#include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/engine/engine.h"
 #include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/core/host_memory.h"
@@ -292,6 +293,87 @@ TEST(OffloadParams, ResumeFromCheckpointExactly) {
   EXPECT_EQ(t.engine->memory().current(zs::MemCategory::kShardedParams), 0) << "load left shards resident";
   t.train(opt, 3, 6);
   EXPECT_EQ(max_diff(t.params(), want), 0.0);
+}
+
+// With parameters and optimizer state on NVMe, a save and a load stream shard by shard: the host
+// memory each allocates (the allocator's peak over the call) stays within a training step's and
+// within a few shards' values, where holding this rank's parameters and moments at once (12 bytes
+// per element) would not. The first step after the load, which applies the loaded moments position by
+// position, stays within a step plus one position's moments. The resumed run is exact.
+TEST(OffloadParams, SaveAndLoadStreamShardByShard) {
+  const auto cfg = adamw_config();
+  TempDir ckpt_dir("stream_ckpt", /*per_rank=*/false);
+  zs::CheckpointOptions co;
+  co.dir = ckpt_dir.path;
+  zs_test::GptConfig gpt = deeper_gpt();
+  gpt.layers = 48;  // the state of many units against the few a step holds
+  int64_t step_peak = 0, save_peak = 0, state_bytes = 0, largest = 0;
+  std::map<std::string, at::Tensor> want;
+  {
+    TempDir dir("stream_a");
+    Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path), 11, gpt);
+    zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+    t.train(opt, 0, 2);
+    zs::begin_host_memory_window();
+    t.train(opt, 2, 3);
+    step_peak = zs::host_memory_window_peak();
+    state_bytes = 3 * shard_bytes_total(*t.engine);  // fp32 shards and two moments
+    for (zs::FlatParam* f : zs::detail::flat_params(*t.engine)) largest = std::max<int64_t>(largest, 4 * f->shard_numel());
+    zs::Checkpointer ckpt(*t.engine, co);
+    zs::TrainingState st;
+    st.step = 3;
+    zs::begin_host_memory_window();
+    ckpt.save(opt, st);
+    save_peak = zs::host_memory_window_peak();
+    t.train(opt, 3, 5);
+    want = t.params();
+  }
+  TempDir dir("stream_b");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path), /*init_seed=*/99, gpt);
+  zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+  zs::Checkpointer ckpt(*t.engine, co);
+  zs::begin_host_memory_window();
+  EXPECT_EQ(ckpt.load(opt).step, 3);
+  const int64_t load_peak = zs::host_memory_window_peak();
+  zs::begin_host_memory_window();
+  t.train(opt, 3, 4);
+  const int64_t first_step_peak = zs::host_memory_window_peak();
+  t.train(opt, 4, 5);
+  if (zs::test::rank() == 0) {
+    std::printf("  host peak: step %lld, save %lld, load %lld, first step after load %lld bytes; "
+                "shards + moments %lld, largest shard %lld\n",
+                static_cast<long long>(step_peak), static_cast<long long>(save_peak), static_cast<long long>(load_peak),
+                static_cast<long long>(first_step_peak), static_cast<long long>(state_bytes),
+                static_cast<long long>(largest));
+  }
+  const int64_t few_positions = 4 * 3 * largest;  // a shard and its two moments, four times over
+  ASSERT_LT(2 * few_positions, state_bytes) << "the model is too small to tell streaming from holding everything";
+  EXPECT_GT(step_peak, 0);
+  EXPECT_LE(save_peak, step_peak) << "the save held more than a training step does";
+  EXPECT_LE(save_peak, few_positions) << "the save held more than a few shards' values at once";
+  EXPECT_LE(load_peak, step_peak) << "the load held more than a training step does";
+  EXPECT_LE(load_peak, few_positions) << "the load held more than a few shards' values at once";
+  EXPECT_LE(first_step_peak, step_peak + 2 * largest) << "applying the loaded moments held more than one position's";
+  EXPECT_EQ(max_diff(t.params(), want), 0.0) << "the resumed run differs";
+}
+
+// An async save would copy the state offloaded to NVMe into host memory: refused, nothing written.
+TEST(OffloadParams, AsyncSaveOfStateOnNvmeIsRefused) {
+  TempDir dir("async_nvme");
+  TempDir ckpt_dir("async_nvme_ckpt", /*per_rank=*/false);
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
+  zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+  t.train(opt, 0, 1);
+  zs::CheckpointOptions co;
+  co.dir = ckpt_dir.path + "/ckpt";
+  co.async_save = true;
+  zs::Checkpointer ckpt(*t.engine, co);
+  zs::TrainingState st;
+  st.step = 1;
+  const std::string err = error_of<zs::UsageError>([&] { ckpt.save(opt, st); });
+  EXPECT_TRUE(contains(err, "checkpoint.async_save copies this rank's optimizer state into host memory")) << err;
+  EXPECT_TRUE(contains(err, "save synchronously (checkpoint.async_save = false)")) << err;
+  EXPECT_FALSE(fs::exists(co.dir + "/" + zs::ckpt::step_dir_name(1)));
 }
 
 // A parameter file changed behind the engine's back: the next gather names the file, the chunk and

@@ -8,9 +8,16 @@
 //                                                  weights for inference (default bf16; safetensors
 //                                                  when OUT ends in .safetensors) + OUT.config.txt;
 //                                                  --merge-lora folds LoRA adapters into the weights
-//   zeroshard-ckpt export HF_DIR OUT.gguf --format gguf [--dtype f32|f16|q8_0]
-//                                                  a Hugging Face Llama-family directory as one GGUF
-//                                                  file for llama.cpp (default f32)
+//   zeroshard-ckpt export HF_DIR|PATH OUT.gguf --format gguf [--dtype f32|f16|q8_0]
+//                                                  a Hugging Face Llama-family directory, or a checkpoint
+//                                                  of such a model (LoRA merged), as one GGUF file for
+//                                                  llama.cpp (default f32)
+//   [mpirun -n N] zeroshard-ckpt export PATH OUT_DIR --format hf [--dtype bf16|fp16|fp32]
+//                 [--max-shard-size 5GB] [--merge-lora]
+//                                                  a checkpoint of a Llama-family model as a Hugging Face
+//                                                  directory, written by the ranks in parallel
+//   zeroshard-ckpt export PATH OUT_DIR --format peft [--dtype fp32] [--base-model NAME]
+//                                                  its LoRA adapters as a PEFT adapter directory
 //
 // PATH is a step directory (step-N) or a checkpoint root (its `latest`). Exit code 0 on success,
 // 1 with a one-line error otherwise, 2 for a bad command line.
@@ -29,13 +36,14 @@
 #include "zeroshard/config/config.h"
 #include "zeroshard/config/resolve.h"
 #include "zeroshard/models/gguf_export.h"
+#include "export_llama.h"
 
 namespace zs = zeroshard;
 
 namespace {
 
 struct Args {
-  std::string command, path, out, dtype, format;
+  std::string command, path, out, dtype, format, max_shard_size, base_model;
   bool merge_lora = false;
 };
 
@@ -51,16 +59,27 @@ bool parse(int argc, char** argv, Args& a) {
       "                         (default float32)\n"
       "  export PATH OUT        weights for inference (default bfloat16; safetensors when OUT ends in\n"
       "                         .safetensors) and OUT.config.txt, the run's config\n"
-      "  export HF_DIR OUT --format gguf\n"
-      "                         a Hugging Face Llama-family directory (config.json + weights) as one GGUF\n"
-      "                         file for llama.cpp (--dtype f32 (default), f16 or q8_0)\n"
+      "  export HF_DIR|PATH OUT --format gguf\n"
+      "                         a Hugging Face Llama-family directory (config.json + weights), or a checkpoint\n"
+      "                         of such a model (LoRA merged), as one GGUF file for llama.cpp (--dtype f32\n"
+      "                         (default), f16 or q8_0)\n"
+      "  [mpirun -n N] export PATH OUT_DIR --format hf [--max-shard-size 5GB] [--merge-lora]\n"
+      "                         a checkpoint of a Llama-family model as a Hugging Face directory (config.json,\n"
+      "                         safetensors shards and their index; --dtype bf16, fp16 or fp32, default the\n"
+      "                         config's torch_dtype), written by the ranks in parallel\n"
+      "  export PATH OUT_DIR --format peft [--base-model NAME]\n"
+      "                         its LoRA adapters as a PEFT adapter directory (--dtype default fp32)\n"
       "PATH: a checkpoint step directory or a checkpoint root (uses its `latest`).");
   app.add_choice("COMMAND", &a.command, {"info", "verify", "consolidate", "export"}, "what to do (below)")->required();
   app.add_text("PATH", &a.path, "checkpoint step directory or root", "")->required();
   app.add_text("OUT", &a.out, "output file (consolidate, export)", "");
-  app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16", "f32", "f16", "q8_0"},
-                 "dtype of the written weights (gguf: f32, f16, q8_0)");
-  app.add_choice("--format", &a.format, {"torch", "safetensors", "gguf"}, "export's file format (default: by OUT's name)");
+  app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16", "f32", "f16", "q8_0", "bf16", "fp16", "fp32"},
+                 "dtype of the written weights (gguf: f32, f16, q8_0; hf, peft: bf16, fp16, fp32)");
+  app.add_choice("--format", &a.format, {"torch", "safetensors", "gguf", "hf", "peft"},
+                 "export's format (default: by OUT's name)");
+  app.add_text("--max-shard-size", &a.max_shard_size, "--format hf: largest safetensors file (default 5GB)", "SIZE");
+  app.add_text("--base-model", &a.base_model, "--format peft: base_model_name_or_path (default config.json's "
+               "_name_or_path)", "NAME");
   app.add_flag("--merge-lora", &a.merge_lora,
                "export: fold LoRA adapters into their weights (W + B A alpha/r, the run's lora.*); safetensors only");
   app.then([&] {
@@ -73,7 +92,16 @@ bool parse(int argc, char** argv, Args& a) {
     const bool gguf_dtype = a.dtype == "f32" || a.dtype == "f16" || a.dtype == "q8_0";
     if (a.format == "gguf" && !a.dtype.empty() && !gguf_dtype) app.fail("--format gguf takes --dtype f32, f16 or q8_0");
     if (a.format != "gguf" && gguf_dtype) app.fail("--dtype " + a.dtype + " applies to --format gguf");
-    if (a.format == "gguf" && a.merge_lora) app.fail("--merge-lora does not apply to --format gguf");
+    if (a.format == "gguf" && a.merge_lora) {
+      app.fail("--merge-lora does not apply to --format gguf: a checkpoint's LoRA adapters are always merged into it");
+    }
+    const bool hf_dtype = a.dtype == "bf16" || a.dtype == "fp16" || a.dtype == "fp32";
+    const bool hf_like = a.format == "hf" || a.format == "peft";
+    if (hf_like && !a.dtype.empty() && !hf_dtype) app.fail("--format " + a.format + " takes --dtype bf16, fp16 or fp32");
+    if (!hf_like && hf_dtype) app.fail("--dtype " + a.dtype + " applies to --format hf and peft");
+    if (a.format != "hf" && !a.max_shard_size.empty()) app.fail("--max-shard-size applies to --format hf");
+    if (a.format != "peft" && !a.base_model.empty()) app.fail("--base-model applies to --format peft");
+    if (a.format == "peft" && a.merge_lora) app.fail("--merge-lora does not apply to --format peft (it writes the adapters)");
   });
   return app.parse(argc, argv);
 }
@@ -103,7 +131,10 @@ double lora_scale_of(const std::string& path) {
 }
 
 // export HF_DIR OUT --format gguf
-int export_gguf(const Args& a) {
+int export_gguf(const Args& a, char* argv0) {
+  if (!zs_ckpt::is_hf_directory(a.path)) {
+    return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
+  }
   zs::models::GgufExportOptions o;
   o.dtype = zs::models::gguf_dtype_from_string(a.dtype.empty() ? "f32" : a.dtype);
   const zs::models::GgufExportReport r = zs::models::export_gguf(a.path, a.out, o);
@@ -112,7 +143,7 @@ int export_gguf(const Args& a) {
   return 0;
 }
 
-int run(const Args& a) {
+int run(const Args& a, char* argv0) {
   if (a.command == "info") {
     const std::string dir = zs::ckpt::resolve_checkpoint(a.path);
     std::printf("checkpoint      %s\n%s", dir.c_str(), zs::ckpt::describe_checkpoint(dir).c_str());
@@ -124,7 +155,10 @@ int run(const Args& a) {
     return 0;
   }
   const bool exporting = a.command == "export";
-  if (exporting && a.format == "gguf") return export_gguf(a);
+  if (exporting && a.format == "gguf") return export_gguf(a, argv0);
+  if (exporting && (a.format == "hf" || a.format == "peft")) {
+    return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
+  }
   const std::string dtype_name = a.dtype.empty() ? (exporting ? "bfloat16" : "float32") : a.dtype;
   const c10::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
   const bool safetensors = exporting && (a.format.empty() ? ends_with(a.out, ".safetensors") : a.format == "safetensors");
@@ -154,7 +188,7 @@ int main(int argc, char** argv) {
   try {
     Args args;
     if (!parse(argc, argv, args)) return 0;
-    return run(args);
+    return run(args, argv[0]);
   } catch (const zs::UsageError& e) {
     std::fprintf(stderr, "zeroshard-ckpt: usage error: %s\n", e.message().c_str());
     return 2;

@@ -1,8 +1,9 @@
 // zeroshard-eval: next-token negative log-likelihood and perplexity of a Hugging Face
-// Llama-family model (config.json + weights) on token ids, or a greedy continuation, sharded over
-// the ranks it runs on (every rank holds only its shards of the weights).
+// Llama-family model (config.json + weights; or a zeroshard checkpoint of one; or a base directory
+// with --adapter, a PEFT LoRA adapter directory) on token ids, or a greedy continuation, sharded
+// over the ranks it runs on (every rank holds only its shards of the weights).
 //
-//   mpirun -n 2 zeroshard-eval HF_DIR --ids ids.json [--context 2048] [--set precision.param_dtype=BF16]
+//   mpirun -n 2 zeroshard-eval HF_DIR|CKPT [--adapter PEFT_DIR] --ids ids.json [--context 2048]
 //     -> {"nll": 2.3456, "ppl": 10.44, "tokens": 4095}      (the last line, from rank 0)
 //   mpirun -n 2 zeroshard-eval HF_DIR --generate 32 --prompt-ids 1,2,3
 //     -> {"prompt": [1, 2, 3], "generated": [...]}
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "model_source.h"
 #include "token_ids.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
@@ -38,7 +40,7 @@ namespace zm = zeroshard::models;
 namespace {
 
 struct Args {
-  std::string model, ids, ids_dtype, prompt_ids;
+  std::string model, adapter, ids, ids_dtype, prompt_ids;
   int64_t context = 2048;
   int64_t generate = 0;
   std::vector<std::string> ignore_keys;
@@ -49,8 +51,11 @@ std::optional<Args> parse(const zs::Session& s, const std::vector<std::string>& 
   zs::cli::App app("zeroshard-eval",
                    "Mean next-token negative log-likelihood and perplexity of a Hugging Face Llama-family model on "
                    "token ids, or its greedy continuation of a prompt, sharded over the job's ranks.");
-  app.usage("mpirun -n N zeroshard-eval HF_DIR (--ids FILE | --generate N --prompt-ids IDS) [OPTIONS]");
-  app.add_text("HF_DIR", &a.model, "a directory with config.json and the weights", "DIR")->required();
+  app.usage("mpirun -n N zeroshard-eval HF_DIR|CKPT [--adapter DIR] (--ids FILE | --generate N --prompt-ids IDS) "
+            "[OPTIONS]");
+  app.add_text("MODEL", &a.model, "a directory with config.json and the weights, or a zeroshard checkpoint of a "
+               "Llama-family model", "DIR")->required();
+  app.add_text("--adapter", &a.adapter, "a PEFT LoRA adapter directory to apply to the base MODEL", "DIR");
   app.add_text("--ids", &a.ids, "token ids to score: a .json array or a .bin of --ids-dtype values", "FILE");
   app.add_choice("--ids-dtype", &a.ids_dtype, {"uint16", "uint32"}, "how a .bin file stores the ids");
   app.add_int("--context", &a.context, "tokens per window (default 2048, at most max_position_embeddings)", 2);
@@ -110,7 +115,8 @@ int run(zs::Session& s, const zs::Run& run) {
   const Args& a = *args;
   zm::LlamaConfigOptions co;
   co.ignore_keys = a.ignore_keys;
-  const zm::LlamaConfig cfg = zm::LlamaConfig::read(a.model, co);
+  const zs_eval::EvalModel source = zs_eval::resolve_model(a.model, a.adapter, co);
+  const zm::LlamaConfig& cfg = source.config;
   const int64_t context = std::min(a.context, cfg.max_position_embeddings);
   std::vector<int64_t> ids =
       a.generate > 0 ? zs_eval::token_ids_argument("--prompt-ids", a.prompt_ids, a.ids_dtype, cfg.vocab_size)
@@ -121,10 +127,12 @@ int run(zs::Session& s, const zs::Run& run) {
              a.generate, " after a prompt of ", ids.size(), " ids exceeds the context of ", context, " tokens");
   cfg.check_sequence_length(a.generate > 0 ? static_cast<int64_t>(ids.size()) + a.generate
                                            : std::min<int64_t>(context, static_cast<int64_t>(ids.size())));
-  zs::ShardedInit init(s, run.options.sharding);
+  zs::ShardingOptions sharding = run.options.sharding;
+  if (source.lora) sharding.unit_hooks.push_back(zs::lora::unit_hook(*source.lora));
+  zs::ShardedInit init(s, sharding);
   zm::LlamaForCausalLM model(zm::LlamaOptions{cfg, s.device()});
   zs::ShardingEngine engine(init, model.ptr());
-  zm::load_hf_weights(engine, cfg, a.model);
+  source.load(engine);
   model->eval();
   torch::NoGradGuard no_grad;
   zs::JsonObject line;

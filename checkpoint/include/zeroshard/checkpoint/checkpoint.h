@@ -30,6 +30,7 @@
 #include <optional>
 #include <string>
 
+#include "zeroshard/adapt/lora.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/optim/grad_scaler.h"
 #include "zeroshard/optim/optimizer.h"
@@ -38,6 +39,14 @@ namespace zeroshard {
 
 class IoEngine;
 
+// What a checkpoint records about its model besides the tensors, so that exports need nothing else
+// (zeroshard-ckpt export --format hf|peft|gguf, docs/checkpoints.md): stored in every save's
+// manifest when given.
+struct ModelDescription {
+  std::string hf_config;              // the Hugging Face config.json text the model was built from
+  std::optional<lora::Options> lora;  // the LoRA adapters' rank, alpha, dropout and targets
+};
+
 struct CheckpointOptions {
   std::string dir;        // checkpoint root
   int keep_last = 3;      // complete checkpoints kept
@@ -45,6 +54,7 @@ struct CheckpointOptions {
   // The I/O engine rank files, manifests and `latest` go through (null: default_file_io(),
   // zeroshard/io/rank_file.h). Tests pass a FaultInjectingIo to fail a save like a full disk.
   std::shared_ptr<IoEngine> io;
+  ModelDescription model;  // recorded in every save's manifest
 };
 
 // What a checkpoint carries besides parameters and optimizer state.

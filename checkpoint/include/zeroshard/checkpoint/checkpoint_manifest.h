@@ -11,6 +11,10 @@
 #include "zeroshard/io/rank_file.h"
 #include "zeroshard/checkpoint/checkpoint_format.h"
 
+namespace zeroshard {
+struct ModelDescription;
+}  // namespace zeroshard
+
 namespace zeroshard::ckpt {
 
 inline constexpr int kFormatVersion = 1;
@@ -18,6 +22,11 @@ inline constexpr int kFormatVersion = 1;
 // Reads <step_dir>/manifest.pb. CheckpointError if the directory is not a checkpoint (naming what
 // is missing), the manifest does not parse, or its format_version is newer than kFormatVersion.
 Manifest read_manifest(const std::string& step_dir);
+
+// The run's description of its model (checkpoint.h) into the manifest, and back: hf_config empty
+// and lora unset where the run gave none (and in checkpoints saved before manifests held them).
+void describe_model(Manifest& m, const ModelDescription& d);
+ModelDescription model_description(const Manifest& m);
 
 // Human-readable manifest summary (zeroshard-ckpt info).
 std::string describe_manifest(const Manifest& m);

@@ -11,8 +11,8 @@
 //   zeroshard::ShardingEngine engine(init, model.ptr());
 //   zeroshard::load_pretrained(engine, "model.safetensors");   // collective
 //
-// Names: a file tensor's name goes through strip_prefix, add_prefix and rename (in that order)
-// and must then equal a model parameter's or buffer's qualified name (named_parameters(),
+// Names: a file tensor's name goes through strip_prefix, add_prefix, then rename (exact pairs)
+// or else the first of rename_patterns that matches it, and must then equal a model parameter's or buffer's qualified name (named_parameters(),
 // named_buffers()). Tied parameters (one tensor under several names, e.g. a token embedding and
 // the output projection) are loaded from whichever of their names the file has; a file that holds
 // several of those names must hold them as one tensor (tied in the file too) in strict mode.
@@ -27,19 +27,41 @@
 // Call it between optimizer steps (no gradients pending); optimizer state is left as it is.
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace zeroshard {
 
 class ShardingEngine;
+class TensorFile;
+
+// A rename of file tensor names by pattern (PretrainedOptions::rename_patterns), for names that
+// follow a scheme ("transformer.h.7.attn.c_attn.weight" -> "model.layers.7.self_attn.qkv.weight"):
+//   kTemplate  `from` and `to` with placeholders {NAME}, each standing for one dotted component
+//              of the name (one or more characters other than '.'); every placeholder of `to`
+//              must be in `from`, once: "transformer.h.{N}.attn.c_attn.weight" ->
+//              "model.layers.{N}.self_attn.qkv.weight".
+//   kRegex     `from` an ECMAScript regular expression matched against the whole name, `to` its
+//              replacement, where $1 ... $9 are its groups: base_model\.model\.(.+)\.lora_([AB])\.weight
+//              -> $1.lora_$2.
+// A malformed pattern is a ConfigError naming it ("from=to") and what is wrong.
+struct RenamePattern {
+  enum class Kind { kTemplate, kRegex };
+  Kind kind = Kind::kTemplate;
+  std::string from, to;
+};
 
 struct PretrainedOptions {
   bool strict = true;
   std::string strip_prefix;  // removed from the start of file names (when present)
   std::string add_prefix;    // then added
   std::map<std::string, std::string> rename;  // then: file name -> model name
+  // Then, for a name no exact pair renamed, the first pattern that matches it (none: unchanged).
+  // Two file tensors that end up under one model name are an error naming both (and the pattern).
+  std::vector<RenamePattern> rename_patterns;
   // Model parameters (globs over qualified names) that a strict load does not require from the
   // file: they keep their initial values, e.g. LoRA adapters ("*lora_A", "*lora_B") over
   // pretrained base weights. Reported as missing all the same.
@@ -59,6 +81,13 @@ struct PretrainedReport {
 };
 
 PretrainedReport load_pretrained(ShardingEngine& engine, const std::string& path,
+                                 const PretrainedOptions& options = {});
+
+// The same from any TensorFile (e.g. a checkpoint's tensors, zeroshard/checkpoint/checkpoint_tensors.h):
+// `open` runs on every rank inside the collective step, so a rank that cannot open it fails the
+// call on every rank.
+using TensorFileOpener = std::function<std::unique_ptr<TensorFile>()>;
+PretrainedReport load_pretrained(ShardingEngine& engine, const TensorFileOpener& open,
                                  const PretrainedOptions& options = {});
 
 }  // namespace zeroshard

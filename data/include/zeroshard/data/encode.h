@@ -27,6 +27,9 @@ namespace zeroshard::data {
 
 struct EncodeOptions {
   std::optional<int32_t> eos_id;  // appended after every document (see above); none: nothing
+  // > 0: the vocabulary of the model the tokens are for; an id at or above it is an error (a
+  // tokenizer may know more tokens than the model's embedding has rows).
+  int64_t model_vocab_size = 0;
 };
 
 class RecordEncoder {
@@ -34,7 +37,7 @@ class RecordEncoder {
   // `chat` may be empty when no record has messages.
   RecordEncoder(const text::Tokenizer& tokenizer, ChatSpanFn chat, EncodeOptions options);
   // DataError (without a file:line; callers add it) for a messages record without a chat renderer,
-  // the span source's errors, or a token id outside the tokenizer's vocabulary.
+  // the span source's errors, or a token id outside the tokenizer's or the model's vocabulary.
   Document encode(const Record& record) const;
 
  private:

@@ -42,12 +42,13 @@ class UnitHook {
   virtual ~UnitHook() = default;
   // The unit's own modules (nested units left out), named relative to the unit ("" is the unit).
   using ModuleList = std::vector<std::pair<std::string, torch::nn::Module*>>;
-  virtual void on_unit_built(const std::string& unit, const ModuleList& modules) const {}
+  virtual void on_unit_built(const std::string& /*unit*/, const ModuleList& /*modules*/) const {}
   // `built_in_unit(m)`: module m belongs to a unit a ShardedInit sharded as it was built (its
   // parameters are final).
-  virtual void on_wrap(torch::nn::Module& model,
-                       const std::function<bool(const torch::nn::Module*)>& built_in_unit) const {}
-  virtual std::shared_ptr<const ShardCodec> codec_for(const torch::nn::Module& owner, const std::string& key) const {
+  virtual void on_wrap(torch::nn::Module& /*model*/,
+                       const std::function<bool(const torch::nn::Module*)>& /*built_in_unit*/) const {}
+  virtual std::shared_ptr<const ShardCodec> codec_for(const torch::nn::Module& /*owner*/,
+                                                      const std::string& /*key*/) const {
     return nullptr;
   }
 };

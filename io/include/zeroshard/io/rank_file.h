@@ -83,6 +83,12 @@ class RankFileReader {
   // The whole section into `dst` (section.bytes bytes), checksum verified.
   void read(const RankFileSection& s, void* dst) const;
   std::string read_bytes(const std::string& name) const;
+  // Bytes [begin, begin + bytes) of section `s` into `dst`, NOT checksummed: for readers that
+  // stream a section in pieces and check its CRC-32C themselves (crc32c() extended over every
+  // piece, in order, must equal s.crc32c at the section's end). CheckpointError outside the section.
+  void read_part(const RankFileSection& s, int64_t begin, int64_t bytes, void* dst) const;
+  // Section `s`'s checksum, streamed in pieces of at most 16 MiB (nothing else is kept).
+  void verify_section(const RankFileSection& s) const;
   // The file's CRC (magic + index) against the record, every section's CRC, and that the
   // sections and index cover the file (reads it once).
   void verify_file() const;

@@ -1,6 +1,7 @@
 #pragma once
-// A Hugging Face Llama-family directory (config.json + weights, hf_checkpoint.h) to one GGUF file
-// that llama.cpp loads, streamed tensor by tensor (host memory near the largest tensor).
+// A Hugging Face Llama-family directory (config.json + weights, hf_checkpoint.h), or a zeroshard
+// training checkpoint of such a model, to one GGUF file that llama.cpp loads, streamed tensor by
+// tensor (host memory near the largest tensor).
 //
 // Names and layout as llama.cpp's converter writes them: token_embd, blk.N.{attn_norm, attn_q,
 // attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down} (.weight, and .bias where
@@ -24,6 +25,7 @@
 
 #include "zeroshard/formats/gguf_vocab.h"
 #include "zeroshard/formats/gguf_writer.h"
+#include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/models/llama_config.h"
 
 namespace zeroshard::models {
@@ -48,6 +50,17 @@ struct GgufExportReport {
 };
 
 GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, const GgufExportOptions& options = {});
+// The same from any source of the model's tensors under Hugging Face's names, checked against `c`
+// as check_hf_checkpoint (hf_checkpoint.h) does: a TensorDirectory, or a checkpoint's tensors
+// with LoRA merged (zeroshard/checkpoint/checkpoint_tensors.h). general.name defaults to the
+// source's file name.
+GgufExportReport export_gguf(const LlamaConfig& c, TensorFile& weights, const std::string& out,
+                             const GgufExportOptions& options);
+// A zeroshard training checkpoint of a Llama-family model (llama_checkpoint.h), its LoRA adapters
+// merged into their weights, read one tensor at a time (host memory near the largest tensor).
+// general.name defaults to the checkpoint root's directory name.
+GgufExportReport export_gguf_from_checkpoint(const std::string& ckpt, const std::string& out,
+                                             const GgufExportOptions& options = {});
 
 // Rows of a q or k projection (weight [heads * head_dim, in] or bias [heads * head_dim]) from Hugging
 // Face's rotate-half layout to llama.cpp's interleaved one.

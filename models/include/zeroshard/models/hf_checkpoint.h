@@ -32,8 +32,9 @@ namespace zeroshard::models {
 // tied head is left out).
 std::vector<TensorInfo> hf_tensors(const LlamaConfig& c);
 
-// Checks `dir`'s tensors against `c` (see above); CheckpointError listing every problem.
-void check_hf_checkpoint(const LlamaConfig& c, const TensorDirectory& dir);
+// Checks `dir`'s tensors against `c` (see above); CheckpointError listing every problem. Any
+// TensorFile under Hugging Face's names may be checked (a TensorDirectory names each tensor's file).
+void check_hf_checkpoint(const LlamaConfig& c, const TensorFile& dir);
 
 // Checks, then loads the directory's weights into `engine`'s model (built from `c`) on every rank.
 // Collective; a failure on any rank fails every rank.

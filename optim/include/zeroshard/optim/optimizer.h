@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,9 +52,24 @@ std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_
 // Optimizer state of one shard position, for checkpoints: the updates it received (Adam's bias
 // correction counts them) and its per-element fp32 state tensors, named as state_names() says,
 // each of the shard's size (none before the first update).
+//
+// The tensors may come lazily: `read` set and `tensors` empty. Checkpoints stream through this
+// (state offloaded to NVMe or held on a GPU is exported lazily, a load's state is imported
+// lazily), so a save or load holds one position's state at a time, never all of it. `read` may
+// be called more than once; it is valid until the next step() or import_state() of the optimizer
+// that exported it (an imported reader: as long as its files).
 struct ShardOptimizerState {
   int64_t updates = 0;
   std::vector<at::Tensor> tensors;  // one per state_names() entry, or empty
+  std::function<std::vector<at::Tensor>()> read;
+  int64_t read_numel = 0;  // with `read`: the elements of each tensor it returns
+
+  bool has_tensors() const { return read ? true : !tensors.empty(); }
+  // Elements of each state tensor without reading them (0 when there are none).
+  int64_t numel() const { return read ? read_numel : tensors.empty() ? 0 : tensors[0].numel(); }
+  // The tensors, read now when they come lazily (then checked to hold read_numel elements each:
+  // CheckpointError otherwise).
+  std::vector<at::Tensor> materialize() const;
 };
 
 // Shards whose values live elsewhere between uses (offload.params = CPU or NVME, shard_store.h):
@@ -133,11 +149,13 @@ class ShardedOptimizer {
   virtual std::vector<std::string> state_names() const = 0;
   // Every shard position's state (CPU, fp32, contiguous), in shard-list order; empty before the
   // first step. Tensors may alias the live state (valid until the next step or import): clone
-  // them to keep them. Offloaded state is read back from where it lives.
+  // them to keep them. State that does not live in host memory (offloaded to NVMe, on a GPU)
+  // comes lazily (ShardOptimizerState::read), read back from where it lives when asked.
   virtual std::vector<ShardOptimizerState> export_state() const = 0;
-  // Replaces the state (e.g. from a checkpoint, possibly resharded): one entry per shard position.
-  // Applied at the next step(), where sizes are checked against the shards (UsageError naming
-  // the position); steps() becomes `steps`.
+  // Replaces the state (e.g. from a checkpoint, possibly resharded): one entry per shard position,
+  // eager or lazy. Applied at the next step(), one position at a time (a lazy entry is read then
+  // and dropped once applied), where sizes are checked against the shards (UsageError naming the
+  // position); steps() becomes `steps`.
   virtual void import_state(std::vector<ShardOptimizerState> state, int64_t steps) = 0;
 
  protected:

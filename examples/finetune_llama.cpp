@@ -1,0 +1,301 @@
+// finetune_llama: fine-tunes a Llama-family Hugging Face model directory (config.json, the weights,
+// the tokenizer files with their chat template) on JSONL data, fully sharded over the job's ranks.
+//
+//   mpirun -n 2 build/bin/finetune_llama MODEL_DIR --data chat.jsonl --seq-len 512 --global-batch 16
+//       --steps 200 --lora-rank 8 --ckpt-dir ckpt --save-every 50 [--resume auto]
+//   -> step 1 loss 2.71828183 samples [12, 40, 3, ...]          (one line per step, from rank 0)
+//
+// Records are {"text"}, {"prompt", "completion"} (the prompt untrained) or {"messages"} (rendered
+// by the tokenizer's chat template, only assistant turns trained); each rank tokenizes them into
+// token shards of its own (data/corpus_builder.h), packed into samples of --seq-len tokens that
+// keep the loss mask and never attend across documents (data/packing.h). Every step trains on
+// --global-batch samples of one global order (data/rank_stream.h), its loss the mean NLL over the
+// global batch's trained tokens whatever the ranks and micro-batches. Checkpoints store the data
+// position, so --resume continues with exactly the samples an uninterrupted run would have seen,
+// at any number of ranks (with the same global batch). Exports: zeroshard-ckpt export --format
+// hf|peft|gguf on the checkpoint directory.
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <torch/utils.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "zeroshard/base/cli.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/checkpoint/checkpoint.h"
+#include "zeroshard/core/main.h"
+#include "zeroshard/core/session.h"
+#include "zeroshard/data/corpus_builder.h"
+#include "zeroshard/data/packing.h"
+#include "zeroshard/data/rank_stream.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/engine/sharded_init.h"
+#include "zeroshard/models/hf_checkpoint.h"
+#include "zeroshard/models/llama.h"
+#include "zeroshard/models/lm_batch.h"
+#include "zeroshard/text/tokenizer.h"
+
+namespace zs = zeroshard;
+namespace zd = zeroshard::data;
+namespace zm = zeroshard::models;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Args {
+  std::string model, ckpt_dir, resume, lora_targets = "q_proj,v_proj";
+  std::vector<std::string> data;
+  int64_t seq_len = 512, global_batch = 8, steps = 100, save_every = 0, lora_rank = 0, seed = 0;
+  int micro_batches = 1;
+  double lr = 1e-4, weight_decay = 0, lora_alpha = 16;
+  bool no_shuffle = false;
+};
+
+void check_args(zs::cli::App& app, const Args& a) {
+  for (const std::string& f : a.data) {
+    if (!fs::is_regular_file(f)) app.fail("--data '" + f + "': no such file");
+  }
+  if (a.data.empty()) app.fail("give the training data with --data FILE.jsonl");
+  if (a.save_every > 0 && a.ckpt_dir.empty()) app.fail("--save-every needs --ckpt-dir");
+  if (!a.resume.empty() && a.ckpt_dir.empty()) app.fail("--resume needs --ckpt-dir (where the resumed run saves)");
+  if (a.lora_rank == 0 && (app.given("--lora-alpha") || app.given("--lora-targets"))) {
+    app.fail("--lora-alpha and --lora-targets apply to LoRA: give --lora-rank");
+  }
+}
+
+std::optional<Args> parse(const zs::Session& s) {
+  Args a;
+  zs::cli::App app("finetune_llama",
+                   "Fine-tunes a Llama-family Hugging Face model directory on JSONL data ({\"text\"}, "
+                   "{\"prompt\", \"completion\"} or {\"messages\"}) with its own tokenizer and chat template, "
+                   "fully sharded over the job's ranks, with LoRA or all weights.");
+  app.usage("mpirun -n N finetune_llama MODEL_DIR --data FILE.jsonl [OPTIONS]");
+  app.add_text("MODEL_DIR", &a.model, "a Hugging Face model directory: config.json, the weights, tokenizer files",
+               "DIR")->required();
+  app.add_list("--data", &a.data, "a JSONL file of records (repeatable; read in the order given)", "FILE");
+  app.add_int("--seq-len", &a.seq_len, "tokens per packed sample (default 512)", 1);
+  app.add_int("--global-batch", &a.global_batch, "samples per optimizer step over all ranks (default 8)", 1);
+  app.add_int("--micro-batches", &a.micro_batches, "forward/backward passes per rank per step (default 1)", 1);
+  app.add_int("--steps", &a.steps, "optimizer steps of the whole run, a resumed one included (default 100)", 1);
+  app.add_number("--lr", &a.lr, "AdamW learning rate (default 1e-4)", 0);
+  app.add_number("--weight-decay", &a.weight_decay, "AdamW decoupled weight decay (default 0)", 0);
+  app.add_int("--seed", &a.seed, "seed of the data order and the adapters' initialisation (default 0)", 0);
+  app.add_flag("--no-shuffle", &a.no_shuffle, "train on the samples in file order");
+  app.add_int("--lora-rank", &a.lora_rank, "LoRA adapters of this rank, the base frozen (default 0: all weights)", 0);
+  app.add_number("--lora-alpha", &a.lora_alpha, "the adapters' output is scaled by alpha / rank (default 16)", 0);
+  app.add_text("--lora-targets", &a.lora_targets, "the layers that get adapters (default q_proj,v_proj)", "LIST");
+  app.add_text("--ckpt-dir", &a.ckpt_dir, "where checkpoints are saved (at the end, and every --save-every steps)",
+               "DIR");
+  app.add_int("--save-every", &a.save_every, "save a checkpoint every N steps", 1);
+  app.add_text("--resume", &a.resume, "auto (the newest checkpoint in --ckpt-dir, if any) or a checkpoint",
+               "auto|PATH");
+  app.then([&] { check_args(app, a); });
+  if (!app.parse(s.args(), s.rank() == 0)) return std::nullopt;
+  return a;
+}
+
+// "q_proj,v_proj" -> {"*.q_proj", "*.v_proj"} (Hugging Face's module names inside any layer).
+zs::lora::Options lora_options(const Args& a) {
+  zs::lora::Options o;
+  o.rank = a.lora_rank;
+  o.alpha = a.lora_alpha;
+  std::stringstream list(a.lora_targets);
+  for (std::string t; std::getline(list, t, ',');) {
+    ZS_REQUIRE(!t.empty(), zs::UsageError, "--lora-targets '", a.lora_targets, "' has an empty name");
+    o.targets.push_back("*." + t);
+  }
+  return o;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  ZS_REQUIRE(in.good(), zs::IoError, "cannot read '", path, "'");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// This rank's token shards of the data, in a folder of its own that is removed at exit (every
+// rank builds the same shards, so nothing needs a shared file system).
+class RankShards {
+ public:
+  RankShards(const Args& a, const zs::Session& s, const zm::LlamaConfig& cfg, const zs::text::Tokenizer& tok) {
+    dir_ = (fs::temp_directory_path() /
+            ("zeroshard-finetune-" + std::to_string(::getpid()) + "-rank" + std::to_string(s.rank()))).string();
+    fs::remove_all(dir_);
+    zd::ChatSpanFn chat;
+    if (!tok.chat_template().empty()) {
+      chat = zd::template_spans(tok, tok.chat_template(), a.model + "/tokenizer_config.json");
+    }
+    const zd::RecordEncoder encoder(tok, chat, {tok.eos_id(), cfg.vocab_size});
+    zd::BuildOptions o;
+    o.inputs = a.data;
+    o.writer = {dir_, "train", cfg.vocab_size};
+    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.local_world_size());
+    o.seq_len = a.seq_len;
+    result_ = zd::build_shards(o, encoder);
+  }
+  ~RankShards() {
+    std::error_code ignored;
+    fs::remove_all(dir_, ignored);
+  }
+  std::vector<std::string> paths() const {
+    std::vector<std::string> out;
+    for (const zd::WrittenShard& w : result_.shards) out.push_back(w.path);
+    return out;
+  }
+  const zd::BuildResult& result() const { return result_; }
+
+ private:
+  std::string dir_;
+  zd::BuildResult result_;
+};
+
+// What a checkpoint of this program stores besides the tensors.
+constexpr const char* kDataKey = "finetune.data";
+constexpr const char* kBatchKey = "finetune.global_batch";
+
+// Loads the checkpoint --resume names (none for auto without one) and moves the stream to its data
+// position; returns the completed steps.
+int64_t resume(const Args& a, zs::Checkpointer& ckpt, zs::ShardedOptimizer& opt, zd::RankStream& stream) {
+  std::string path = a.resume;
+  if (a.resume == "auto") path = fs::exists(fs::path(a.ckpt_dir) / "latest") ? a.ckpt_dir : "";
+  if (path.empty()) return 0;
+  const zs::TrainingState st = ckpt.load(opt, path);
+  const auto data = st.global.find(kDataKey), batch = st.global.find(kBatchKey);
+  ZS_REQUIRE(data != st.global.end() && batch != st.global.end(), zs::CheckpointError, "checkpoint '", st.path,
+             "' holds no data position (", kDataKey, "): it was not saved by finetune_llama");
+  ZS_REQUIRE(batch->second == std::to_string(a.global_batch), zs::UsageError, "--resume: checkpoint '", st.path,
+             "' was trained with --global-batch ", batch->second, ", this run has --global-batch ", a.global_batch,
+             ": resuming the data exactly needs the same global batch");
+  stream.restore_json(data->second);
+  return st.step;
+}
+
+struct Step {
+  double loss = 0;
+  std::vector<int64_t> samples;  // the global batch's sample ids, in the global order
+};
+
+// One optimizer step: every micro-batch's summed NLL scaled so that the gradients (averaged over
+// the ranks by the engine) are those of the mean over the global batch's trained tokens.
+Step train_step(zs::Session& s, zs::ShardingEngine& engine, zm::LlamaForCausalLM& model,
+                zs::ShardedOptimizer& opt, zd::RankStream& stream, int micro_batches, int64_t step) {
+  std::vector<zm::LmBatch> batches;
+  std::vector<int64_t> ids;
+  double trained = 0;
+  for (int m = 0; m < micro_batches; ++m) {
+    const zd::SampleBatch b = stream.next_micro_batch();
+    ids.insert(ids.end(), b.sample_ids.begin(), b.sample_ids.end());
+    batches.push_back(zm::to_lm_batch(b, model->config().vocab_size, s.device()));
+    trained += static_cast<double>(batches.back().trained);
+  }
+  at::Tensor totals = at::tensor(std::vector<double>{trained}, at::kDouble);
+  s.world()->all_reduce(totals, zs::ReduceOp::kSum, "finetune.trained")->wait();
+  const double global_trained = totals[0].item<double>();
+  ZS_REQUIRE(global_trained > 0, zs::DataError, "step ", step,
+             ": no sample of the global batch has a token to train on");
+  const double scale = static_cast<double>(s.world_size()) / global_trained;
+  double nll_sum = 0;
+  for (const zm::LmBatch& b : batches) {
+    const at::Tensor nll = engine.forward(
+        [&] { return zm::next_token_nll(model->forward(b.ids, b.positions, b.documents), b.targets); });
+    (nll.sum() * scale).backward();
+    nll_sum += nll.detach().to(at::kDouble).sum().item<double>();
+  }
+  engine.step(opt);
+  engine.zero_grad();
+  at::Tensor sums = at::tensor(std::vector<double>{nll_sum}, at::kDouble);
+  s.world()->all_reduce(sums, zs::ReduceOp::kSum, "finetune.loss")->wait();
+  at::Tensor all = at::empty({static_cast<int64_t>(ids.size()) * s.world_size()}, at::kLong);
+  s.world()->all_gather_into(all, at::tensor(ids, at::kLong), "finetune.samples")->wait();
+  return {sums[0].item<double>() / global_trained, std::vector<int64_t>(all.data_ptr<int64_t>(),
+                                                                      all.data_ptr<int64_t>() + all.numel())};
+}
+
+void print_step(int64_t step, const Step& r) {
+  std::string ids;
+  for (size_t i = 0; i < r.samples.size(); ++i) ids += (i ? ", " : "") + std::to_string(r.samples[i]);
+  std::printf("step %lld loss %.9f samples [%s]\n", static_cast<long long>(step), r.loss, ids.c_str());
+  std::fflush(stdout);
+}
+
+void save(zs::Checkpointer& ckpt, zs::ShardedOptimizer& opt, const zd::RankStream& stream, const Args& a,
+          int64_t step, int rank) {
+  zs::TrainingState st;
+  st.step = step;
+  st.global[kDataKey] = stream.state_json();
+  st.global[kBatchKey] = std::to_string(a.global_batch);
+  const std::string dir = ckpt.save(opt, st);
+  if (rank == 0) std::printf("saved %s\n", dir.c_str());
+}
+
+int run(zs::Session& s) {
+  const std::optional<Args> args = parse(s);
+  if (!args) return 0;
+  const Args& a = *args;
+  const zm::LlamaConfig cfg = zm::LlamaConfig::read(a.model);
+  ZS_REQUIRE(a.seq_len <= cfg.max_position_embeddings, zs::UsageError, "--seq-len ", a.seq_len,
+             " exceeds the model's max_position_embeddings of ", cfg.max_position_embeddings, " (", cfg.path, ")");
+  cfg.check_sequence_length(a.seq_len);
+  const std::unique_ptr<zs::text::Tokenizer> tok = zs::text::load_tokenizer(a.model);
+  const RankShards shards(a, s, cfg, *tok);
+  auto samples = std::make_shared<zd::PackedSamples>(
+      std::make_shared<zd::TokenShards>(shards.paths(), zd::ShardSetOptions{zd::TokenFormat::kLlmc, cfg.vocab_size}),
+      zd::PackOptions{a.seq_len, zd::Boundaries::kIndex, -1});
+  zd::RankStream stream(samples, {a.global_batch, a.micro_batches, !a.no_shuffle, static_cast<uint64_t>(a.seed)},
+                        s.rank(), s.world_size());
+  if (s.rank() == 0) {
+    const zd::BuildResult& r = shards.result();
+    std::printf("data: %lld documents, %lld tokens (%lld trained), %lld samples of %lld tokens, %lld steps per epoch\n",
+                static_cast<long long>(r.documents), static_cast<long long>(r.tokens),
+                static_cast<long long>(r.trained_tokens), static_cast<long long>(samples->num_samples()),
+                static_cast<long long>(a.seq_len), static_cast<long long>(stream.steps_per_epoch()));
+  }
+  torch::manual_seed(static_cast<uint64_t>(a.seed));  // the adapters' initialisation (broadcast from rank 0)
+  zs::ShardingOptions sharding;
+  const std::optional<zs::lora::Options> lora =
+      a.lora_rank > 0 ? std::optional<zs::lora::Options>(lora_options(a)) : std::nullopt;
+  if (lora) sharding.unit_hooks.push_back(zs::lora::unit_hook(*lora));
+  zs::ShardedInit init(s, sharding);
+  zm::LlamaForCausalLM model(zm::LlamaOptions{cfg, s.device()});
+  zs::ShardingEngine engine(init, model.ptr());
+  zm::load_hf_weights(engine, cfg, a.model);
+  zs::AdamOptions ao;
+  ao.lr = a.lr;
+  ao.weight_decay = a.weight_decay;
+  const std::unique_ptr<zs::ShardedOptimizer> opt = zs::make_adamw(ao);
+  std::unique_ptr<zs::Checkpointer> ckpt;
+  if (!a.ckpt_dir.empty()) {
+    zs::CheckpointOptions co;
+    co.dir = a.ckpt_dir;
+    co.model = {read_text(cfg.path), lora};
+    ckpt = std::make_unique<zs::Checkpointer>(engine, co);
+  }
+  int64_t step = a.resume.empty() ? 0 : resume(a, *ckpt, *opt, stream);
+  if (s.rank() == 0 && step > 0) std::printf("resumed at step %lld\n", static_cast<long long>(step));
+  model->train();
+  while (step < a.steps) {
+    const Step r = train_step(s, engine, model, *opt, stream, a.micro_batches, step + 1);
+    ++step;
+    if (s.rank() == 0) print_step(step, r);
+    const bool due = (a.save_every > 0 && step % a.save_every == 0) || step == a.steps;
+    if (ckpt && due) save(*ckpt, *opt, stream, a, step, s.rank());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return zs::run_main(argc, argv, run); }

@@ -1,0 +1,404 @@
+#!/usr/bin/python3
+"""finetune_llama end to end on a tiny Llama model this script writes in Hugging Face's layout.
+
+  finetune_llama_check.py fixture --out DIR
+      DIR/model: config.json, model.safetensors (random weights, fp32), tokenizer.json (a byte-level
+      BPE whose merges are learned here from the data), tokenizer_config.json with a chat template;
+      DIR/*.jsonl: the data (chat, text and prompt/completion records) and bad data
+  finetune_llama_check.py e2e --fixture DIR --bin BUILD/bin --mpirun MPIRUN
+      LoRA fine-tune at 2 ranks: the loss falls; then zeroshard-ckpt export --format peft and hf and
+      zeroshard-eval: the fine-tune scores the chat data better than the base, and the checkpoint,
+      the exported directory and base + adapter all give the same NLL
+  finetune_llama_check.py resume --fixture DIR --bin BUILD/bin --mpirun MPIRUN
+      6 steps at 1 rank against 2 steps at 2 ranks, resumed for 2 at 4 ranks, resumed for 2 at 1
+      rank (same global batch): the same sample ids at every step, losses within 1e-6
+  finetune_llama_check.py errors --fixture DIR --bin BUILD/bin --mpirun MPIRUN
+      bad input, each refused with its exact message
+
+Each prints CHECK PASSED or CHECK FAILED (with what differed) as its last line.
+"""
+import argparse
+import collections
+import json
+import math
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+import torch
+
+SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+MODEL_VOCAB = 320          # config.json's vocab_size
+MERGES = MODEL_VOCAB - 256 - len(SPECIALS)
+RESERVED = "<|reserved|>"  # a tokenizer token at id MODEL_VOCAB: outside the model's vocabulary
+CHAT_TEMPLATE = ("{{ bos_token }}{% for message in messages %}"
+                 "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + "
+                 "'<|eot_id|>' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+FAILED = []
+
+
+def check(ok, what):
+    print(("ok:     " if ok else "FAILED: ") + what)
+    if not ok:
+        FAILED.append(what)
+
+
+def finish():
+    print("CHECK FAILED: " + "; ".join(FAILED) if FAILED else "CHECK PASSED")
+    sys.exit(1 if FAILED else 0)
+
+
+# ---- the fixture ----
+
+def byte_symbols():
+    """GPT-2's byte-level alphabet: byte -> the printable character that stands for it."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def conversations(rng, n):
+    out = []
+    for i in range(n):
+        a, b = rng.randrange(10), rng.randrange(10)
+        msgs = []
+        if i % 3 == 0:
+            msgs.append({"role": "system", "content": "You add numbers."})
+        msgs.append({"role": "user", "content": "What is %d plus %d?" % (a, b)})
+        msgs.append({"role": "assistant", "content": "%d plus %d is %d." % (a, b, a + b)})
+        if i % 4 == 1:
+            msgs.append({"role": "user", "content": "And %d plus %d?" % (b, a)})
+            msgs.append({"role": "assistant", "content": "Also %d." % (a + b)})
+        out.append({"messages": msgs})
+    return out
+
+
+def render(messages):
+    return SPECIALS[0] + "".join("%s%s%s\n\n%s%s" % (SPECIALS[1], m["role"], SPECIALS[2], m["content"], SPECIALS[3])
+                                 for m in messages)
+
+
+def learn_merges(texts, symbols, count):
+    """Byte-level BPE merges learned from `texts` (words split at spaces, as GPT-2's pattern roughly does)."""
+    words = collections.Counter()
+    for t in texts:
+        for w in re.findall(r" ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+", t):
+            words[tuple(symbols[b] for b in w.encode())] += 1
+    merges, made = [], set(symbols.values())
+    while len(made) < 256 + count:
+        pairs = collections.Counter()
+        for w, c in words.items():
+            for p in zip(w, w[1:]):
+                pairs[p] += c
+        if not pairs:
+            break
+        best = max(sorted(pairs), key=lambda p: pairs[p])
+        merges.append(best)
+        made.add(best[0] + best[1])
+        merged = collections.Counter()
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += c
+        words = merged
+    return merges
+
+
+def tokenizer_json(merges, symbols):
+    vocab = {symbols[b]: b for b in range(256)}
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    assert len(vocab) == MODEL_VOCAB - len(SPECIALS), len(vocab)
+    added = [{"id": len(vocab) + i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, s in enumerate(SPECIALS + [RESERVED])]
+    bos = {"SpecialToken": {"id": SPECIALS[0], "type_id": 0}}
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": {"type": "TemplateProcessing",
+                           "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos,
+                                    {"Sequence": {"id": "B", "type_id": 1}}],
+                           "special_tokens": {SPECIALS[0]: {"id": SPECIALS[0], "ids": [added[0]["id"]],
+                                                            "tokens": [SPECIALS[0]]}}},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": ["%s %s" % m for m in merges]},
+    }
+
+
+CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": MODEL_VOCAB,
+          "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+          "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float32",
+          "bos_token_id": MODEL_VOCAB - 4, "eos_token_id": MODEL_VOCAB - 1}
+
+
+def weights(seed):
+    g = torch.Generator().manual_seed(seed)
+    c = CONFIG
+    h, f, hd = c["hidden_size"], c["intermediate_size"], c["hidden_size"] // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * hd
+
+    def normal(*shape, std=0.08):
+        return torch.randn(*shape, generator=g) * std
+
+    w = {"model.embed_tokens.weight": normal(c["vocab_size"], h, std=0.5)}
+    for i in range(c["num_hidden_layers"]):
+        p = "model.layers.%d." % i
+        w[p + "self_attn.q_proj.weight"] = normal(h, h, std=0.2)
+        w[p + "self_attn.k_proj.weight"] = normal(kv, h, std=0.2)
+        w[p + "self_attn.v_proj.weight"] = normal(kv, h)
+        w[p + "self_attn.o_proj.weight"] = normal(h, h)
+        w[p + "mlp.gate_proj.weight"] = normal(f, h)
+        w[p + "mlp.up_proj.weight"] = normal(f, h)
+        w[p + "mlp.down_proj.weight"] = normal(h, f)
+        w[p + "input_layernorm.weight"] = 1 + normal(h, std=0.1)
+        w[p + "post_attention_layernorm.weight"] = 1 + normal(h, std=0.1)
+    w["model.norm.weight"] = 1 + normal(h, std=0.1)
+    w["lm_head.weight"] = normal(c["vocab_size"], h, std=0.2)
+    return w
+
+
+def write_safetensors(path, tensors):
+    header, blobs, at = {}, [], 0
+    for name, t in tensors.items():
+        data = t.to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def write_jsonl(path, records):
+    with open(path, "w") as f:
+        for r in records:
+            f.write(r if isinstance(r, str) else json.dumps(r))
+            f.write("\n")
+
+
+def cmd_fixture(a):
+    shutil.rmtree(a.out, ignore_errors=True)
+    model = os.path.join(a.out, "model")
+    os.makedirs(model)
+    rng = random.Random(5)
+    chats = conversations(rng, 96)
+    symbols = byte_symbols()
+    extra = ["user", "assistant", "system", "Numbers add up: and make", "Add and:",
+             "the quick brown fox jumps over the lazy dog, which sleeps in the warm afternoon sun"]
+    merges = learn_merges([m["content"] for c in chats for m in c["messages"]] + extra, symbols, MERGES)
+    with open(os.path.join(model, "tokenizer.json"), "w") as f:
+        json.dump(tokenizer_json(merges, symbols), f, ensure_ascii=False)
+    with open(os.path.join(model, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": SPECIALS[0], "eos_token": SPECIALS[3], "chat_template": CHAT_TEMPLATE}, f)
+    with open(os.path.join(model, "config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=2)
+    write_safetensors(os.path.join(model, "model.safetensors"), weights(17))
+    write_jsonl(os.path.join(a.out, "chat.jsonl"), chats)
+    mixed = [{"text": "Numbers add up: %d and %d make %d." % (i, i + 1, 2 * i + 1)} for i in range(8)]
+    mixed += [{"prompt": "Add %d and %d: " % (i, 2), "completion": "%d" % (i + 2)} for i in range(8)]
+    write_jsonl(os.path.join(a.out, "mixed.jsonl"), mixed)
+    write_jsonl(os.path.join(a.out, "bad_json.jsonl"), chats[:2] + ['{"messages": [{"role": "user", "content": "x"}'])
+    write_jsonl(os.path.join(a.out, "bad_vocab.jsonl"), chats[:1] + [{"text": "one " + RESERVED + " two"}])
+    # Text for zeroshard-eval: held-out conversations, rendered as the template renders them.
+    write_jsonl(os.path.join(a.out, "eval_text.jsonl"),
+                [{"text": render(c["messages"])} for c in conversations(random.Random(99), 8)])
+    print("wrote %s: %d merges, %d conversations" % (a.out, len(merges), len(chats)))
+
+
+# ---- running the programs ----
+
+def run(args, expect_ok=True):
+    p = subprocess.run(args, capture_output=True, text=True)
+    if expect_ok and p.returncode != 0:
+        print(" ".join(args) + "\n" + p.stdout + p.stderr)
+        program = next(x for x in args[1:] + [args[0]] if os.sep in x or x == args[0])
+        check(False, "%s exited with %d" % (os.path.basename(program), p.returncode))
+        finish()
+    return p
+
+
+def finetune(a, ranks, *extra):
+    return run([a.mpirun, "-n", str(ranks), "--oversubscribe", os.path.join(a.bin, "finetune_llama"),
+                os.path.join(a.fixture, "model"), "--data", os.path.join(a.fixture, "chat.jsonl")] + list(extra))
+
+
+def steps_of(out):
+    """{step: (loss, [sample ids])} from the `step N loss X samples [...]` lines."""
+    steps = {}
+    for m in re.finditer(r"^step (\d+) loss (\S+) samples \[([0-9, ]*)\]$", out, re.M):
+        steps[int(m.group(1))] = (float(m.group(2)), [int(x) for x in m.group(3).split(",") if x.strip()])
+    return steps
+
+
+def eval_nll(a, model, ids, *extra):
+    p = run([a.mpirun, "-n", "2", "--oversubscribe", os.path.join(a.bin, "zeroshard-eval"), model, "--ids", ids,
+             "--context", "128"] + list(extra))
+    return json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])["nll"]
+
+
+def eval_ids(a, work):
+    p = run([os.path.join(a.bin, "zeroshard-data"), "encode", "--tokenizer", os.path.join(a.fixture, "model"),
+             "--jsonl", "--no-special-tokens", os.path.join(a.fixture, "eval_text.jsonl")])
+    ids = [i for line in p.stdout.splitlines() for i in json.loads(line)]
+    path = os.path.join(work, "eval_ids.json")
+    with open(path, "w") as f:
+        json.dump(ids, f)
+    return path, ids
+
+
+# ---- the checks ----
+
+def cmd_e2e(a):
+    work = os.path.join(a.fixture, "e2e")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    ckpt = os.path.join(work, "ckpt")
+    p = finetune(a, 2, "--data", os.path.join(a.fixture, "mixed.jsonl"), "--seq-len", "64", "--global-batch", "8",
+                 "--steps", "12", "--lr", "1e-2", "--lora-rank", "8", "--lora-alpha", "16",
+                 "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", "--ckpt-dir", ckpt)
+    print(p.stdout.strip())
+    steps = steps_of(p.stdout)
+    losses = [steps[s][0] for s in sorted(steps)]
+    check(len(losses) == 12, "12 step lines (got %d)" % len(losses))
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    check(all(math.isfinite(x) for x in losses) and last < 0.8 * first,
+          "the loss falls by more than 20%%: first 3 steps %.4f, last 3 %.4f" % (first, last))
+    peft, hf = os.path.join(work, "peft"), os.path.join(work, "hf")
+    ckpt_tool = os.path.join(a.bin, "zeroshard-ckpt")
+    out = run([ckpt_tool, "export", ckpt, peft, "--format", "peft"]).stdout + \
+        run([a.mpirun, "-n", "2", "--oversubscribe", ckpt_tool, "export", ckpt, hf, "--format", "hf",
+                                                         "--merge-lora"]).stdout
+    print(out.strip())
+    adapter = json.load(open(os.path.join(peft, "adapter_config.json")))
+    check(adapter.get("r") == 8 and adapter.get("lora_alpha") == 16 and
+          sorted(adapter.get("target_modules", [])) == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                "up_proj", "down_proj"]),
+          "adapter_config.json: r 8, lora_alpha 16, the seven targets (%s)" % json.dumps(adapter))
+    check(os.path.exists(os.path.join(hf, "config.json")), "the hf export has config.json")
+    ids, idlist = eval_ids(a, work)
+    base = eval_nll(a, os.path.join(a.fixture, "model"), ids)
+    tuned = eval_nll(a, ckpt, ids)
+    merged = eval_nll(a, hf, ids)
+    adapted = eval_nll(a, os.path.join(a.fixture, "model"), ids, "--adapter", peft)
+    print("zeroshard-eval on %d held-out chat tokens: base %.6f, fine-tuned checkpoint %.6f, exported hf %.6f, "
+          "base + peft adapter %.6f" % (len(idlist), base, tuned, merged, adapted))
+    check(tuned < base - 0.1, "the fine-tune scores held-out chats better than the base")
+    check(abs(merged - tuned) <= 1e-5 * abs(tuned), "the exported directory scores as the checkpoint (1e-5 rel)")
+    check(abs(adapted - tuned) <= 1e-4 * abs(tuned), "base + adapter scores as the checkpoint (1e-4 rel)")
+    finish()
+
+
+def cmd_resume(a):
+    work = os.path.join(a.fixture, "resume")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    common = ["--seq-len", "32", "--global-batch", "8", "--lr", "5e-3", "--lora-rank", "4", "--seed", "3",
+              "--lora-targets", "q_proj,v_proj,down_proj"]
+    whole = steps_of(finetune(a, 1, *common, "--steps", "6", "--micro-batches", "2").stdout)
+    ckpt = os.path.join(work, "ckpt")
+    parts = {}
+    for ranks, steps in ((2, 2), (4, 4), (1, 6)):
+        p = finetune(a, ranks, *common, "--steps", str(steps), "--ckpt-dir", ckpt, "--save-every", "2",
+                     "--resume", "auto")
+        got = steps_of(p.stdout)
+        print("%d ranks: steps %s" % (ranks, sorted(got)))
+        parts.update(got)
+    check(sorted(whole) == list(range(1, 7)) and sorted(parts) == list(range(1, 7)),
+          "both runs print steps 1..6 (%s, %s)" % (sorted(whole), sorted(parts)))
+    worst = 0.0
+    for s in sorted(whole):
+        if s not in parts:
+            continue
+        (lw, iw), (lp, ip) = whole[s], parts[s]
+        print("step %d: uninterrupted loss %.9f, split 2 -> 4 -> 1 ranks %.9f; samples %s" % (s, lw, lp, iw))
+        check(iw == ip and len(set(iw)) == 8, "step %d trains on the same 8 samples (%s vs %s)" % (s, iw, ip))
+        worst = max(worst, abs(lw - lp) if math.isfinite(lw) and math.isfinite(lp) else math.inf)
+    check(worst <= 1e-6, "losses within 1e-6 (largest difference %.3g)" % worst)
+    finish()
+
+
+def expect_error(a, what, args, message, ranks=1):
+    p = run([a.mpirun, "-n", str(ranks), "--oversubscribe", os.path.join(a.bin, "finetune_llama")] + args, False)
+    check(p.returncode != 0 and message in p.stderr,
+          "%s: exit %d, message %r%s" % (what, p.returncode, message,
+                                         "" if message in p.stderr else " not in:\n" + p.stderr[-2000:]))
+
+
+def cmd_errors(a):
+    work = os.path.join(a.fixture, "errors")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model = os.path.join(a.fixture, "model")
+    bad_json = os.path.join(a.fixture, "bad_json.jsonl")
+    expect_error(a, "malformed JSONL line", [model, "--data", bad_json, "--seq-len", "16"],
+                 bad_json + ":3: bad JSON at column 47: syntax error while parsing array - unexpected end of input; "
+                 "expected ']'")
+    bad_vocab = os.path.join(a.fixture, "bad_vocab.jsonl")
+    expect_error(a, "token outside the model's vocabulary", [model, "--data", bad_vocab, "--seq-len", "16"],
+                 "%s:2: token id %d (%s) is outside the model's vocabulary of %d ids"
+                 % (bad_vocab, MODEL_VOCAB, RESERVED, MODEL_VOCAB), ranks=2)
+    expect_error(a, "a sample longer than the model's positions", [model, "--data", bad_json, "--seq-len", "300"],
+                 "--seq-len 300 exceeds the model's max_position_embeddings of 256 (%s)"
+                 % os.path.join(model, "config.json"))
+    chat = os.path.join(a.fixture, "chat.jsonl")
+    expect_error(a, "a bad number", [model, "--data", chat, "--lr", "abc"], "--lr 'abc' is not a number (usage: "
+                 "mpirun -n N finetune_llama MODEL_DIR --data FILE.jsonl [OPTIONS]; finetune_llama --help lists the "
+                 "options)")
+    expect_error(a, "a value out of range", [model, "--data", chat, "--global-batch", "0"],
+                 "--global-batch must be at least 1, got 0")
+    expect_error(a, "a global batch the ranks cannot split", [model, "--data", chat, "--global-batch", "3", "--seq-len", "32"],
+                 "the global batch of 3 samples does not split into 2 rank(s) x 1 micro-batch(es); use a multiple "
+                 "of 2 (e.g. 2)", ranks=2)
+    expect_error(a, "a missing model directory", [os.path.join(work, "no-model"), "--data", chat],
+                 "model config '%s' cannot be read (no such file)" % os.path.join(work, "no-model"))
+    missing = os.path.join(work, "missing.jsonl")
+    expect_error(a, "missing data file", [model, "--data", missing], "--data '%s': no such file" % missing)
+    ckpt = os.path.join(work, "ckpt")
+    common = [model, "--data", os.path.join(a.fixture, "chat.jsonl"), "--seq-len", "32", "--ckpt-dir", ckpt]
+    run([a.mpirun, "-n", "2", "--oversubscribe", os.path.join(a.bin, "finetune_llama")] + common +
+        ["--global-batch", "8", "--steps", "1"])
+    expect_error(a, "resume with another global batch", common + ["--global-batch", "4", "--steps", "2",
+                                                                   "--resume", "auto"],
+                 "' was trained with --global-batch 8, this run has --global-batch 4: resuming the data exactly "
+                 "needs the same global batch", ranks=2)
+    finish()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fixture")
+    f.add_argument("--out", required=True)
+    for name in ("e2e", "resume", "errors"):
+        c = sub.add_parser(name)
+        c.add_argument("--fixture", required=True)
+        c.add_argument("--bin", required=True)
+        c.add_argument("--mpirun", required=True)
+    a = p.parse_args()
+    {"fixture": cmd_fixture, "e2e": cmd_e2e, "resume": cmd_resume, "errors": cmd_errors}[a.command](a)
+
+
+if __name__ == "__main__":
+    main()
