@@ -58,13 +58,13 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
 def is_identifier(line, start, end):
-    """`Session` (the C++ class) or `session` used as code: session.x, (session, core/session.h."""
+    """`Session` (the C++ class) or `session` used as code: session.x, (session, core/session.h, `session`."""
     word = line[start:end]
     if word in ("Session", "Sessions"):
         return True
     before = line[start - 1] if start > 0 else " "
     after = line[end] if end < len(line) else " "
-    return before in "/:&(_.<" or after in ".(),&_>"
+    return before in "/:&(_.<`" or after in ".(),&_>`"
 
 
 def allowed(line, start, end):

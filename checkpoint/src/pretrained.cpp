@@ -194,7 +194,10 @@ PretrainedReport load_local(ShardingEngine& engine, const TensorFileOpener& open
   for (const Target& t : m.targets) {
     if (t.source.empty()) continue;
     if (resident != nullptr && t.flat != resident) resident->release_shard();
-    if (t.flat != nullptr) resident = t.flat;
+    if (t.flat != nullptr) {
+      resident = t.flat;
+      t.flat->mark_values_replaced();  // an offloaded optimizer's master follows at the next step
+    }
     r.elements_read += t.flat != nullptr ? load_param_part(t, *file) : load_buffer(t, *file);
     ++r.tensors_loaded;
   }

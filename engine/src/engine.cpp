@@ -25,6 +25,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/collective_step.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
@@ -289,6 +290,67 @@ void detail::ShardingEngineImpl::sync_buffers_before_forward() {
   if (options.buffer_sync == BufferSync::kBroadcast) detail::broadcast_buffers(*comm, model->buffers(), 0, "zs.buffers");
 }
 
+void detail::ShardingEngineImpl::optimizer_step(ShardingEngine& engine, ShardedOptimizer& optimizer) {
+  if (param_store == nullptr && grad_store == nullptr) {
+    optimizer.step(engine.param_shards());
+    return;
+  }
+  // Offloaded parameters or gradients: the optimizer brings each shard in through the pager
+  // while it updates it, so at most a shard or two is resident.
+  std::vector<ParamShard> shards = engine.param_shards();
+  std::vector<FlatParam*> flats;
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      if (f->trainable()) flats.push_back(f.get());
+    }
+  }
+  detail::FlatParamPager pager(flats, shards);
+  try {
+    optimizer.step(shards, pager);
+  } catch (...) {
+    release_offloaded_shards_noexcept();
+    throw;
+  }
+  release_offloaded_shards();
+}
+
+// Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard, unless
+// they alias it: drop it so the next forward casts the updated values again (after a failed step
+// too: the shards may be partly updated or rolled back). Replaced values (mark_values_replaced)
+// are the optimizer's once a step succeeded.
+void detail::ShardingEngineImpl::after_optimizer_step(bool succeeded) {
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      if (f->gathered() && !f->aliased()) f->free_full();
+      if (succeeded) f->clear_values_replaced();
+    }
+  }
+}
+
+void detail::ShardingEngineImpl::agree_on_step(const std::exception_ptr& failure) {
+  Communicator& world = *session.world();
+  if (world.size() == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  const detail::StepOutcome outcome = detail::run_step(world, true, "zs.step", [&] {
+    if (failure) std::rethrow_exception(failure);
+  });
+  if (!outcome.any_failed()) {
+    step_awaiting_peers = false;
+    return;
+  }
+  const std::string first = detail::first_error(world, outcome, "zs.step.error");
+  if (failure) {
+    step_awaiting_peers = false;
+    std::rethrow_exception(failure);  // this rank's own error, of its own kind
+  }
+  step_awaiting_peers = true;
+  ZS_THROW(IoError, "the optimizer step failed on rank(s) ", outcome.failed_ranks(), "; ", first,
+           ". This rank's step succeeded and is kept: once the cause is fixed, engine.step(optimizer) again on every "
+           "rank completes it where it failed (this rank only waits for it)");
+}
+
 void detail::ShardingEngineImpl::sync_buffers_after_step() {
   if (options.buffer_sync == BufferSync::kAverage) detail::average_buffers(*comm, model->buffers(), "zs.buffers");
 }
@@ -381,7 +443,8 @@ std::vector<ParamShard> ShardingEngine::param_shards() {
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
       if (!f->trainable()) continue;
-      ParamShard s{f->shard_offloaded() ? at::Tensor() : f->shard(), f->grad_shard(), f->name(), {}};
+      ParamShard s{f->shard_offloaded() ? at::Tensor() : f->shard(), f->grad_shard(), f->name(), {},
+                   f->values_replaced()};
       if (!impl_->shard_group_ranges.empty()) s.groups = impl_->shard_group_ranges[out.size()];
       out.push_back(std::move(s));
     }
@@ -486,34 +549,20 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
              "optimizer ", optimizer.describe(), " was made for offloaded parameter shards (OffloadOptions.params = CPU "
              "or NVME), but this engine keeps them on the device (ShardingOptions.offload_params.target = DEVICE): "
              "build both from the same RunOptions (resolve(), run.sharding and run.offload)");
-  if (impl_->param_store != nullptr || impl_->grad_store != nullptr) {
-    // Offloaded parameters or gradients: the optimizer brings each shard in through the pager
-    // while it updates it, so at most a shard or two is resident.
-    std::vector<ParamShard> shards = param_shards();
-    std::vector<FlatParam*> flats;
-    for (auto& u : impl_->units) {
-      for (auto& f : u->flats) {
-        if (f->trainable()) flats.push_back(f.get());
-      }
-    }
-    detail::FlatParamPager pager(flats, shards);
+  // A step that fails on one rank fails on every rank (one all-reduce of who failed), so no rank
+  // goes on to the buffer sync or the next forward's collectives alone. A rank whose own step
+  // succeeded keeps it, and a retry there only joins the agreement while the failed rank
+  // completes its step.
+  std::exception_ptr failure;
+  if (!impl_->step_awaiting_peers) {
     try {
-      optimizer.step(shards, pager);
+      impl_->optimizer_step(*this, optimizer);
     } catch (...) {
-      impl_->release_offloaded_shards_noexcept();
-      throw;
+      failure = std::current_exception();
     }
-    impl_->release_offloaded_shards();
-  } else {
-    optimizer.step(param_shards());
+    impl_->after_optimizer_step(failure == nullptr);
   }
-  // Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard,
-  // unless they alias it: drop it so the next forward casts the updated values again.
-  for (auto& u : impl_->units) {
-    for (auto& f : u->flats) {
-      if (f->gathered() && !f->aliased()) f->free_full();
-    }
-  }
+  impl_->agree_on_step(failure);
   const ShardedOptimizer::Placement where = optimizer.placement();
   int64_t store_host = 0, store_disk = 0;
   for (const ShardStore* store : {impl_->param_store.get(), impl_->grad_store.get()}) {

@@ -6,6 +6,7 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -91,6 +92,12 @@ struct ShardingEngineImpl {
   // Module buffers (buffers.h, options.buffer_sync): BROADCAST before every forward, AVERAGE
   // after every step.
   void sync_buffers_before_forward();
+  // engine.step's parts: the optimizer's step over this rank's shards (through the pager when they
+  // are offloaded); the local clean-up after it, failed or not; and the agreement of every rank on
+  // whether it failed anywhere (rethrows this rank's error, or names the failed ranks).
+  void optimizer_step(ShardingEngine& engine, ShardedOptimizer& optimizer);
+  void after_optimizer_step(bool succeeded);
+  void agree_on_step(const std::exception_ptr& failure);
   void sync_buffers_after_step();
 
   // --- the pass (engine_root.cpp) ---
@@ -165,7 +172,9 @@ struct ShardingEngineImpl {
   OrderExchange replica_order_check;
   bool root_active = false;
   bool callback_queued = false;
-  bool forward_failed = false;  // abort_root ran; the memory phase is still the failing unit's
+  bool forward_failed = false;
+  // engine.step succeeded here but failed on another rank: a retry only joins the agreement.
+  bool step_awaiting_peers = false;  // abort_root ran; the memory phase is still the failing unit's
   uint64_t backward_passes = 0;  // completed backward passes: tells a stale input hook apart
   // The callers' memory phases, restored when engine.forward / the backward pass ends.
   int outer_forward_phase = 0;

@@ -70,6 +70,11 @@ class FlatParam final : public FlatShard {
   void release_shard() override { storage_->release(nullptr); }
   bool gradients_pending() const override { return has_grad_buffer() || reduce_pending(); }
   void free_gathered() override { free_full(); }
+  void mark_values_replaced() override { values_replaced_ = true; }
+
+  // Set by mark_values_replaced until a step has handed the values to the optimizer.
+  bool values_replaced() const { return values_replaced_; }
+  void clear_values_replaced() { values_replaced_ = false; }
 
   bool aliased() const { return aliased_; }
   const ShardCodec* codec() const { return storage_ != nullptr ? storage_->codec() : codec_.get(); }
@@ -174,6 +179,7 @@ class FlatParam final : public FlatShard {
   int64_t shard_numel_ = 0;
   bool aliased_ = false;
   bool offload_capable_ = false;
+  bool values_replaced_ = false;
   c10::Device device_{c10::kCPU};
   c10::ScalarType param_dtype_;
   c10::ScalarType reduce_dtype_;

@@ -149,6 +149,23 @@ void OffloadedOptimizer::Impl::restore_shard(const ParamShard& s, detail::NvmeSh
   }
 }
 
+// The shard's values were replaced since the last step (load_pretrained): its records take them as
+// their master and keep their moments. Written to the other generation, which then becomes
+// current, so a failure leaves the previous state whole (with one generation: in place).
+void OffloadedOptimizer::Impl::reseed_master(const ParamShard& s, detail::NvmeShardFiles& f) {
+  float* buf = buffers[0].data_ptr<float>();
+  const int dst = f.next();
+  for (int64_t k = 0; k < f.chunks; ++k) {
+    const int64_t c = f.chunk_numel(k);
+    read_record(f, f.current, k, buf);
+    at::from_blob(buf, {c}, at::kFloat).copy_(s.param.narrow(0, k * f.chunk_elems, c));
+    f.crc[dst][static_cast<size_t>(k)] = crc32c(buf, static_cast<size_t>(f.record_bytes));
+    io->wait(io->submit_write(*f.files[dst], buf, f.record_bytes, k * f.record_bytes));
+    io_stats.bytes_written += f.record_bytes;
+  }
+  f.current = dst;
+}
+
 void OffloadedOptimizer::Impl::ensure_buffers() {
   if (!buffers.empty()) return;
   for (int b = 0; b < o.buffer_count; ++b) {
@@ -162,6 +179,8 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
   ensure_buffers();
   // Shards seen for the first time: write their initial state (master from the shard, zero
   // moments) so every later step, and a rollback, has a complete previous generation to read.
+  // Others whose values were replaced since the last step take them as their master.
+  std::vector<bool> fresh(shards.size(), false);
   for (size_t i = 0; i < shards.size(); ++i) {
     detail::NvmeShardFiles& f = *files[i];
     if (f.initialized || !shards[i].grad.defined()) continue;
@@ -169,6 +188,13 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
     nvme_shard(shards[i], f, /*initialize=*/true);
     pager.release(i, false);
     f.initialized = true;
+    fresh[i] = true;
+  }
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!shards[i].values_replaced || fresh[i] || !shards[i].grad.defined()) continue;
+    pager.acquire(i, /*read=*/true, /*grad=*/false);
+    reseed_master(shards[i], *files[i]);
+    pager.release(i, false);
   }
   size_t done = 0;
   try {

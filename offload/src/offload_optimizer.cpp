@@ -114,6 +114,8 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
       }
       if (!in_place) slot.master = state_pool.empty(n, at::kFloat).copy_(s.param);
       slot.started = true;
+    } else if (s.values_replaced && !in_place) {
+      slot.master.copy_(s.param);  // weights loaded since the last step replace the master
     }
     // SGD: the momentum buffer is created by its first update, which writes it whole (as torch's
     // clone of d_p); an imported buffer is continued.

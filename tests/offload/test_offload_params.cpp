@@ -30,6 +30,8 @@
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/checkpoint/checkpoint_format.h"
+#include "zeroshard/checkpoint/pretrained.h"
+#include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/engine/engine.h"
 #include "flat_param.h"  // the engine's private FlatParam (engine/src)
 #include "zeroshard/core/host_memory.h"
@@ -154,6 +156,46 @@ TEST(OffloadParams, NvmeShardsTrainBitwiseAsResident) {
         EXPECT_GT(io.bytes_read, 0) << what;
         EXPECT_GT(io.bytes_written, 0) << what;
       }
+    }
+  }
+}
+
+// Pretrained weights loaded between two steps stay loaded: the offloaded optimizer keeps an fp32
+// master of its own (in NVMe state files; on the host when the shards are on a GPU), and the step
+// after load_pretrained takes the loaded values as its master instead of writing the old ones
+// back. With lr 0 the parameters after that step are exactly the loaded weights. (Before, the
+// NVMe cases ended with the weights of before the load.)
+TEST(OffloadParams, WeightsLoadedBetweenStepsSurviveTheNextStep) {
+  TempDir file_dir("pretrained", /*per_rank=*/false);
+  const std::string file = file_dir.path + "/weights.safetensors";
+  Trainer source(zs::ShardingOptions{}, /*init_seed=*/5);
+  std::map<std::string, at::Tensor> loaded = source.params();
+  loaded.erase("lm_head_weight");  // tied to the token embedding: stored once
+  if (zs::test::rank() == 0) {
+    std::vector<zs::TensorInfo> infos;
+    for (const auto& [name, t] : loaded) infos.push_back({name, t.scalar_type(), t.sizes().vec()});
+    zs::SafetensorsWriter w(file, infos);
+    for (const auto& [name, t] : loaded) w.write(name, t.cpu());
+    w.finish();
+  }
+  zs::test::barrier();
+  zs::OptimizerOptions cfg = adamw_config();
+  cfg.lr = 0;
+  for (auto opt_where : {zs::OffloadTarget::kCpu, zs::OffloadTarget::kNvme}) {
+    for (bool params_offloaded : {false, true}) {
+      const std::string what = std::string("optimizer state on ") + zs::to_string(opt_where) +
+                               (params_offloaded ? ", parameters on NVMe" : ", parameters resident");
+      TempDir dir("reload");
+      Trainer t(params_offloaded ? offloaded(zs::OffloadTarget::kNvme, dir.path) : zs::ShardingOptions{});
+      zs::OffloadOptions oo = optimizer_options(opt_where, dir.path);
+      oo.params = params_offloaded ? zs::OffloadTarget::kNvme : zs::OffloadTarget::kDevice;
+      zs::OffloadedOptimizer opt(cfg, oo, zs::test::rank());
+      t.train(opt, 0, 2);
+      ASSERT_GT(max_diff(loaded, t.params()), 0.0) << what << ": the test needs other initial weights";
+      zs::load_pretrained(*t.engine, file);
+      EXPECT_EQ(max_diff(loaded, t.params()), 0.0) << what << ", right after the load";
+      t.train(opt, 2, 4);
+      EXPECT_EQ(max_diff(loaded, t.params()), 0.0) << what << ", two steps after the load";
     }
   }
 }
@@ -480,6 +522,58 @@ TEST(OffloadParams, PartialStepRefusesOtherGradients) {
 // The disk fills up while a step writes the new parameters back: the step fails naming the file,
 // the values (rolled back to the step's start) stay in memory, and once the disk has room the
 // retried step and the rest of the run equal the uninterrupted one.
+// Disk full on one rank only, in the optimizer state's writes: engine.step throws on every rank
+// (the failing rank its own error, the others naming that rank), so no rank goes on alone into the
+// buffer average or the next forward's all-gather; once the disk has room the retry completes the
+// step where it failed (the others only join the agreement) and the run equals the uninterrupted
+// one, NO_SHARD (whose units stay gathered between steps) included. Before, the failing rank threw
+// while its peers went on into the next collective and waited for it until the watchdog.
+TEST(OffloadParams, DiskFullOnOneRankFailsTheStepOnEveryRank) {
+  ZS_REQUIRE_RANKS(2);
+  const int victim = zs::test::world_size() - 1;
+  const auto cfg = adamw_config();
+  for (auto strategy : {zs::ShardingStrategy::kFullShard, zs::ShardingStrategy::kNoShard}) {
+    SCOPED_TRACE(zs::to_string(strategy));
+    zs::ShardingOptions so;
+    so.strategy = strategy;
+    TempDir ref_dir("one_rank_ref");
+    Trainer ref(so);
+    zs::OffloadOptions ro = optimizer_options(zs::OffloadTarget::kNvme, ref_dir.path);
+    ro.params = zs::OffloadTarget::kDevice;
+    zs::OffloadedOptimizer ref_opt(cfg, ro, zs::test::rank());
+    ref.train(ref_opt, 0, 4);
+    const auto want = ref.params();
+
+    TempDir dir("one_rank");
+    Trainer t(so);
+    zs::OffloadOptions o = optimizer_options(zs::OffloadTarget::kNvme, dir.path);
+    o.params = zs::OffloadTarget::kDevice;
+    auto faulty = zs_test::faulty_test_io();
+    zs::OffloadedOptimizer opt(cfg, o, zs::test::rank(), nullptr, faulty);
+    t.train(opt, 0, 2);
+    t.forward_backward(2);
+    if (zs::test::rank() == victim) faulty->fail_writes_after_bytes(4096);
+    const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+    EXPECT_TRUE(contains(err, "disk full")) << err;
+    if (zs::test::rank() == victim) {
+      EXPECT_TRUE(contains(err, "offloaded optimizer step 3 failed on rank " + std::to_string(victim))) << err;
+      EXPECT_EQ(opt.steps(), 2);
+    } else {
+      const std::string r = std::to_string(victim);
+      EXPECT_TRUE(contains(err, "the optimizer step failed on rank(s) " + r + "; rank " + r + ": offloaded optimizer "
+                                "step 3 failed on rank " + r)) << err;
+      EXPECT_TRUE(contains(err, "This rank's step succeeded and is kept")) << err;
+      EXPECT_EQ(opt.steps(), 3);
+    }
+    faulty->clear();
+    t.engine->step(opt);  // the gradients are still there: retry
+    EXPECT_EQ(opt.steps(), 3);
+    t.engine->zero_grad();
+    t.train(opt, 3, 4);
+    EXPECT_EQ(max_diff(t.params(), want), 0.0);
+  }
+}
+
 TEST(OffloadParams, DiskFullOnWriteBackKeepsStateAndRetrySucceeds) {
   const auto cfg = adamw_config();
   TempDir ref_dir("enospc_ref");

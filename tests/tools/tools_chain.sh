@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The user-side tools chained on what the other tools really write (issue 21), as a new user runs
+# The user-side tools chained on what the other tools really write, as a new user runs
 # them: an example trains at CI size and writes its metrics and checkpoints; zeroshard-plot charts
 # the metrics; check_png decodes every chart; zeroshard-ckpt reads the checkpoints;
 # zeroshard-estimate predicts what the job measured. Registered by tests/tools/CMakeLists.txt.
@@ -96,7 +96,7 @@ case $case_name in
     [[ $elements -eq $params ]] || fail "consolidate wrote $elements elements; the model has $params parameters"
     [[ $(stat -c %s full.pt) -ge $((4 * elements)) ]] || fail "full.pt is smaller than $elements fp32 values"
     run "$bin/zeroshard-ckpt" export "$work/ckpt" "$work/model.pt"
-    contains "$out" "wrote $work/model.pt \(LibTorch archive\): .* $elements elements \(BFloat16\)" "export"
+    contains "$out" "wrote $work/model.pt \(LibTorch archive\): .* $elements elements \(Float\)" "export"
     [[ $(stat -c %s model.pt) -ge $((2 * elements)) ]] || fail "model.pt is smaller than $elements bf16 values"
     grep -q "n_layer: 2" model.pt.config.txt || fail "model.pt.config.txt lacks the run's model section"
     ;;

@@ -47,6 +47,20 @@ struct Args {
   bool merge_lora = false;
 };
 
+// One spelling per dtype, whichever a user wrote: fp32, bf16, fp16, q8_0 ("" stays "").
+std::string canonical_dtype(const std::string& d) {
+  if (d == "float32" || d == "f32") return "fp32";
+  if (d == "bfloat16") return "bf16";
+  if (d == "float16" || d == "f16") return "fp16";
+  return d;
+}
+
+// The GGUF writer's name of a canonical dtype (fp32 when none is given).
+std::string gguf_dtype_name(const std::string& d) {
+  if (d.empty() || d == "fp32") return "f32";
+  return d == "fp16" ? "f16" : d;
+}
+
 // Returns false after --help/--version.
 bool parse(int argc, char** argv, Args& a) {
   zs::cli::App app("zeroshard-ckpt", "Inspect, verify and convert zeroshard checkpoints (no MPI, no engine).");
@@ -56,25 +70,27 @@ bool parse(int argc, char** argv, Args& a) {
       "  info PATH              the manifest, readably\n"
       "  verify PATH            every file's size and CRC-32C, every section's\n"
       "  consolidate PATH OUT   the full unsharded state dict, a LibTorch archive for torch::load\n"
-      "                         (default float32)\n"
-      "  export PATH OUT        weights for inference (default bfloat16; safetensors when OUT ends in\n"
-      "                         .safetensors) and OUT.config.txt, the run's config\n"
+      "  export PATH OUT        weights for inference (safetensors when OUT ends in .safetensors) and\n"
+      "                         OUT.config.txt, the run's config\n"
       "  export HF_DIR|PATH OUT --format gguf\n"
       "                         a Hugging Face Llama-family directory (config.json + weights), or a checkpoint\n"
-      "                         of such a model (LoRA merged), as one GGUF file for llama.cpp (--dtype f32\n"
-      "                         (default), f16 or q8_0)\n"
+      "                         of such a model (LoRA merged), as one GGUF file for llama.cpp (--dtype\n"
+      "                         fp32, fp16 or q8_0)\n"
       "  [mpirun -n N] export PATH OUT_DIR --format hf [--max-shard-size 5GB] [--merge-lora]\n"
       "                         a checkpoint of a Llama-family model as a Hugging Face directory (config.json,\n"
-      "                         safetensors shards and their index; --dtype bf16, fp16 or fp32, default the\n"
-      "                         config's torch_dtype), written by the ranks in parallel\n"
+      "                         safetensors shards and their index; without --dtype the config's\n"
+      "                         torch_dtype, as Hugging Face saves), written by the ranks in parallel\n"
       "  export PATH OUT_DIR --format peft [--base-model NAME]\n"
-      "                         its LoRA adapters as a PEFT adapter directory (--dtype default fp32)\n"
+      "                         its LoRA adapters as a PEFT adapter directory\n"
+      "--dtype: fp32 (float32, f32), bf16 (bfloat16), fp16 (float16, f16) or, for gguf, q8_0; every\n"
+      "format writes lossless fp32 by default, except --format hf (the config's torch_dtype).\n"
       "PATH: a checkpoint step directory or a checkpoint root (uses its `latest`).");
   app.add_choice("COMMAND", &a.command, {"info", "verify", "consolidate", "export"}, "what to do (below)")->required();
   app.add_text("PATH", &a.path, "checkpoint step directory or root", "")->required();
   app.add_text("OUT", &a.out, "output file (consolidate, export)", "");
-  app.add_choice("--dtype", &a.dtype, {"float32", "bfloat16", "f32", "f16", "q8_0", "bf16", "fp16", "fp32"},
-                 "dtype of the written weights (gguf: f32, f16, q8_0; hf, peft: bf16, fp16, fp32)");
+  app.add_choice("--dtype", &a.dtype,
+                 {"fp32", "bf16", "fp16", "q8_0", "float32", "bfloat16", "float16", "f32", "f16"},
+                 "dtype of the written weights (default fp32; --format hf: the config's torch_dtype)");
   app.add_choice("--format", &a.format, {"torch", "safetensors", "gguf", "hf", "peft"},
                  "export's format (default: by OUT's name)");
   app.add_text("--max-shard-size", &a.max_shard_size, "--format hf: largest safetensors file (default 5GB)", "SIZE");
@@ -89,16 +105,14 @@ bool parse(int argc, char** argv, Args& a) {
     if (!writes && !a.dtype.empty()) app.fail("--dtype applies to consolidate and export");
     if (a.command != "export" && !a.format.empty()) app.fail("--format applies to export");
     if (a.command != "export" && a.merge_lora) app.fail("--merge-lora applies to export");
-    const bool gguf_dtype = a.dtype == "f32" || a.dtype == "f16" || a.dtype == "q8_0";
-    if (a.format == "gguf" && !a.dtype.empty() && !gguf_dtype) app.fail("--format gguf takes --dtype f32, f16 or q8_0");
-    if (a.format != "gguf" && gguf_dtype) app.fail("--dtype " + a.dtype + " applies to --format gguf");
+    a.dtype = canonical_dtype(a.dtype);
+    if (a.format == "gguf" && a.dtype == "bf16") app.fail("--format gguf takes --dtype fp32, fp16 or q8_0");
+    if (a.format != "gguf" && a.dtype == "q8_0") app.fail("--dtype q8_0 applies to --format gguf");
+    const bool archive = a.format.empty() || a.format == "torch" || a.format == "safetensors";
+    if (archive && a.dtype == "fp16") app.fail("--dtype fp16 applies to --format gguf, hf and peft");
     if (a.format == "gguf" && a.merge_lora) {
       app.fail("--merge-lora does not apply to --format gguf: a checkpoint's LoRA adapters are always merged into it");
     }
-    const bool hf_dtype = a.dtype == "bf16" || a.dtype == "fp16" || a.dtype == "fp32";
-    const bool hf_like = a.format == "hf" || a.format == "peft";
-    if (hf_like && !a.dtype.empty() && !hf_dtype) app.fail("--format " + a.format + " takes --dtype bf16, fp16 or fp32");
-    if (!hf_like && hf_dtype) app.fail("--dtype " + a.dtype + " applies to --format hf and peft");
     if (a.format != "hf" && !a.max_shard_size.empty()) app.fail("--max-shard-size applies to --format hf");
     if (a.format != "peft" && !a.base_model.empty()) app.fail("--base-model applies to --format peft");
     if (a.format == "peft" && a.merge_lora) app.fail("--merge-lora does not apply to --format peft (it writes the adapters)");
@@ -133,13 +147,15 @@ double lora_scale_of(const std::string& path) {
 // export HF_DIR OUT --format gguf
 int export_gguf(const Args& a, char* argv0) {
   if (!zs_ckpt::is_hf_directory(a.path)) {
-    return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
+    return zs_ckpt::export_llama(
+        {a.path, a.out, a.format, gguf_dtype_name(a.dtype), a.max_shard_size, a.base_model, a.merge_lora}, argv0);
   }
   zs::models::GgufExportOptions o;
-  o.dtype = zs::models::gguf_dtype_from_string(a.dtype.empty() ? "f32" : a.dtype);
+  const std::string dtype = gguf_dtype_name(a.dtype);
+  o.dtype = zs::models::gguf_dtype_from_string(dtype);
   const zs::models::GgufExportReport r = zs::models::export_gguf(a.path, a.out, o);
   std::printf("wrote %s (GGUF, architecture %s, %s): %lld tensors, %lld bytes\n", a.out.c_str(), r.architecture.c_str(),
-              a.dtype.empty() ? "f32" : a.dtype.c_str(), static_cast<long long>(r.tensors), static_cast<long long>(r.bytes));
+              dtype.c_str(), static_cast<long long>(r.tensors), static_cast<long long>(r.bytes));
   return 0;
 }
 
@@ -159,8 +175,7 @@ int run(const Args& a, char* argv0) {
   if (exporting && (a.format == "hf" || a.format == "peft")) {
     return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
   }
-  const std::string dtype_name = a.dtype.empty() ? (exporting ? "bfloat16" : "float32") : a.dtype;
-  const c10::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
+  const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
   const bool safetensors = exporting && (a.format.empty() ? ends_with(a.out, ".safetensors") : a.format == "safetensors");
   const std::string& out = a.out;
   ZS_REQUIRE(!a.merge_lora || safetensors, zs::UsageError, "--merge-lora writes safetensors: name OUT *.safetensors or "

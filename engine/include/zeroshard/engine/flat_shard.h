@@ -45,6 +45,10 @@ class FlatShard {
   // when they stay in memory anyway). IoError naming file and offset when a write fails: the values
   // stay resident and changed, so nothing is lost and the next release retries.
   virtual void release_shard() = 0;
+  // Says the values written through shard() replace the model's weights (pretrained weights loaded
+  // between steps): the next engine.step() hands them to the optimizer as its new fp32 master, so
+  // an optimizer that keeps its own copy (offloaded to the host or NVMe) does not undo the load.
+  virtual void mark_values_replaced() = 0;
   // Gradient buffers or reductions still pending (a backward ran inside no_sync, or did not finish).
   virtual bool gradients_pending() const = 0;
   // Frees the gathered (unsharded) buffer, so the next use gathers values changed through shard().

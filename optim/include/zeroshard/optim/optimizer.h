@@ -39,6 +39,9 @@ struct ParamShard {
   // Sorted, disjoint ranges with their own options (ShardingEngine::set_param_groups makes them);
   // elements outside every range (or all, when empty) take the optimizer's weight decay and lr().
   std::vector<ShardGroupRange> groups;
+  // The values were replaced since the last step from outside training (load_pretrained): an
+  // optimizer that keeps an fp32 master of its own (offloaded) takes them over before updating.
+  bool values_replaced = false;
 };
 
 // The shard cut into runs of equal options that cover [0, numel) in order: `shard.groups` with the
