@@ -32,7 +32,6 @@
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/models/gguf_export.h"
 #include "export_llama.h"
 
 namespace zs = zeroshard;
@@ -42,6 +41,7 @@ namespace {
 struct Args {
   std::string command, path, out, dtype, format, max_shard_size, base_model;
   bool merge_lora = false;
+  std::string tokenizer;
 };
 
 // Returns false after --help/--version.
@@ -59,7 +59,7 @@ bool parse(int argc, char** argv, Args& a) {
       "  export HF_DIR|PATH OUT --format gguf\n"
       "                         a Hugging Face Llama-family directory (config.json + weights), or a checkpoint\n"
       "                         of such a model (LoRA merged), as one GGUF file for llama.cpp (--dtype f32\n"
-      "                         (default), f16 or q8_0)\n"
+      "                         (default), f16 or q8_0); embeds the directory's tokenizer, or --tokenizer DIR's\n"
       "  [mpirun -n N] export PATH OUT_DIR --format hf [--max-shard-size 5GB] [--merge-lora]\n"
       "                         a checkpoint of a Llama-family model as a Hugging Face directory (config.json,\n"
       "                         safetensors shards and their index; --dtype bf16, fp16 or fp32, default the\n"
@@ -77,6 +77,8 @@ bool parse(int argc, char** argv, Args& a) {
   app.add_text("--max-shard-size", &a.max_shard_size, "--format hf: largest safetensors file (default 5GB)", "SIZE");
   app.add_text("--base-model", &a.base_model, "--format peft: base_model_name_or_path (default config.json's "
                "_name_or_path)", "NAME");
+  app.add_text("--tokenizer", &a.tokenizer, "--format gguf: the tokenizer to embed (a directory with "
+               "tokenizer.json or tokenizer.model; default: HF_DIR's own)", "DIR");
   app.add_flag("--merge-lora", &a.merge_lora,
                "export: fold LoRA adapters into their weights (W + B A alpha/r, the run's lora.*); safetensors only");
   app.then([&] {
@@ -98,6 +100,7 @@ bool parse(int argc, char** argv, Args& a) {
     if (!hf_like && hf_dtype) app.fail("--dtype " + a.dtype + " applies to --format hf and peft");
     if (a.format != "hf" && !a.max_shard_size.empty()) app.fail("--max-shard-size applies to --format hf");
     if (a.format != "peft" && !a.base_model.empty()) app.fail("--base-model applies to --format peft");
+    if (a.format != "gguf" && !a.tokenizer.empty()) app.fail("--tokenizer applies to --format gguf");
     if (a.format == "peft" && a.merge_lora) app.fail("--merge-lora does not apply to --format peft (it writes the adapters)");
   });
   return app.parse(argc, argv);
@@ -105,19 +108,6 @@ bool parse(int argc, char** argv, Args& a) {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// export HF_DIR OUT --format gguf
-int export_gguf(const Args& a, char* argv0) {
-  if (!zs_ckpt::is_hf_directory(a.path)) {
-    return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
-  }
-  zs::models::GgufExportOptions o;
-  o.dtype = zs::models::gguf_dtype_from_string(a.dtype.empty() ? "f32" : a.dtype);
-  const zs::models::GgufExportReport r = zs::models::export_gguf(a.path, a.out, o);
-  std::printf("wrote %s (GGUF, architecture %s, %s): %lld tensors, %lld bytes\n", a.out.c_str(), r.architecture.c_str(),
-              a.dtype.empty() ? "f32" : a.dtype.c_str(), static_cast<long long>(r.tensors), static_cast<long long>(r.bytes));
-  return 0;
 }
 
 int run(const Args& a, char* argv0) {
@@ -132,9 +122,9 @@ int run(const Args& a, char* argv0) {
     return 0;
   }
   const bool exporting = a.command == "export";
-  if (exporting && a.format == "gguf") return export_gguf(a, argv0);
-  if (exporting && (a.format == "hf" || a.format == "peft")) {
-    return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
+  if (exporting && (a.format == "gguf" || a.format == "hf" || a.format == "peft")) {
+    return zs_ckpt::export_llama(
+        {a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora, a.tokenizer}, argv0);
   }
   const std::string dtype_name = a.dtype.empty() ? (exporting ? "bfloat16" : "float32") : a.dtype;
   const c10::ScalarType dtype = dtype_name == "float32" ? at::kFloat : at::kBFloat16;
