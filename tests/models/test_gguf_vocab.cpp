@@ -48,7 +48,7 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 // A SentencePiece BPE model with byte fallback (as Llama's tokenizer.model is trained: no
-// normalization, whitespace kept) and a
+// normalization, whitespace kept), one with SentencePiece's default normalization and a
 // Unigram one, trained on a few lines by the SentencePiece library.
 const char* kTrainSentencePiece = R"(import sys, sentencepiece as spm
 out = sys.argv[1]
@@ -59,6 +59,7 @@ open(out + "/train.txt", "w").write("\n".join(lines) + "\n")
 for name, extra in (("spm-bpe", dict(model_type="bpe", byte_fallback=True, split_digits=True, vocab_size=400,
                                normalization_rule_name="identity", remove_extra_whitespaces=False,
                                allow_whitespace_only_pieces=True)),
+                    ("spm-bpe-nfkc", dict(model_type="bpe", byte_fallback=True, vocab_size=400)),
                     ("spm-unigram", dict(model_type="unigram", vocab_size=60))):
     spm.SentencePieceTrainer.train(input=out + "/train.txt", model_prefix=out + "/" + name, minloglevel=2,
                                    num_threads=1, **extra)
@@ -75,7 +76,7 @@ const std::string& tokenizers() {
       run("node " ZS_SOURCE_DIR "/tests/text/make_tokenizers.mjs " + kModules + " " + d + " >/dev/null");
       write_file(kWork + "/train_spm.py", kTrainSentencePiece);
       run("/usr/bin/python3 " + kWork + "/train_spm.py " + d);
-      for (const char* name : {"spm-bpe", "spm-unigram"}) {
+      for (const char* name : {"spm-bpe", "spm-bpe-nfkc", "spm-unigram"}) {
         fs::create_directories(d + "/" + name);
         fs::rename(d + "/" + name + ".model", d + "/" + name + "/tokenizer.model");
       }
@@ -208,6 +209,10 @@ TEST(GgufVocabulary, Refusals) {
             t + "/llama2-metaspace/tokenizer.json: pre_tokenizer: a Metaspace pre-tokenizer with prepend_scheme 'first' "
                 "cannot be written to GGUF (its SentencePiece tokenizer prepends '\xE2\x96\x81' to every text and after "
                 "every special token); export the model's SentencePiece tokenizer.model instead");
+  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/spm-bpe-nfkc", 400); }),
+            t + "/spm-bpe-nfkc/tokenizer.model: a SentencePiece model with normalization 'nmt_nfkc' that removes extra "
+                "whitespace cannot be written to GGUF (llama.cpp's SentencePiece tokenizer does neither; supported: "
+                "normalization 'identity' keeping whitespace, as Llama and Mistral use)");
   EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/spm-unigram", 60); }),
             t + "/spm-unigram/tokenizer.model: a SentencePiece Unigram model cannot be written to GGUF (supported: "
                 "SentencePiece BPE, as Llama and Mistral use)");

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <unordered_map>
 
@@ -218,38 +219,59 @@ bool read_varint(const std::string& data, size_t& at, uint64_t& value) {
   return false;
 }
 
-// The value of varint field `field` of the message `data`, or nullopt; `nested` is the field
-// holding a sub-message to look into first (0: none).
-std::optional<uint64_t> proto_field(const std::string& data, uint32_t nested, uint32_t field) {
+// Field `field` of the protobuf message `data`, the last occurrence as protobuf reads it: a varint
+// as its value, a length-delimited field as its bytes; nullopt when absent or malformed.
+struct ProtoField {
+  uint64_t varint = 0;
+  std::string bytes;
+};
+std::optional<ProtoField> proto_field(const std::string& data, uint32_t field) {
+  std::optional<ProtoField> found;
   size_t at = 0;
   uint64_t key = 0, value = 0;
   while (read_varint(data, at, key)) {
-    const auto number = static_cast<uint32_t>(key >> 3);
+    const bool wanted = (key >> 3) == field;
     switch (key & 7) {
       case 0:
         if (!read_varint(data, at, value)) return std::nullopt;
-        if (nested == 0 && number == field) return value;
+        if (wanted) found = ProtoField{value, ""};
         break;
       case 1: at += 8; break;
       case 5: at += 4; break;
       case 2:
         if (!read_varint(data, at, value) || value > data.size() - at) return std::nullopt;
-        if (nested != 0 && number == nested) return proto_field(data.substr(at, value), 0, field);
+        if (wanted) found = ProtoField{0, data.substr(at, value)};
         at += value;
         break;
       default: return std::nullopt;
     }
   }
-  return std::nullopt;
+  return found;
+}
+
+// GGUF's SentencePiece tokenizer does not normalize and keeps runs of spaces, as Llama's and
+// Mistral's models are trained; a model that normalizes (NormalizerSpec: name 1, default
+// "nmt_nfkc"; remove_extra_whitespaces 4, default true) would tokenize differently.
+void check_sentencepiece_normalizer(const std::string& model, const std::string& file) {
+  const std::string spec = proto_field(model, 3).value_or(ProtoField{}).bytes;  // ModelProto.normalizer_spec
+  const std::string name = proto_field(spec, 1).value_or(ProtoField{0, "nmt_nfkc"}).bytes;
+  const bool collapses = proto_field(spec, 4).value_or(ProtoField{1, ""}).varint != 0;
+  ZS_REQUIRE(name == "identity" && !collapses, UsageError, file, ": a SentencePiece model with normalization '", name,
+             "'", collapses ? " that removes extra whitespace" : "",
+             " cannot be written to GGUF (llama.cpp's SentencePiece tokenizer does neither; supported: "
+             "normalization 'identity' keeping whitespace, as Llama and Mistral use)");
 }
 
 TokenizerVocabulary from_sentencepiece(const std::string& file, const Tokenizer& tok) {
   const auto sp = detail::open_sentencepiece(file);
   // ModelProto.trainer_spec (2) .model_type (3): UNIGRAM = 1 (the default), BPE = 2, WORD = 3, CHAR = 4.
-  const uint64_t type = proto_field(sp->serialized_model(), 2, 3).value_or(1);
+  const std::string model = sp->serialized_model();
+  const std::string trainer = proto_field(model, 2).value_or(ProtoField{}).bytes;
+  const uint64_t type = proto_field(trainer, 3).value_or(ProtoField{1, ""}).varint;
   static const char* const kTypes[] = {"?", "Unigram", "BPE", "Word", "Char"};
   ZS_REQUIRE(type == 2, UsageError, file, ": a SentencePiece ", type < 5 ? kTypes[type] : "unknown",
              " model cannot be written to GGUF (supported: SentencePiece BPE, as Llama and Mistral use)");
+  check_sentencepiece_normalizer(model, file);
   TokenizerVocabulary v;
   v.source = file;
   v.model = VocabularyModel::kSentencePieceBpe;

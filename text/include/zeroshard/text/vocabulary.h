@@ -6,8 +6,9 @@
 //
 // Supported: tokenizer.json with a BPE model, byte-level (GPT-2, Llama 3, Qwen2) or
 // SentencePiece-style with byte_fallback (Llama 2, Mistral); SentencePiece tokenizer.model files
-// of the BPE type. Anything else (WordPiece, Unigram, tiktoken rank files, a pre-tokenizer that is
-// not a chain of regex splits) is a UsageError naming the file and the construct.
+// of the BPE type without normalization. Anything else (WordPiece, Unigram, tiktoken rank files,
+// a pre-tokenizer that is not a chain of regex splits, a Metaspace that prepends only at the start,
+// a normalizing SentencePiece model) is a UsageError naming the file and the construct.
 
 #include <cstdint>
 #include <optional>
