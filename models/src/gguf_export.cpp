@@ -1,6 +1,7 @@
 // Hugging Face directory -> GGUF (gguf_export.h): config keys, tokenizer, then the tensors one by one.
 
 #include "zeroshard/models/gguf_export.h"
+#include "zeroshard/models/gguf_vocabulary.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
@@ -113,6 +114,7 @@ gguf::Vocabulary vocabulary_for(const LlamaConfig& c, const GgufExportOptions& o
                o.vocabulary->size(), " tokens but '", c.path, "' has vocab_size ", c.vocab_size);
     return *o.vocabulary;
   }
+  if (!o.tokenizer.empty()) return gguf_vocabulary(o.tokenizer, c.vocab_size);
   gguf::Vocabulary v = gguf::byte_level_vocabulary(c.vocab_size);
   auto id = [&](const std::optional<int64_t>& x) -> std::optional<uint32_t> {
     if (x && *x >= 0 && *x < c.vocab_size) return static_cast<uint32_t>(*x);
@@ -179,7 +181,10 @@ std::string directory_name(const std::string& path) {
 GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, const GgufExportOptions& o) {
   const LlamaConfig c = LlamaConfig::read(hf_dir, o.config);
   std::unique_ptr<TensorDirectory> dir = TensorDirectory::open(hf_dir);
-  return export_gguf(c, *dir, out, o);
+  if (o.vocabulary || !o.tokenizer.empty() || !has_tokenizer_files(hf_dir)) return export_gguf(c, *dir, out, o);
+  GgufExportOptions with_tokenizer = o;
+  with_tokenizer.tokenizer = hf_dir;
+  return export_gguf(c, *dir, out, with_tokenizer);
 }
 
 GgufExportReport export_gguf_from_checkpoint(const std::string& ckpt, const std::string& out,
@@ -198,6 +203,7 @@ GgufExportReport export_gguf(const LlamaConfig& c, TensorFile& weights, const st
   check_hf_checkpoint(c, weights);
   GgufExportReport r;
   r.architecture = c.model_type == "qwen2" ? "qwen2" : "llama";
+  if (!o.vocabulary) r.tokenizer = o.tokenizer;
   const gguf::Vocabulary vocab = vocabulary_for(c, o);
   const std::vector<Planned> tensors = plan(c, r.architecture == "llama", o.dtype);
   gguf::Writer w(out);

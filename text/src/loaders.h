@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "sentencepiece_backend.h"
 #include "tokenizer_config.h"
 #include "zeroshard/text/tokenizer.h"
 
@@ -13,6 +14,8 @@ namespace zeroshard::text::detail {
 std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& path, const TokenizerConfig& config);
 // SentencePiece model, a protobuf (sentencepiece_model.cpp).
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& path, const TokenizerConfig& config);
+// The SentencePiece library's view of the model at `path` (ConfigError when it is not one).
+std::unique_ptr<SentencePieceBackend> open_sentencepiece(const std::string& path);
 // tiktoken rank file: "base64-token rank" per line (tiktoken.cpp).
 std::unique_ptr<Tokenizer> load_tiktoken(const std::string& path, const TokenizerConfig& config);
 // Whether `head` (a file's first bytes) starts like a tiktoken rank file.

@@ -27,6 +27,9 @@ class SentencePieceBackend {
   virtual bool is_unknown(int id) const = 0;
   virtual bool is_byte(int id) const = 0;
   virtual bool is_unused(int id) const = 0;
+  virtual float score(int id) const = 0;
+  // The serialized ModelProto (its trainer_spec holds the model type).
+  virtual std::string serialized_model() const = 0;
   virtual int unk_id() const = 0;
   virtual int bos_id() const = 0;
   virtual int eos_id() const = 0;

@@ -57,9 +57,7 @@ OpenSentencePiece open_function(const std::string& model_path) {
 class SentencePieceTokenizer : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::string& path, const TokenizerConfig& config) : source_(path) {
-    std::string error;
-    sp_.reset(open_function(path)(path.c_str(), &error));
-    ZS_REQUIRE(sp_ != nullptr, ConfigError, path, ": not a SentencePiece model: ", error);
+    sp_ = open_sentencepiece(path);
     added_ = AddedVocabulary(special_tokens(config), nullptr);
     vocab_size_ = std::max(sp_->piece_size(), added_.max_id() + 1);
     bos_id_ = special_id(config, config.bos_token, "bos_token", sp_->bos_id());
@@ -223,6 +221,13 @@ class SentencePieceTokenizer : public Tokenizer {
 };
 
 }  // namespace
+
+std::unique_ptr<SentencePieceBackend> open_sentencepiece(const std::string& path) {
+  std::string error;
+  std::unique_ptr<SentencePieceBackend> sp(open_function(path)(path.c_str(), &error));
+  ZS_REQUIRE(sp != nullptr, ConfigError, path, ": not a SentencePiece model: ", error);
+  return sp;
+}
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& path, const TokenizerConfig& config) {
   return std::make_unique<SentencePieceTokenizer>(path, config);

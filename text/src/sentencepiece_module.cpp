@@ -32,6 +32,8 @@ class Backend : public SentencePieceBackend {
   bool is_unknown(int id) const override { return sp_.IsUnknown(id); }
   bool is_byte(int id) const override { return sp_.IsByte(id); }
   bool is_unused(int id) const override { return sp_.IsUnused(id); }
+  float score(int id) const override { return sp_.GetScore(id); }
+  std::string serialized_model() const override { return sp_.serialized_model_proto(); }
   int unk_id() const override { return sp_.unk_id(); }
   int bos_id() const override { return sp_.bos_id(); }
   int eos_id() const override { return sp_.eos_id(); }

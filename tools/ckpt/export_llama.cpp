@@ -57,13 +57,23 @@ void export_peft(const LlamaExportArgs& a) {
               r.alpha, targets.c_str());
 }
 
+// From a Hugging Face directory (its own tokenizer unless --tokenizer) or a checkpoint (LoRA merged;
+// the checkpoint records config.json's text but no tokenizer, so only --tokenizer gives one).
 void export_gguf(const LlamaExportArgs& a) {
   zm::GgufExportOptions o;
   o.dtype = zm::gguf_dtype_from_string(a.dtype.empty() ? "f32" : a.dtype);
-  const zm::GgufExportReport r = zm::export_gguf_from_checkpoint(a.path, a.out, o);
-  std::printf("wrote %s (GGUF, architecture %s, %s, LoRA merged): %lld tensors, %lld bytes\n", a.out.c_str(),
-              r.architecture.c_str(), a.dtype.empty() ? "f32" : a.dtype.c_str(), static_cast<long long>(r.tensors),
-              static_cast<long long>(r.bytes));
+  o.tokenizer = a.tokenizer;
+  const bool hf = is_hf_directory(a.path);
+  const zm::GgufExportReport r = hf ? zm::export_gguf(a.path, a.out, o) : zm::export_gguf_from_checkpoint(a.path, a.out, o);
+  if (r.tokenizer.empty()) {
+    std::fprintf(stderr, "zeroshard-ckpt: %s has no tokenizer.json or tokenizer.model%s: %s carries a byte-level "
+                 "vocabulary (ids 0-255 are bytes), not the model's tokenizer\n",
+                 a.path.c_str(), hf ? "" : " (pass --tokenizer DIR)", a.out.c_str());
+  }
+  std::printf("wrote %s (GGUF, architecture %s, %s%s): %lld tensors, %lld bytes\n", a.out.c_str(),
+              r.architecture.c_str(), a.dtype.empty() ? "f32" : a.dtype.c_str(), hf ? "" : ", LoRA merged",
+              static_cast<long long>(r.tensors), static_cast<long long>(r.bytes));
+  if (!r.tokenizer.empty()) std::printf("tokenizer from %s\n", r.tokenizer.c_str());
 }
 
 }  // namespace

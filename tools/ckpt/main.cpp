@@ -35,7 +35,6 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/config/config.h"
 #include "zeroshard/config/resolve.h"
-#include "zeroshard/models/gguf_export.h"
 #include "export_llama.h"
 
 namespace zs = zeroshard;
@@ -45,6 +44,7 @@ namespace {
 struct Args {
   std::string command, path, out, dtype, format, max_shard_size, base_model;
   bool merge_lora = false;
+  std::string tokenizer;
 };
 
 // One spelling per dtype, whichever a user wrote: fp32, bf16, fp16, q8_0 ("" stays "").
@@ -75,7 +75,7 @@ bool parse(int argc, char** argv, Args& a) {
       "  export HF_DIR|PATH OUT --format gguf\n"
       "                         a Hugging Face Llama-family directory (config.json + weights), or a checkpoint\n"
       "                         of such a model (LoRA merged), as one GGUF file for llama.cpp (--dtype\n"
-      "                         fp32, fp16 or q8_0)\n"
+      "                         fp32, fp16 or q8_0); embeds the directory's tokenizer, or --tokenizer DIR's\n"
       "  [mpirun -n N] export PATH OUT_DIR --format hf [--max-shard-size 5GB] [--merge-lora]\n"
       "                         a checkpoint of a Llama-family model as a Hugging Face directory (config.json,\n"
       "                         safetensors shards and their index; without --dtype the config's\n"
@@ -96,6 +96,8 @@ bool parse(int argc, char** argv, Args& a) {
   app.add_text("--max-shard-size", &a.max_shard_size, "--format hf: largest safetensors file (default 5GB)", "SIZE");
   app.add_text("--base-model", &a.base_model, "--format peft: base_model_name_or_path (default config.json's "
                "_name_or_path)", "NAME");
+  app.add_text("--tokenizer", &a.tokenizer, "--format gguf: the tokenizer to embed (a directory with "
+               "tokenizer.json or tokenizer.model; default: HF_DIR's own)", "DIR");
   app.add_flag("--merge-lora", &a.merge_lora,
                "export: fold LoRA adapters into their weights (W + B A alpha/r, the run's lora.*); safetensors only");
   app.then([&] {
@@ -115,6 +117,7 @@ bool parse(int argc, char** argv, Args& a) {
     }
     if (a.format != "hf" && !a.max_shard_size.empty()) app.fail("--max-shard-size applies to --format hf");
     if (a.format != "peft" && !a.base_model.empty()) app.fail("--base-model applies to --format peft");
+    if (a.format != "gguf" && !a.tokenizer.empty()) app.fail("--tokenizer applies to --format gguf");
     if (a.format == "peft" && a.merge_lora) app.fail("--merge-lora does not apply to --format peft (it writes the adapters)");
   });
   return app.parse(argc, argv);
@@ -144,21 +147,6 @@ double lora_scale_of(const std::string& path) {
   return lora.alpha / lora.rank;
 }
 
-// export HF_DIR OUT --format gguf
-int export_gguf(const Args& a, char* argv0) {
-  if (!zs_ckpt::is_hf_directory(a.path)) {
-    return zs_ckpt::export_llama(
-        {a.path, a.out, a.format, gguf_dtype_name(a.dtype), a.max_shard_size, a.base_model, a.merge_lora}, argv0);
-  }
-  zs::models::GgufExportOptions o;
-  const std::string dtype = gguf_dtype_name(a.dtype);
-  o.dtype = zs::models::gguf_dtype_from_string(dtype);
-  const zs::models::GgufExportReport r = zs::models::export_gguf(a.path, a.out, o);
-  std::printf("wrote %s (GGUF, architecture %s, %s): %lld tensors, %lld bytes\n", a.out.c_str(), r.architecture.c_str(),
-              dtype.c_str(), static_cast<long long>(r.tensors), static_cast<long long>(r.bytes));
-  return 0;
-}
-
 int run(const Args& a, char* argv0) {
   if (a.command == "info") {
     const std::string dir = zs::ckpt::resolve_checkpoint(a.path);
@@ -171,9 +159,10 @@ int run(const Args& a, char* argv0) {
     return 0;
   }
   const bool exporting = a.command == "export";
-  if (exporting && a.format == "gguf") return export_gguf(a, argv0);
-  if (exporting && (a.format == "hf" || a.format == "peft")) {
-    return zs_ckpt::export_llama({a.path, a.out, a.format, a.dtype, a.max_shard_size, a.base_model, a.merge_lora}, argv0);
+  if (exporting && (a.format == "gguf" || a.format == "hf" || a.format == "peft")) {
+    const std::string dtype = a.format == "gguf" ? gguf_dtype_name(a.dtype) : a.dtype;
+    return zs_ckpt::export_llama(
+        {a.path, a.out, a.format, dtype, a.max_shard_size, a.base_model, a.merge_lora, a.tokenizer}, argv0);
   }
   const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
   const bool safetensors = exporting && (a.format.empty() ? ends_with(a.out, ".safetensors") : a.format == "safetensors");

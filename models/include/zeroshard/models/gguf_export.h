@@ -17,8 +17,9 @@
 //
 //   zeroshard::models::export_gguf("Llama-3.2-1B", "model.gguf", {GgufDtype::kQ8_0});
 //
-// Errors: the checkpoint's (hf_checkpoint.h); UsageError for a vocabulary whose size differs from
-// the model's or a Q8_0 matrix whose rows are not a multiple of 32; IoError for the output file.
+// Errors: the checkpoint's (hf_checkpoint.h); the tokenizer's (gguf_vocabulary.h); UsageError for
+// a vocabulary whose size differs from the model's or a Q8_0 matrix whose rows are not a multiple
+// of 32; IoError for the output file.
 
 #include <optional>
 #include <string>
@@ -36,9 +37,12 @@ GgufDtype gguf_dtype_from_string(const std::string& s);
 
 struct GgufExportOptions {
   GgufDtype dtype = GgufDtype::kF32;
-  // The tokenizer to embed; by default gguf::byte_level_vocabulary(vocab_size) with the config's
-  // bos/eos ids.
+  // The tokenizer to embed. `vocabulary` when set; else `tokenizer` (a directory or file,
+  // gguf_vocabulary.h) when set; else the Hugging Face directory's own tokenizer.json or
+  // tokenizer.model when it has one; else gguf::byte_level_vocabulary(vocab_size) with the
+  // config's bos/eos ids (GgufExportReport::tokenizer is then empty).
   std::optional<gguf::Vocabulary> vocabulary;
+  std::string tokenizer;
   std::string name;  // general.name (default: the directory's name)
   LlamaConfigOptions config;
 };
@@ -47,6 +51,7 @@ struct GgufExportReport {
   int64_t tensors = 0;
   int64_t bytes = 0;
   std::string architecture;
+  std::string tokenizer;  // where the embedded tokenizer was read; empty for the byte-level vocabulary
 };
 
 GgufExportReport export_gguf(const std::string& hf_dir, const std::string& out, const GgufExportOptions& options = {});
