@@ -27,13 +27,16 @@ dest=${1:-.gpu-debs}
 # Headers, CMake files, static test libraries and the MPI/protoc tools (Depends not followed).
 direct=(
   libopenmpi-dev libprotobuf-dev liburing-dev libaio-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libcli11-dev
+  libpcre2-dev libutf8proc-dev libsentencepiece-dev libicu-dev  # tokenizers and chat templates (zs_text)
+  libpng-dev zlib1g-dev                                         # zeroshard-plot; gzip-compressed datasets
 )
 # Run-time packages: their dependency closure is resolved.
 runtime=(
   openmpi-bin openmpi-common libopenmpi3
   protobuf-compiler libprotoc32 libprotobuf32 libprotobuf-lite32
   liburing2 libaio1 libbenchmark1debian
+  libpcre2-8-0 libutf8proc2 libsentencepiece0 libicu72 libpng16-16 zlib1g
 )
 # Treated as present: never fetched, and nothing is fetched for their sake.
 skip=(libhwloc-plugins openssh-client)

@@ -77,6 +77,10 @@ if ((cuda)); then
   # The CUDA LibTorch comes from PyTorch's zip (docker/Dockerfile.cuda), NCCL from NVIDIA's repository.
   for i in "${!packages[@]}"; do [[ ${packages[i]} == libtorch-dev ]] && unset 'packages[i]'; done
   packages+=(libnccl2 libnccl-dev)
+elif ((!list_only)) && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  # Debian's LibTorch is CPU-only: say so instead of building a CPU-only zeroshard without a word.
+  echo "setup: note: this machine has an NVIDIA GPU, but this build is CPU-only (Debian's LibTorch);" \
+    "for the GPU path use --cuda with a CUDA LibTorch (docs/gpu.md, \"Build on a machine with NVIDIA GPUs\")"
 fi
 if ((list_only)); then
   printf '%s\n' "${packages[@]}"

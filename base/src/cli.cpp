@@ -208,6 +208,10 @@ void App::add_config_options() {
   app_->add_option("--config", config_file_unused_, "a config file: .textproto or .json (else $ZS_CONFIG)")
       ->type_name("FILE")
       ->group(group);
+  app_->add_option("--deepspeed", deepspeed_file_unused_,
+                   "a DeepSpeed ds_config.json, read as config keys (docs/deepspeed.md)")
+      ->type_name("FILE")
+      ->group(group);
   app_->add_option("--set", config_unused_, "one config key, e.g. --set train.steps=100 (repeatable)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false)

@@ -375,7 +375,7 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     } else {
       ZS_REQUIRE(*i + 1 < argc && argv[*i + 1] != nullptr && !starts_with(argv[*i + 1], "--"),
                  UsageError, flag,
-                 " needs a value: ", flag == "--config" ? "--config FILE" : "--set key=value");
+                 " needs a value: ", flag == "--set" ? "--set key=value" : flag + " FILE");
       value = argv[++*i];
     }
     ZS_REQUIRE(!value.empty(), UsageError, flag, " needs a non-empty value");
@@ -394,6 +394,11 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
                  path, "'); merge the files or use --set for single keys");
       config_seen = true;
       cl.config_path = path;
+    } else if (arg == "--deepspeed" || starts_with(arg, "--deepspeed=")) {
+      std::string path = take_value(&i, arg, "--deepspeed");
+      ZS_REQUIRE(cl.deepspeed_path.empty(), UsageError, "--deepspeed given twice ('", cl.deepspeed_path, "' and '",
+                 path, "')");
+      cl.deepspeed_path = path;
     } else if (arg == "--set" || starts_with(arg, "--set=")) {
       std::string assignment = take_value(&i, arg, "--set");
       ZS_REQUIRE(assignment.find('=') != std::string::npos, UsageError, "--set ", assignment,
@@ -412,6 +417,11 @@ std::string ConfigOrigin::of(const std::string& path) const {
   for (const std::string& a : overrides) {
     if (trim(a.substr(0, a.find('='))) == path) from = "--set " + a;
   }
+  for (auto it = from_deepspeed.rbegin(); from.empty() && it != from_deepspeed.rend(); ++it) {
+    if (trim(it->assignment.substr(0, it->assignment.find('='))) == path) {
+      from = "DeepSpeed config " + deepspeed_file + " (" + it->deepspeed_key + ")";
+    }
+  }
   if (from.empty() && path_is_set(from_file, path)) from = "config file " + file;
   return from.empty() ? "default" : from;
 }
@@ -420,6 +430,7 @@ std::vector<std::string> ConfigOrigin::set_keys() const {
   std::vector<std::string> keys;
   collect_set_paths(from_file, "", &keys);
   for (const std::string& a : overrides) keys.push_back(trim(a.substr(0, a.find('='))));
+  for (const DeepSpeedSetting& s : from_deepspeed) keys.push_back(trim(s.assignment.substr(0, s.assignment.find('='))));
   std::vector<std::string> ordered;
   for (const std::string& path : config_key_paths()) {
     if (std::find(keys.begin(), keys.end(), path) != keys.end()) ordered.push_back(path);
@@ -437,6 +448,11 @@ Config build_config(const CommandLine& cl, ConfigOrigin* origin_out) {
   if (!origin.file.empty()) origin.from_file = load_config_file(origin.file);
   origin.overrides = cl.overrides;
   Config cfg = origin.from_file;
+  if (!cl.deepspeed_path.empty()) {
+    origin.deepspeed_file = cl.deepspeed_path;
+    origin.from_deepspeed = load_deepspeed_config(cl.deepspeed_path);
+    for (const DeepSpeedSetting& s : origin.from_deepspeed) apply_override(cfg, s.assignment);
+  }
   for (const std::string& assignment : cl.overrides) apply_override(cfg, assignment);
 
   auto problems = check_config(cfg);

@@ -127,6 +127,7 @@ class App {
   std::vector<Pending> pending_;
   std::vector<std::string> rest_;
   std::string config_file_unused_;
+  std::string deepspeed_file_unused_;
   std::vector<std::string> config_unused_;
 };
 

@@ -4,7 +4,8 @@
 //   1. the schema defaults,
 //   2. a config file: `--config FILE`, or the environment variable ZS_CONFIG when no --config is
 //      given; text format (.textproto .txtpb .pbtxt .prototxt) or JSON (.json),
-//   3. `--set key=value` overrides, applied in command-line order,
+//   3. a DeepSpeed config: `--deepspeed ds_config.json` (deepspeed.h),
+//   4. `--set key=value` overrides, applied in command-line order,
 // then validated (ranges from the schema's zs_min/zs_max options, plus the rules between keys,
 // config_rules.cpp: the one place each is written). Unknown keys, wrong types and out-of-range
 // values are ConfigErrors naming the file or override, the dotted field path and the allowed
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "zeroshard.pb.h"
+#include "zeroshard/config/deepspeed.h"
 
 namespace zeroshard {
 
@@ -69,13 +71,15 @@ void validate_config(const Config& cfg);
 // The command line split into what the config layer consumes and everything else.
 struct CommandLine {
   std::string config_path;             // from --config FILE / --config=FILE; empty if none
+  std::string deepspeed_path;          // from --deepspeed FILE / --deepspeed=FILE; empty if none
   std::vector<std::string> overrides;  // from --set k=v / --set=k=v, in order
   std::vector<std::string> rest;       // all other arguments in order, argv[0] included
 };
 
-// Recognises `--config FILE`, `--config=FILE`, `--set KEY=VALUE`, `--set=KEY=VALUE` (repeatable);
+// Recognises `--config FILE`, `--config=FILE`, `--deepspeed FILE`, `--deepspeed=FILE`,
+// `--set KEY=VALUE`, `--set=KEY=VALUE` (repeatable);
 // everything else, and everything after a `--` argument (kept too), goes to `rest`. Throws
-// UsageError when --config/--set lacks its value, when --config is given twice, or when a --set
+// UsageError when --config/--deepspeed/--set lacks its value, when --config or --deepspeed is given twice, or when a --set
 // value has no '='.
 CommandLine parse_command_line(int argc, const char* const* argv);
 
@@ -83,16 +87,19 @@ CommandLine parse_command_line(int argc, const char* const* argv);
 struct ConfigOrigin {
   std::string file;                    // the config file read; empty when none
   Config from_file;                    // the file's own keys (proto2 presence: what it set)
+  std::string deepspeed_file;                 // the --deepspeed file; empty when none
+  std::vector<DeepSpeedSetting> from_deepspeed;  // what it set, in order
   std::vector<std::string> overrides;  // the --set assignments, in order
-  // "--set KEY=VALUE" (the last override of `path`), "config file FILE", or "default".
+  // "--set KEY=VALUE" (the last override of `path`), "DeepSpeed config FILE (its key)",
+  // "config file FILE", or "default".
   std::string of(const std::string& path) const;
   // The dotted paths of every key the file or an override set, in schema order (a list such as
   // optimizer.param_groups counts as one key).
   std::vector<std::string> set_keys() const;
 };
 
-// defaults -> file (cl.config_path, else $ZS_CONFIG if set and non-empty) -> cl.overrides in
-// order -> validate_config. Validation errors say where each bad value came from (the --set
+// defaults -> file (cl.config_path, else $ZS_CONFIG if set and non-empty) -> the DeepSpeed config
+// (cl.deepspeed_path) -> cl.overrides in order -> validate_config. Validation errors say where each bad value came from (the --set
 // override, the file, or the default). `origin` (may be null) receives where the values came from.
 Config build_config(const CommandLine& cl, ConfigOrigin* origin = nullptr);
 
