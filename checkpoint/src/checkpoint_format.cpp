@@ -191,10 +191,11 @@ Manifest read_manifest(const std::string& step_dir) {
   Manifest m;
   const std::string bytes = ss.str();
   ZS_REQUIRE(m.ParseFromString(bytes), CheckpointError, "'", path, "' does not parse as a zeroshard manifest");
-  check_manifest_crc(m, bytes, path);
+  // The version first: a newer format may checksum differently, and "upgrade" is the useful answer.
   ZS_REQUIRE(m.format_version() >= 1 && m.format_version() <= kFormatVersion, CheckpointError, "'", path,
              "' has checkpoint format version ", m.format_version(), "; this zeroshard reads versions 1..",
              kFormatVersion, m.format_version() > kFormatVersion ? " (written by a newer zeroshard: upgrade)" : "");
+  check_manifest_crc(m, bytes, path);
   check_manifest(m, path);
   return m;
 }

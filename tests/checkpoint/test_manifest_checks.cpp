@@ -13,7 +13,10 @@
 #include <functional>
 #include <sstream>
 
+#include <google/protobuf/unknown_field_set.h>
+
 #include "common/test_util.h"
+#include "zeroshard/base/crc32c.h"
 #include "engine/gpt_trainer.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/checkpoint/checkpoint_format.h"
@@ -57,9 +60,14 @@ class ManifestChecks : public ::testing::Test {
     st.step = 1;
     dir_ = ckpt.save(*opt, st);
     good_ = slurp(manifest());
+    good_rank_file_ = slurp(rank_file());
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
-  void TearDown() override { spit(manifest(), good_); }
+  void TearDown() override {
+    spit(manifest(), good_);
+    spit(rank_file(), good_rank_file_);
+  }
+  static std::string rank_file() { return dir_ + "/rank-0.zsr"; }
 
   static std::string manifest() { return dir_ + "/" + zs::ckpt::kManifestName; }
   static zs::ckpt::Manifest parsed() {
@@ -83,9 +91,9 @@ class ManifestChecks : public ::testing::Test {
     return "flat parameter 0 (unit '" + fe.unit() + "', '" + fe.name() + "'): ";
   }
 
-  static std::string root_, dir_, good_;
+  static std::string root_, dir_, good_, good_rank_file_;
 };
-std::string ManifestChecks::root_, ManifestChecks::dir_, ManifestChecks::good_;
+std::string ManifestChecks::root_, ManifestChecks::dir_, ManifestChecks::good_, ManifestChecks::good_rank_file_;
 
 TEST_F(ManifestChecks, IntactCheckpointConsolidates) {
   EXPECT_GT(zs::ckpt::consolidate(dir_, root_ + "/out.pt", at::kFloat).parameters, 0);
@@ -152,6 +160,50 @@ TEST_F(ManifestChecks, RankFileFields) {
             prefix() + "world_size 0 is not within [1, 1048576]");
   EXPECT_EQ(consolidate_error([](zs::ckpt::Manifest& m) { m.set_shard_group_size(2); }),
             prefix() + "shard_group_size 2 is not within [1, world size 1]");
+}
+
+// A rank file whose index (consistent with the manifest's checksums) puts a section outside the
+// data: refused when the file is opened. Before, the index was taken as it was: a section of 2^62
+// bytes was allocated whole by the readers of RNG and user sections (std::length_error or
+// bad_alloc, not a CheckpointError), and offset + bytes could overflow past the bounds check.
+TEST_F(ManifestChecks, SectionOutsideItsRankFile) {
+  zs::ckpt::Manifest m = parsed();
+  zs::ckpt::RankFile& rf = *m.mutable_rank_files(0);
+  const std::string bytes = good_rank_file_;
+  google::protobuf::UnknownFieldSet index;  // io's RankFileIndex, edited field by field
+  ASSERT_TRUE(index.ParseFromString(bytes.substr(static_cast<size_t>(rf.index_offset()))));
+  google::protobuf::UnknownFieldSet* section = nullptr;
+  google::protobuf::UnknownFieldSet parsed_section;
+  int at = -1;
+  for (int i = 0; i < index.field_count() && at < 0; ++i) {
+    if (index.field(i).number() == 3) at = i;  // the first section
+  }
+  ASSERT_GE(at, 0);
+  ASSERT_TRUE(parsed_section.ParseFromString(index.field(at).length_delimited()));
+  section = &parsed_section;
+  std::string name;
+  int64_t offset = 0;
+  for (int i = 0; i < section->field_count(); ++i) {
+    auto* f = section->mutable_field(i);
+    if (f->number() == 1) name = f->length_delimited();
+    if (f->number() == 4) offset = static_cast<int64_t>(f->varint());
+    if (f->number() == 5) f->set_varint(uint64_t{1} << 62);  // its bytes
+  }
+  ASSERT_FALSE(name.empty());
+  section->SerializeToString(index.mutable_field(at)->mutable_length_delimited());
+  std::string idx;
+  ASSERT_TRUE(index.SerializeToString(&idx));
+  spit(rank_file(), bytes.substr(0, static_cast<size_t>(rf.index_offset())) + idx);
+  rf.set_bytes(rf.index_offset() + static_cast<int64_t>(idx.size()));
+  rf.set_index_bytes(static_cast<int64_t>(idx.size()));
+  rf.set_index_crc32c(zs::crc32c(idx.data(), idx.size()));
+  rf.set_crc32c(zs::crc32c(idx.data(), idx.size(), zs::crc32c(bytes.data(), 16)));
+  spit(manifest(), zs::ckpt::manifest_bytes(m));
+  EXPECT_EQ(message_of(zs::test::error_text_of<zs::CheckpointError>(
+                [] { zs::ckpt::consolidate(dir_, root_ + "/out.pt", at::kFloat); })),
+            "checkpoint rank file '" + rank_file() + "': section '" + name + "' (" + std::to_string(uint64_t{1} << 62) +
+                " bytes at offset " + std::to_string(offset) + ") lies outside the data before the index at offset " +
+                std::to_string(rf.index_offset()));
 }
 
 // Export (safetensors) reads the same manifest: refused the same way.
