@@ -2,11 +2,15 @@
 // files (zeroshard-ckpt consolidate and export read sections into a flat buffer at
 // shard_rank x shard_numel), and a manifest with a flipped byte: each refused by read_manifest
 // with a CheckpointError naming the manifest, the flat parameter or rank file, and the field,
-// never a crash. Before these checks, a shard_rank of 1 at shard group size 1, a shard_numel twice
-// padded_numel or a parameter offset past its flat parameter's end wrote past the flat buffer (heap
-// overflow under consolidate); a numel above padded_numel and a shape not holding numel reached
-// LibTorch's narrow/view; an index offset past the file's end allocated the recorded size first;
-// and a flipped byte in a name was accepted (the manifest had no checksum). One rank, one save.
+// never a crash. Before these checks (the same edits, run against the earlier reader): a
+// shard_rank of 1 at group size 1 corrupted the heap under consolidate ("double free or
+// corruption", SIGABRT) and a shard_rank of 3 crashed export (SIGSEGV); a numel above padded_numel
+// and a world_size of 0 were accepted; a parameter outside its flat parameter or a shape not
+// holding its numel surfaced as LibTorch's narrow/view errors (c10::Error, not a CheckpointError);
+// a rank file name "../manifest.pb" was opened outside the checkpoint; a flipped byte in a
+// parameter name was accepted (no checksum). Shard sizes that do not make up padded_numel, an index
+// past the file's end and a section of 2^62 bytes were caught later by other checks, with
+// messages that did not name the manifest field. One rank, one save (about 2 s).
 
 #include <filesystem>
 #include <fstream>
@@ -163,9 +167,9 @@ TEST_F(ManifestChecks, RankFileFields) {
 }
 
 // A rank file whose index (consistent with the manifest's checksums) puts a section outside the
-// data: refused when the file is opened. Before, the index was taken as it was: a section of 2^62
-// bytes was allocated whole by the readers of RNG and user sections (std::length_error or
-// bad_alloc, not a CheckpointError), and offset + bytes could overflow past the bounds check.
+// data: refused when the file is opened. Before, the index was taken as it was: consolidate's
+// section size check caught this one, but the readers of RNG and user sections allocate a
+// section's recorded size whole, and offset + bytes could overflow past the bounds check.
 TEST_F(ManifestChecks, SectionOutsideItsRankFile) {
   zs::ckpt::Manifest m = parsed();
   zs::ckpt::RankFile& rf = *m.mutable_rank_files(0);
