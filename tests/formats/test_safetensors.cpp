@@ -186,11 +186,11 @@ TEST(Safetensors, ReaderErrors) {
 }
 
 // Headers whose fields would make a reader index outside the file or two tensors share bytes.
-// Before these checks: [2^32, 2^32] F32 with offsets [0, 0] was accepted (numel * 4 wrapped to 0);
-// shape entries and offsets of 1e300 or 0.5 converted to int64 without a check; a header length
-// above 100 MB was only refused when the file was smaller (a file that large was read into memory);
-// overlapping ranges, gaps, trailing bytes and end < begin went unnoticed (the last two asserted
-// here failed with other or no messages).
+// Before these checks (run against the earlier reader): [2^32, 2^32] F32 with offsets [0, 0]
+// (numel * 4 wrapped to 0), offsets of 1e300 or 0.5, overlapping ranges (either order), gaps and
+// trailing data bytes were all accepted; a header length over 100 MB was refused only because this
+// file is smaller (a file that large had its header read into memory whole); end < begin was
+// refused by the size check without saying the offsets were reversed.
 TEST(Safetensors, ReaderRefusesCraftedLayouts) {
   zs::test::TempDir dir;
   const std::string p = dir.file("crafted.safetensors");
