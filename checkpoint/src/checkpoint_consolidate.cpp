@@ -4,6 +4,8 @@
 #include <ATen/ops/empty.h>
 #include <torch/serialize/output-archive.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <functional>
 #include <map>
@@ -15,6 +17,7 @@
 #include "zeroshard/adapt/lora.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/formats/tensor_file.h"
+#include "zeroshard/io/replace_file.h"
 
 namespace zeroshard::ckpt {
 namespace {
@@ -134,10 +137,20 @@ ConsolidateStats consolidate(const std::string& ckpt_path, const std::string& ou
     ++stats.buffers;
   });
   tree.finish();
+  // Written under a temporary name beside it, synced, then renamed: a run that dies leaves the
+  // earlier file (or none), never a truncated one under the final name.
+  const std::string tmp = temp_name_for(out_path);
   try {
-    tree.archive.save_to(out_path);
+    tree.archive.save_to(tmp);
   } catch (const c10::Error& e) {
-    ZS_THROW(CheckpointError, "cannot write the consolidated model to '", out_path, "': ", e.what_without_backtrace());
+    ::unlink(tmp.c_str());
+    ZS_THROW(CheckpointError, "cannot write the consolidated model to '", tmp, "' (for '", out_path,
+             "'): ", e.what_without_backtrace());
+  }
+  try {
+    replace_with_temp(tmp, out_path);
+  } catch (const IoError& e) {
+    ZS_THROW(CheckpointError, "cannot put the consolidated model in place: ", e.message());
   }
   return stats;
 }

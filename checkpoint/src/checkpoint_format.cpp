@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard::ckpt {
@@ -67,6 +68,117 @@ std::unique_ptr<RankFileReader> open_rank_file(const std::string& dir, const Ran
 
 // ---- manifest and directories ----
 
+// ---- manifest checksum and field checks ----
+
+namespace {
+
+// Field 20 (manifest_crc32c), wire type 5 (fixed32): the tag 20 << 3 | 5 = 165 as a varint.
+constexpr unsigned char kCrcTag[2] = {0xa5, 0x01};
+constexpr size_t kCrcTrailer = sizeof(kCrcTag) + 4;
+
+uint32_t le32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return uint32_t{u[0]} | uint32_t{u[1]} << 8 | uint32_t{u[2]} << 16 | uint32_t{u[3]} << 24;
+}
+
+// The manifest's checksum, when it has one: the file must end with it, over all bytes before it.
+void check_manifest_crc(const Manifest& m, const std::string& bytes, const std::string& path) {
+  if (!m.has_manifest_crc32c()) return;  // written before manifests had one
+  const size_t n = bytes.size();
+  ZS_REQUIRE(n >= kCrcTrailer && std::memcmp(bytes.data() + n - kCrcTrailer, kCrcTag, sizeof(kCrcTag)) == 0 &&
+                 le32(bytes.data() + n - 4) == m.manifest_crc32c(),
+             CheckpointError, "'", path, "' is damaged: its CRC-32C field is not at its end");
+  const uint32_t crc = crc32c(bytes.data(), n - kCrcTrailer);
+  ZS_REQUIRE(crc == m.manifest_crc32c(), CheckpointError, "checksum mismatch in '", path, "': CRC-32C ", crc,
+             ", the manifest says ", m.manifest_crc32c(), "; the file was changed or damaged");
+}
+
+// a * b into `out`; false on overflow or a negative factor.
+bool product(int64_t a, int64_t b, int64_t& out) { return a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &out); }
+
+std::string flat_where(const FlatEntry& fe, int i) {
+  return "flat parameter " + std::to_string(i) + " (unit '" + fe.unit() + "', '" + fe.name() + "')";
+}
+
+// The product of `dims` into `numel`; false when a dimension is negative or it overflows.
+template <class Dims>
+bool shape_numel(const Dims& dims, int64_t& numel) {
+  numel = 1;
+  for (int64_t d : dims) {
+    if (!product(numel, d, numel)) return false;
+  }
+  return true;
+}
+
+void check_flat(const FlatEntry& fe, int i, int64_t group, const std::string& path) {
+  const std::string where = "'" + path + "': " + flat_where(fe, i) + ": ";
+  ZS_REQUIRE(fe.numel() >= 0 && fe.numel() <= fe.padded_numel(), CheckpointError, where, "numel ", fe.numel(),
+             " is not within [0, padded_numel ", fe.padded_numel(), "]");
+  int64_t whole = 0;
+  ZS_REQUIRE(product(fe.shard_numel(), group, whole) && whole == fe.padded_numel(), CheckpointError, where,
+             "shard_numel ", fe.shard_numel(), " x shard group size ", group, " is not padded_numel ", fe.padded_numel());
+  for (int j = 0; j < fe.params_size(); ++j) {
+    const ParamEntry& p = fe.params(j);
+    const std::string pw = where + "parameter '" + p.name() + "': ";
+    ZS_REQUIRE(p.offset() >= 0 && p.numel() >= 0 && p.numel() <= fe.numel() - p.offset(), CheckpointError, pw,
+               "offset ", p.offset(), " + numel ", p.numel(), " is not within the flat parameter's numel ", fe.numel());
+    int64_t n = 0;
+    ZS_REQUIRE(shape_numel(p.shape(), n) && n == p.numel(), CheckpointError, pw, "its shape does not hold numel ",
+               p.numel(), " elements");
+  }
+}
+
+void check_rank_files(const Manifest& m, const std::string& path) {
+  std::vector<bool> shard_seen(static_cast<size_t>(m.shard_group_size()), false);
+  std::vector<bool> rank_seen(static_cast<size_t>(m.world_size()), false);
+  for (const RankFile& rf : m.rank_files()) {
+    const std::string where = "'" + path + "': rank file '" + rf.file() + "': ";
+    ZS_REQUIRE(!rf.file().empty() && rf.file().find('/') == std::string::npos && rf.file() != "." && rf.file() != "..",
+               CheckpointError, where, "the file name is not a name inside the checkpoint directory");
+    ZS_REQUIRE(rf.rank() >= 0 && rf.rank() < m.world_size() && !rank_seen[static_cast<size_t>(rf.rank())],
+               CheckpointError, where, "rank ", rf.rank(), " is outside [0, world size ", m.world_size(),
+               ") or listed twice");
+    rank_seen[static_cast<size_t>(rf.rank())] = true;
+    ZS_REQUIRE(rf.bytes() >= 0 && rf.index_offset() >= 16 && rf.index_bytes() >= 0 &&
+                   rf.index_offset() <= rf.bytes() && rf.index_bytes() <= rf.bytes() - rf.index_offset(),
+               CheckpointError, where, "its index (", rf.index_bytes(), " bytes at offset ", rf.index_offset(),
+               ") lies outside its ", rf.bytes(), " bytes");
+    if (!rf.holds_shards()) continue;
+    ZS_REQUIRE(rf.shard_rank() >= 0 && rf.shard_rank() < m.shard_group_size() &&
+                   !shard_seen[static_cast<size_t>(rf.shard_rank())],
+               CheckpointError, where, "shard_rank ", rf.shard_rank(), " is outside [0, shard group size ",
+               m.shard_group_size(), ") or held by two files");
+    shard_seen[static_cast<size_t>(rf.shard_rank())] = true;
+  }
+}
+
+}  // namespace
+
+std::string manifest_bytes(Manifest m) {
+  m.clear_manifest_crc32c();
+  std::string bytes = m.SerializeAsString();
+  const uint32_t crc = crc32c(bytes.data(), bytes.size());
+  bytes.append(reinterpret_cast<const char*>(kCrcTag), sizeof(kCrcTag));
+  for (int i = 0; i < 4; ++i) bytes += static_cast<char>((crc >> (8 * i)) & 0xff);
+  return bytes;
+}
+
+void check_manifest(const Manifest& m, const std::string& path) {
+  // Bounded so that the per-rank tables below stay small whatever the file says.
+  constexpr int kMaxRanks = 1 << 20;
+  ZS_REQUIRE(m.world_size() >= 1 && m.world_size() <= kMaxRanks, CheckpointError, "'", path, "': world_size ",
+             m.world_size(), " is not within [1, ", kMaxRanks, "]");
+  ZS_REQUIRE(m.shard_group_size() >= 1 && m.shard_group_size() <= m.world_size(), CheckpointError, "'", path,
+             "': shard_group_size ", m.shard_group_size(), " is not within [1, world size ", m.world_size(), "]");
+  for (int i = 0; i < m.flats_size(); ++i) check_flat(m.flats(i), i, m.shard_group_size(), path);
+  for (const BufferEntry& b : m.buffers()) {
+    int64_t n = 0;
+    ZS_REQUIRE(shape_numel(b.shape(), n) && n <= (int64_t{1} << 56), CheckpointError, "'", path, "': buffer '", b.name(),
+               "': its shape has a negative dimension or too many elements");
+  }
+  check_rank_files(m, path);
+}
+
 Manifest read_manifest(const std::string& step_dir) {
   ZS_REQUIRE(is_dir(step_dir), CheckpointError, "'", step_dir, "' is not a checkpoint: ",
              exists(step_dir) ? "not a directory" : "it does not exist");
@@ -77,10 +189,14 @@ Manifest read_manifest(const std::string& step_dir) {
   std::stringstream ss;
   ss << in.rdbuf();
   Manifest m;
-  ZS_REQUIRE(m.ParseFromString(ss.str()), CheckpointError, "'", path, "' does not parse as a zeroshard manifest");
+  const std::string bytes = ss.str();
+  ZS_REQUIRE(m.ParseFromString(bytes), CheckpointError, "'", path, "' does not parse as a zeroshard manifest");
+  // The version first: a newer format may checksum differently, and "upgrade" is the useful answer.
   ZS_REQUIRE(m.format_version() >= 1 && m.format_version() <= kFormatVersion, CheckpointError, "'", path,
              "' has checkpoint format version ", m.format_version(), "; this zeroshard reads versions 1..",
              kFormatVersion, m.format_version() > kFormatVersion ? " (written by a newer zeroshard: upgrade)" : "");
+  check_manifest_crc(m, bytes, path);
+  check_manifest(m, path);
   return m;
 }
 

@@ -352,7 +352,7 @@ void Checkpointer::Impl::commit(const Snapshot& s, const std::string& root, cons
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   const auto saved = ckpt::list_checkpoints_by_save(root);
   m.set_save_sequence(saved.empty() ? 1 : std::max<int64_t>(saved.back().sequence, 0) + 1);
-  write_file_atomic(*io, tmp, ckpt::kManifestName, m.SerializeAsString());
+  write_file_atomic(*io, tmp, ckpt::kManifestName, ckpt::manifest_bytes(m));
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {  // the same step saved again: replace it
     replace_checkpoint(root, tmp, final_dir, s.step);

@@ -261,6 +261,28 @@ void PickleMachine::step(uint8_t op) {
 
 }  // namespace
 
+PickleValue::~PickleValue() {
+  std::vector<PickleRef> pending;
+  auto take_children = [&pending](PickleValue& v) {
+    for (PickleRef& i : v.items) pending.push_back(std::move(i));
+    for (auto& [k, x] : v.entries) {
+      pending.push_back(std::move(k));
+      pending.push_back(std::move(x));
+    }
+    if (v.state) pending.push_back(std::move(v.state));
+    v.items.clear();
+    v.entries.clear();
+  };
+  take_children(*this);
+  while (!pending.empty()) {
+    PickleRef v = std::move(pending.back());
+    pending.pop_back();
+    // The last owner: empty it first, so that its destructor (at the end of this scope) has nothing
+    // left to free. Values are not shared across threads, so the count is exact.
+    if (v && v.use_count() == 1) take_children(*v);
+  }
+}
+
 PickleRef read_pickle(const std::string& bytes, const std::string& where) {
   return PickleMachine(bytes, where).run();
 }

@@ -35,6 +35,13 @@ struct PickleValue {
   PickleRef state;
 
   bool is(Kind k) const { return kind == k; }
+
+  PickleValue() = default;
+  PickleValue(const PickleValue&) = default;
+  PickleValue& operator=(const PickleValue&) = default;
+  // Frees the values only this one holds without recursion: a pickle of a few MB can nest a
+  // million lists, which a recursive destructor would overflow the stack on.
+  ~PickleValue();
 };
 
 // Parses `bytes` (a whole pickle) up to its STOP and returns the value it leaves. `where` names it

@@ -28,6 +28,22 @@ constexpr DtypeName kDtypes[] = {
     {"I32", c10::kInt},   {"I16", c10::kShort},     {"I8", c10::kChar},   {"U8", c10::kByte},    {"BOOL", c10::kBool},
 };
 
+// The largest JSON header read (the format's reference reader has the same bound): a length field
+// beyond it is damage or a crafted file, not a model.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// A JSON number that is a whole number in [0, 2^53] (exactly representable, and far from int64's
+// end, so that it converts without overflow).
+bool whole(const JsonValue& v) {
+  return v.is_number() && v.number >= 0 && v.number <= 9007199254740992.0 && v.number == static_cast<double>(static_cast<int64_t>(v.number));
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 // The "zeroshard.aliases" metadata: "name=target;name=target".
 std::map<std::string, std::string> parse_aliases(const std::string& text) {
   std::map<std::string, std::string> out;
@@ -93,6 +109,10 @@ class SafetensorsFile final : public TensorFile {
     detail::pread_exact(fd_, lenb, 8, 0, path_, "the header length");
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i) len = (len << 8) | lenb[i];
+    if (len > kMaxHeaderBytes) {
+      bad("the header length " + std::to_string(len) + " is over the limit of " + std::to_string(kMaxHeaderBytes) +
+          " bytes");
+    }
     if (len > static_cast<uint64_t>(size - 8)) {
       bad("the header length " + std::to_string(len) + " runs past the end of the file (" + std::to_string(size) +
           " bytes): the file is truncated or not safetensors");
@@ -119,6 +139,36 @@ class SafetensorsFile final : public TensorFile {
       }
       infos_.push_back(entry(name, v, data_bytes));
     }
+    check_layout(data_bytes);
+  }
+
+  // The tensors' byte ranges, in offset order, must tile the data section exactly: no overlap (two
+  // names reading each other's bytes), no gap, nothing after the last tensor.
+  void check_layout(int64_t data_bytes) const {
+    std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> spans;
+    for (const TensorInfo& t : infos_) {
+      const int64_t begin = offsets_.at(t.name);
+      spans.push_back({{begin, begin + nbytes_.at(t.name)}, t.name});
+    }
+    std::sort(spans.begin(), spans.end());
+    int64_t covered = 0;
+    std::string previous;
+    for (const auto& [span, name] : spans) {
+      if (span.first < covered) {
+        bad("tensor '" + name + "' at data bytes [" + std::to_string(span.first) + ", " + std::to_string(span.second) +
+            ") overlaps tensor '" + previous + "', which ends at " + std::to_string(covered));
+      }
+      if (span.first > covered) {
+        bad("data bytes [" + std::to_string(covered) + ", " + std::to_string(span.first) + ") belong to no tensor" +
+            (previous.empty() ? std::string() : " (after tensor '" + previous + "')"));
+      }
+      covered = span.second;
+      previous = name;
+    }
+    if (covered != data_bytes) {
+      bad("the tensors end at data byte " + std::to_string(covered) + " but the file holds " +
+          std::to_string(data_bytes) + " data bytes after the header");
+    }
   }
 
   TensorInfo entry(const std::string& name, const JsonValue& v, int64_t data_bytes) {
@@ -138,17 +188,25 @@ class SafetensorsFile final : public TensorFile {
       if (dtype->string == d.name) info.dtype = d.type, known = true;
     }
     if (!known) bad("tensor '" + name + "' has dtype '" + dtype->string + "', which zeroshard does not read");
+    int64_t want = static_cast<int64_t>(c10::elementSize(info.dtype));  // the tensor's bytes, checked for overflow
     for (const JsonValue& d : shape->items) {
-      if (!d.is_number() || d.number < 0 || d.number != static_cast<double>(static_cast<int64_t>(d.number))) {
-        bad("tensor '" + name + "' has a shape entry that is not a whole number >= 0");
-      }
+      if (!whole(d)) bad("tensor '" + name + "' has a shape entry that is not a whole number >= 0");
       info.shape.push_back(static_cast<int64_t>(d.number));
     }
+    for (int64_t d : info.shape) {
+      if (__builtin_mul_overflow(want, d, &want)) {
+        bad("tensor '" + name + "' has shape " + shape_text(info.shape) + ", whose " + dtype->string +
+            " byte size overflows 64 bits");
+      }
+    }
     for (const JsonValue& o : offs->items) {
-      if (!o.is_number() || o.number < 0) bad("tensor '" + name + "' has a negative or non-numeric data offset");
+      if (!whole(o)) bad("tensor '" + name + "' has a data offset that is not a whole number >= 0");
     }
     const auto begin = static_cast<int64_t>(offs->items[0].number), end = static_cast<int64_t>(offs->items[1].number);
-    const int64_t want = info.numel() * static_cast<int64_t>(c10::elementSize(info.dtype));
+    if (end < begin) {
+      bad("tensor '" + name + "' has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+          "] that end before they begin");
+    }
     if (end - begin != want) {
       bad("tensor '" + name + "' spans bytes [" + std::to_string(begin) + ", " + std::to_string(end) + ") but its " +
           dtype->string + " shape needs " + std::to_string(want) + " bytes");
@@ -156,6 +214,7 @@ class SafetensorsFile final : public TensorFile {
     ZS_REQUIRE(end <= data_bytes, IoError, "safetensors file '", path_, "' is truncated: tensor '", name,
                "' ends at data byte ", end, " but the file holds ", data_bytes, " data bytes");
     offsets_[name] = begin;
+    nbytes_[name] = want;
     return info;
   }
 
@@ -164,6 +223,7 @@ class SafetensorsFile final : public TensorFile {
   int64_t data_start_ = 0;
   std::vector<TensorInfo> infos_;
   std::map<std::string, int64_t> offsets_;
+  std::map<std::string, int64_t> nbytes_;
   std::map<std::string, std::string> metadata_;
 };
 
@@ -289,8 +349,9 @@ void SafetensorsWriter::finish() {
                "' was declared but never written");
   }
   ZS_CHECK_ERRNO(::fsync(fd_), "fsync of '", tmp_, "'");
-  ZS_CHECK_ERRNO(::close(fd_), "close of '", tmp_, "'");
-  fd_ = -1;
+  const int fd = fd_;
+  fd_ = -1;  // closed below even when close() reports an error: never closed twice (the number may be reused)
+  ZS_CHECK_ERRNO(::close(fd), "close of '", tmp_, "'");
   ZS_CHECK_ERRNO(::rename(tmp_.c_str(), path_.c_str()), "rename of '", tmp_, "' to '", path_, "'");
   finished_ = true;
   sync_directory_of(path_);

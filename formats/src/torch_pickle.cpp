@@ -3,6 +3,7 @@
 #include "torch_pickle.h"
 
 #include <set>
+#include <unordered_map>
 
 #include "zeroshard/base/error.h"
 
@@ -35,39 +36,83 @@ bool is_passthrough_call(const PickleValue& v) {
 
 std::string join(const std::string& prefix, const std::string& key) { return prefix.empty() ? key : prefix + "." + key; }
 
+// Containers nested deeper than this are refused: no torch file comes near it, and the walk
+// recurses once per level.
+constexpr int kMaxDepth = 1000;
+// More tensor names than this are refused: a container shared under many paths (the memo lets a
+// ~1 KB pickle reach one list 2^64 ways) would otherwise name its tensors without end.
+constexpr size_t kMaxNames = size_t{1} << 20;
+
 class TensorWalk {
  public:
   TensorWalk(std::string record_dir, const std::string& where) : record_dir_(std::move(record_dir)), where_(where) {}
 
-  void walk(const PickleRef& v, const std::string& name) {
+  // Each container is walked once: reached again (the memo shares it), the tensors found under it
+  // the first time are named again under the new path, so the walk is linear in the pickle's
+  // values plus the names it produces.
+  void walk(const PickleRef& v, const std::string& name, int depth = 0) {
+    if (is_tensor_call(*v)) return emit(tensor(*v, name));
+    if (!v->is(Kind::kObject) && !v->is(Kind::kDict) && !v->is(Kind::kList) && !v->is(Kind::kTuple)) return;
+    if (depth >= kMaxDepth) {
+      ZS_THROW(IoError, where_, ": values nested deeper than ", kMaxDepth, " containers (at '", name,
+               "'): not a file torch writes");
+    }
+    if (auto it = found_.find(v.get()); it != found_.end()) {
+      if (out.size() + it->second.size() > kMaxNames) too_many_names(name);
+      for (const auto& [suffix, index] : it->second) rename(index, name, suffix);
+      return;
+    }
     if (!on_path_.insert(v.get()).second) return;  // a cycle (an object holding itself)
-    if (is_tensor_call(*v)) out.push_back(tensor(*v, name));
-    else if (is_passthrough_call(*v)) walk(v->items[0], name);
-    else if (v->is(Kind::kObject)) object(*v, name);
-    else if (v->is(Kind::kDict)) entries(*v, name);
-    else if (v->is(Kind::kList) || v->is(Kind::kTuple)) items(*v, name);
+    const size_t first = out.size();
+    if (is_passthrough_call(*v)) walk(v->items[0], name, depth + 1);
+    else if (v->is(Kind::kObject)) object(*v, name, depth + 1);
+    else if (v->is(Kind::kDict)) entries(*v, name, depth + 1);
+    else items(*v, name, depth + 1);
     on_path_.erase(v.get());
+    auto& found = found_[v.get()];
+    for (size_t i = first; i < out.size(); ++i) found.emplace_back(suffix_of(out[i].name, name), i);
   }
 
   std::vector<PickledTensor> out;
 
  private:
-  void object(const PickleValue& v, const std::string& name) {
+  void emit(PickledTensor t) {
+    if (out.size() >= kMaxNames) too_many_names(t.name);
+    out.push_back(std::move(t));
+  }
+  [[noreturn]] void too_many_names(const std::string& at) const {
+    ZS_THROW(IoError, where_, ": more than ", kMaxNames, " tensor names (containers shared under too many paths, at '",
+             at, "'): not a file torch writes");
+  }
+  // out[index] again, named `name` + `suffix` (see suffix_of).
+  void rename(size_t index, const std::string& name, const std::string& suffix) {
+    PickledTensor t = out[index];
+    t.name = name.empty() ? (suffix.empty() ? suffix : suffix.substr(1)) : name + suffix;
+    emit(std::move(t));
+  }
+  // What `full` adds to the container's `name`, as if the name were not empty: "" or ".a.b".
+  static std::string suffix_of(const std::string& full, const std::string& name) {
+    if (name.empty()) return full.empty() ? full : "." + full;
+    return full.substr(name.size());
+  }
+
+ private:
+  void object(const PickleValue& v, const std::string& name, int depth) {
     if (v.text.rfind("torch._utils._rebuild_", 0) == 0) {
       ZS_THROW(IoError, where_, ": tensor '", name, "' is rebuilt by ", v.text,
                ", which zeroshard does not read (only dense tensors: _rebuild_tensor_v2, _rebuild_parameter)");
     }
-    if (v.state) walk(v.state, name);
-    entries(v, name);
+    if (v.state) walk(v.state, name, depth);
+    entries(v, name, depth);
   }
-  void entries(const PickleValue& v, const std::string& name) {
+  void entries(const PickleValue& v, const std::string& name, int depth) {
     for (const auto& [key, value] : v.entries) {
-      if (key->is(Kind::kString)) walk(value, join(name, key->text));
-      else if (key->is(Kind::kInt)) walk(value, join(name, std::to_string(key->integer)));
+      if (key->is(Kind::kString)) walk(value, join(name, key->text), depth);
+      else if (key->is(Kind::kInt)) walk(value, join(name, std::to_string(key->integer)), depth);
     }
   }
-  void items(const PickleValue& v, const std::string& name) {
-    for (size_t i = 0; i < v.items.size(); ++i) walk(v.items[i], join(name, std::to_string(i)));
+  void items(const PickleValue& v, const std::string& name, int depth) {
+    for (size_t i = 0; i < v.items.size(); ++i) walk(v.items[i], join(name, std::to_string(i)), depth);
   }
 
   [[noreturn]] void bad(const std::string& name, const std::string& what) const {
@@ -114,6 +159,8 @@ class TensorWalk {
   std::string record_dir_;
   const std::string& where_;
   std::set<const PickleValue*> on_path_;
+  // The containers walked so far: their tensors as (name suffix, index into out).
+  std::unordered_map<const PickleValue*, std::vector<std::pair<std::string, size_t>>> found_;
 };
 
 }  // namespace

@@ -124,6 +124,10 @@ RankFileReader::RankFileReader(std::string path, const RankFileRecord& expected,
   read_at(magic, 16, 0);
   ZS_REQUIRE(std::memcmp(magic, kRankFileMagic, 16) == 0, CheckpointError, "'", path_,
              "' is not a zeroshard rank file (bad magic)");
+  ZS_REQUIRE(expected.index_offset >= 16 && expected.index_bytes >= 0 && expected.index_offset <= size &&
+                 expected.index_bytes <= size - expected.index_offset,
+             CheckpointError, "checkpoint rank file '", path_, "': its index (", expected.index_bytes,
+             " bytes at offset ", expected.index_offset, ") lies outside its ", size, " bytes");
   std::string idx(static_cast<size_t>(expected.index_bytes), '\0');
   read_at(idx.data(), expected.index_bytes, expected.index_offset);
   const uint32_t crc = crc32c(idx.data(), idx.size());
@@ -135,6 +139,12 @@ RankFileReader::RankFileReader(std::string path, const RankFileRecord& expected,
   rank_ = index.rank();
   shard_rank_ = index.shard_rank();
   for (const io::RankFileSection& p : index.sections()) {
+    // Between the magic and the index, like every section the writer makes.
+    ZS_REQUIRE(p.offset() >= 16 && p.bytes() >= 0 && p.offset() <= expected.index_offset &&
+                   p.bytes() <= expected.index_offset - p.offset(),
+               CheckpointError, "checkpoint rank file '", path_, "': section '", p.name(), "' (", p.bytes(),
+               " bytes at offset ", p.offset(), ") lies outside the data before the index at offset ",
+               expected.index_offset);
     sections_.push_back({p.name(), p.dtype(), std::vector<int64_t>(p.shape().begin(), p.shape().end()), p.offset(),
                          p.bytes(), p.crc32c()});
   }
@@ -143,7 +153,7 @@ RankFileReader::RankFileReader(std::string path, const RankFileRecord& expected,
 RankFileReader::~RankFileReader() = default;
 
 void RankFileReader::read_at(void* dst, int64_t bytes, int64_t offset) const {
-  ZS_REQUIRE(offset >= 0 && bytes >= 0 && offset + bytes <= expected_.bytes, CheckpointError, "checkpoint file '",
+  ZS_REQUIRE(offset >= 0 && bytes >= 0 && offset <= expected_.bytes && bytes <= expected_.bytes - offset, CheckpointError, "checkpoint file '",
              path_, "' is truncated: it ends before offset ", offset + bytes, " (", bytes, " bytes at offset ", offset,
              " expected)");
   as_checkpoint_error([&] { io_->wait(io_->submit_read(*file_, dst, bytes, offset)); });
@@ -172,7 +182,7 @@ void RankFileReader::read(const RankFileSection& s, void* dst) const {
 }
 
 void RankFileReader::read_part(const RankFileSection& s, int64_t begin, int64_t bytes, void* dst) const {
-  ZS_REQUIRE(begin >= 0 && bytes >= 0 && begin + bytes <= s.bytes, CheckpointError, "'", path_, "', section '", s.name,
+  ZS_REQUIRE(begin >= 0 && bytes >= 0 && begin <= s.bytes && bytes <= s.bytes - begin, CheckpointError, "'", path_, "', section '", s.name,
              "': bytes [", begin, ", ", begin + bytes, ") lie outside its ", s.bytes, " bytes");
   read_at(dst, bytes, s.offset + begin);
 }

@@ -11,6 +11,8 @@
 #include <torch/library.h>
 #include <torch/nn/module.h>
 
+#include <unistd.h>
+
 #include <exception>
 #include <mutex>
 #include <unordered_map>
@@ -20,6 +22,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/engine/activation_checkpoint.h"
 #include "zeroshard/engine/unit.h"
+#include "zeroshard/io/replace_file.h"
 
 namespace zeroshard {
 namespace detail {
@@ -278,11 +281,16 @@ void TorchScriptModel::save(const std::map<std::string, at::Tensor>& state, cons
   };
   for (const auto& p : fresh.named_parameters()) put(p.name, p.value, "parameter");
   for (const auto& b : fresh.named_buffers()) put(b.name, b.value, "buffer");
+  // Under a temporary name, then renamed: a run that dies while saving leaves no truncated module.
+  const std::string tmp = temp_name_for(out_path);
   try {
-    fresh.save(out_path);
+    fresh.save(tmp);
   } catch (const c10::Error& e) {
-    ZS_THROW(IoError, "cannot write the trained TorchScript module to '", out_path, "': ", e.what_without_backtrace());
+    ::unlink(tmp.c_str());
+    ZS_THROW(IoError, "cannot write the trained TorchScript module to '", tmp, "' (for '", out_path,
+             "'): ", e.what_without_backtrace());
   }
+  replace_with_temp(tmp, out_path);
 }
 
 }  // namespace zeroshard

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/io/reserve_space.h"
 
 namespace zeroshard::detail {
 
@@ -19,9 +20,9 @@ NvmeShardFiles::NvmeShardFiles(const std::string& dir, size_t index, const std::
     paths[g] = dir + "/" + std::to_string(index) + "-" + offload_file_stem(unit) + ".state." + std::to_string(g);
     files[g] = std::make_unique<AioFile>(paths[g], AioFile::kReadWrite | AioFile::kCreate | AioFile::kTruncate, direct);
     // Reserve the space now, so a disk too small for the state fails here, before training,
-    // rather than in the middle of a step (filesystems without fallocate skip this).
-    const int rc = ::posix_fallocate(files[g]->fd(), 0, chunks * record_bytes);
-    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+    // rather than in the middle of a step (filesystems without fallocate: their free space is checked).
+    const int rc = reserve_space(files[g]->fd(), chunks * record_bytes, paths[g]);
+    if (rc != 0) {
       ZS_THROW(IoError, "cannot reserve ", chunks * record_bytes, " bytes for '", paths[g],
                "' (offload state of unit '", unit, "'): ", errno_string(rc),
                rc == ENOSPC ? " - the drive under offload.nvme_path is too small for the optimizer state" : "");

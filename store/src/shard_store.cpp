@@ -17,6 +17,7 @@
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/offload_dir.h"
 #include "zeroshard/io/pinned_pool.h"
+#include "zeroshard/io/reserve_space.h"
 
 namespace zeroshard {
 
@@ -222,8 +223,8 @@ int ShardStore::add(const std::string& unit, int64_t numel) {
     s.file = std::make_unique<AioFile>(s.path, AioFile::kReadWrite | AioFile::kCreate | AioFile::kTruncate,
                                        impl_->o.direct_io);
     // Reserve the space now: a drive too small for the parameters fails here, at wrap time.
-    const int rc = ::posix_fallocate(s.file->fd(), 0, s.file_bytes);
-    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+    const int rc = reserve_space(s.file->fd(), s.file_bytes, s.path);
+    if (rc != 0) {
       ZS_THROW(IoError, "cannot reserve ", s.file_bytes, " bytes for '", s.path, "' (", impl_->what, " shard of unit '",
                unit, "', rank ", impl_->rank, "): ", detail::errno_string(rc),
                rc == ENOSPC ? std::string(" - the drive under offload.nvme_path is too small for the ") + impl_->what +

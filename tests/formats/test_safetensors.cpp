@@ -185,4 +185,52 @@ TEST(Safetensors, ReaderErrors) {
   EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(p); }), "is not a tensor file zeroshard reads");
 }
 
+// Headers whose fields would make a reader index outside the file or two tensors share bytes.
+// Before these checks (run against the earlier reader): [2^32, 2^32] F32 with offsets [0, 0]
+// (numel * 4 wrapped to 0), offsets of 1e300 or 0.5, overlapping ranges (either order), gaps and
+// trailing data bytes were all accepted; a header length over 100 MB was refused only because this
+// file is smaller (a file that large had its header read into memory whole); end < begin was
+// refused by the size check without saying the offsets were reversed.
+TEST(Safetensors, ReaderRefusesCraftedLayouts) {
+  zs::test::TempDir dir;
+  const std::string p = dir.file("crafted.safetensors");
+  auto error = [&](const std::string& header, const std::string& data, int64_t len = -1) {
+    write_safetensors(p, header, data, len);
+    return error_of<zs::IoError>([&] { zs::open_tensor_file(p); });
+  };
+  const std::string prefix = "'" + p + "' is not a valid safetensors file: ";
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),
+                  prefix + "tensor 'w' has shape [4294967296, 4294967296], whose F32 byte size overflows 64 bits");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"U8","shape":[1e300],"data_offsets":[0,0]}})", ""),
+                  prefix + "tensor 'w' has a shape entry that is not a whole number >= 0");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[1e300,1e300]}})", ""),
+                  prefix + "tensor 'w' has a data offset that is not a whole number >= 0");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[0.5,0.5]}})", ""),
+                  prefix + "tensor 'w' has a data offset that is not a whole number >= 0");
+  // The header length is bounded before anything is allocated: the file needs not be that large.
+  EXPECT_CONTAINS(error("{}", "", 100'000'001),
+                  prefix + "the header length 100000001 is over the limit of 100000000 bytes");
+  EXPECT_CONTAINS(error(R"({"w":{"dtype":"U8","shape":[0],"data_offsets":[8,4]}})", std::string(8, '\0')),
+                  prefix + "tensor 'w' has data_offsets [8, 4] that end before they begin");
+  // b overlaps a (either order in the header: the check sorts by offset).
+  EXPECT_CONTAINS(error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", std::string(12, '\0')),
+                  prefix + "tensor 'b' at data bytes [4, 12) overlaps tensor 'a', which ends at 8");
+  EXPECT_CONTAINS(error(R"({"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                        R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", std::string(8, '\0')),
+                  prefix + "tensor 'b' at data bytes [0, 8) overlaps tensor 'a', which ends at 8");
+  EXPECT_CONTAINS(error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", std::string(8, '\0')),
+                  prefix + "data bytes [0, 4) belong to no tensor");
+  EXPECT_CONTAINS(error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                        R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", std::string(12, '\0')),
+                  prefix + "data bytes [4, 8) belong to no tensor (after tensor 'a')");
+  EXPECT_CONTAINS(error(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", std::string(12, '\0')),
+                  prefix + "the tensors end at data byte 4 but the file holds 12 data bytes after the header");
+  // Out of header order but tiling the data exactly, with an empty tensor between: fine.
+  write_safetensors(p, R"({"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"e":{"dtype":"F32","shape":[0],)"
+                       R"("data_offsets":[4,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                    std::string(8, '\0'));
+  EXPECT_EQ(zs::open_tensor_file(p)->tensors().size(), 3u);
+}
+
 }  // namespace

@@ -334,4 +334,80 @@ TEST(TorchZipErrors, BigEndianCompressedAndBadPickles) {
                   "does not read");
 }
 
+// Pickles that reach one value many ways or nest without end; each must end quickly (ctest's
+// timeout bounds it) with a clear error or a correct result.
+class TorchZipCraftedPickles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    file_ = fixture_file("state_dict.pt");
+    ASSERT_FALSE(file_.empty());
+  }
+  std::string archive_with(const std::string& pickle) {
+    const std::string bad = dir_.file("crafted.pt");
+    rewrite_archive(file_, bad, [&](const std::string& name, std::string& bytes) {
+      if (name == "data.pkl") bytes = pickle;
+      return true;
+    });
+    return bad;
+  }
+  // `bottom` (leaving one value) wrapped 64 times in l = [l, l] with memo references, as
+  // torch.save writes `for _ in range(64): l = [l, l]` (about 1 KB).
+  static std::string shared_lists(const std::string& bottom) {
+    std::string p = "\x80\x02"s + bottom + "q\x00"s;
+    for (int i = 1; i <= 64; ++i) {  // POP the previous level (kept in the memo), make the next
+      p += "0]q"s + static_cast<char>(i) + "(h"s + static_cast<char>(i - 1) + "h"s + static_cast<char>(i - 1) + "e"s;
+    }
+    return p + ".";
+  }
+  // A call torch._utils._rebuild_tensor_v2 of float storage "0" (the fixture's data/0), shape [1].
+  static std::string one_tensor() {
+    return "ctorch._utils\n_rebuild_tensor_v2\n(("s + "X\x07\x00\x00\x00storage"s + "ctorch\nFloatStorage\n"s +
+           "X\x01\x00\x00\x00" "0"s + "X\x03\x00\x00\x00" "cpu"s + "K\x06tQK\x00K\x01\x85K\x01\x85tR"s;
+  }
+  std::string file_;
+  zs::test::TempDir dir_;
+};
+
+// Before: the walk over the values re-walked every memo reference, 2^64 visits: it never ended.
+// Now each list is walked once; it holds no tensor, so the archive opens with none.
+TEST_F(TorchZipCraftedPickles, SharedListsWalkOnce) {
+  const std::string bad = archive_with(shared_lists("]"));
+  EXPECT_TRUE(zs::open_tensor_file(bad)->tensors().empty());
+}
+
+// The same with a tensor at the bottom: 2^64 names. Before: never ended (as above); now refused
+// once the names pass 2^20.
+TEST_F(TorchZipCraftedPickles, SharedListsNamingTooManyTensors) {
+  const std::string bad = archive_with(shared_lists(one_tensor()));
+  // The list 43 levels below the root, second item: 2^20 names already found, as many under it.
+  std::string at;
+  for (int i = 0; i < 43; ++i) at += "0.";
+  at += "1";
+  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
+            "'" + bad + "': data.pkl: more than 1048576 tensor names (containers shared under too many "
+            "paths, at '" + at + "'): not a file torch writes");
+}
+
+// A shallow sharing that torch does write (one dict under two keys): both names, same tensor.
+TEST_F(TorchZipCraftedPickles, SharedDictNamedTwice) {
+  const std::string pickle = "\x80\x02}q\x00(X\x01\x00\x00\x00" "a}q\x01X\x01\x00\x00\x00w"s + one_tensor() +
+                             "sX\x01\x00\x00\x00" "bh\x01u."s;
+  const auto f = zs::open_tensor_file(archive_with(pickle));
+  std::vector<std::string> names;
+  for (const auto& t : f->tensors()) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a.w", "b.w"}));
+}
+
+// 100000 nested lists (200 KB). Before: SIGSEGV (the walk recursed once per level, and so did
+// the values' destructor); now refused at 1000.
+TEST_F(TorchZipCraftedPickles, DeepNestingRefused) {
+  const int n = 100000;
+  const std::string bad = archive_with("\x80\x02"s + std::string(n, ']') + std::string(n - 1, 'a') + ".");
+  std::string where = "0";
+  for (int i = 1; i < 1000; ++i) where += ".0";
+  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
+            "'" + bad + "': data.pkl: values nested deeper than 1000 containers (at '" + where +
+                "'): not a file torch writes");
+}
+
 }  // namespace

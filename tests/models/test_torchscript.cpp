@@ -19,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <unordered_set>
@@ -351,6 +353,22 @@ TEST(TorchScriptExport, LoadsWithoutZeroshardAndComputesTheSame) {
   EXPECT_EQ(usage_error_of([&] { s.model->save(partial, dir + "/partial.pt"); }),
             "TorchScriptModel::save: the state has no parameter 'h.1.fc.bias' of '" + model_file("gpt.pt") + "'");
   EXPECT_FALSE(fs::exists(dir + "/partial.pt"));
+  EXPECT_FALSE(fs::exists(dir + "/trained.pt.tmp"));
+
+  // Written under a temporary name and renamed: when writing fails, the earlier file stays whole.
+  // Here a directory takes the temporary name. Before, save wrote straight to the final name (this
+  // replaced the earlier file; a crash in the middle left a truncated one).
+  if (zs::test::rank() == 0) {
+    const std::string kept = dir + "/kept.pt";
+    std::ofstream(kept) << "the earlier export";
+    fs::create_directories(kept + ".tmp");
+    const std::string err = zs::test::error_text_of<zs::IoError>([&] { s.model->save(state, kept); });
+    EXPECT_NE(err.find("cannot write the trained TorchScript module to '" + kept + ".tmp' (for '" + kept + "'): "),
+              std::string::npos) << err;
+    std::ifstream in(kept);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, "the earlier export");
+  }
 }
 
 // ---- models zeroshard cannot handle -------------------------------------------------------------

@@ -20,8 +20,23 @@ namespace zeroshard::ckpt {
 inline constexpr int kFormatVersion = 1;
 
 // Reads <step_dir>/manifest.pb. CheckpointError if the directory is not a checkpoint (naming what
-// is missing), the manifest does not parse, or its format_version is newer than kFormatVersion.
+// is missing), the manifest does not parse, its checksum does not match its bytes, its
+// format_version is newer than kFormatVersion, or a field that locates data (shard ranks, sizes,
+// offsets, shapes, file names) contradicts another: see check_manifest.
 Manifest read_manifest(const std::string& step_dir);
+
+// The bytes of manifest.pb for `m`: its serialization followed by manifest_crc32c, the CRC-32C of
+// what precedes it (m's own manifest_crc32c is ignored).
+std::string manifest_bytes(Manifest m);
+
+// CheckpointError naming `path`, the flat parameter (unit and name), rank file or buffer, and the
+// field, for any field that readers use to index memory or files and that lies outside what the
+// others allow: shard group and world sizes >= 1; per flat 0 <= numel <= padded_numel ==
+// shard_numel x shard group size, each parameter's offset + numel within numel and its shape's
+// product equal to its numel; buffer shapes >= 0 without overflow; one shard file per shard rank
+// in [0, shard group size), ranks in [0, world size), file names without '/', the index inside the
+// file.
+void check_manifest(const Manifest& m, const std::string& path);
 
 // The run's description of its model (checkpoint.h) into the manifest, and back: hf_config empty
 // and lora unset where the run gave none (and in checkpoints saved before manifests held them).

@@ -15,7 +15,8 @@
 //         CPU run the host tensor is the working shard itself: nothing is copied.
 //   NVME  one file per shard, <nvme_path>/zeroshard-params-rank<R>/<slot>-<unit>.param, written and
 //         read whole through the async I/O engine (O_DIRECT where the filesystem allows), space
-//         reserved (fallocate) when the slot is added, so a disk too small fails at wrap time.
+//         reserved (fallocate; where the filesystem has none, its free space is checked) when the
+//         slot is added, so a disk too small fails at wrap time.
 //         A CRC-32C per block_size chunk is kept in memory; a read that does not match is an
 //         IoError naming the file, the chunk's offset and the unit. A write that fails (disk full,
 //         I/O error) is an IoError naming the file and offset, and the caller keeps its tensor:
