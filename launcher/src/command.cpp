@@ -227,7 +227,14 @@ Plan build_plan(const LaunchOptions& o, const MachineFacts& f) {
   const std::vector<EnvVar> env = resolve_env(o, f);
   Launcher which = o.launcher;
   if (which == Launcher::kAuto) which = f.in_slurm && o.hostfile.empty() ? Launcher::kSrun : Launcher::kMpirun;
-  return which == Launcher::kSrun ? srun_plan(o, f, env) : mpirun_plan(o, f, env);
+  Plan plan = which == Launcher::kSrun ? srun_plan(o, f, env) : mpirun_plan(o, f, env);
+  const bool resumes = std::any_of(o.program.begin() + 1, o.program.end(),
+                                   [](const std::string& a) { return a.rfind("--resume", 0) == 0; });
+  if (o.max_restarts > 0 && !resumes) {
+    plan.notes.push_back("--max-restarts: the program's arguments have no --resume=auto, so a restarted job starts "
+                         "again from step 0 unless the program resumes by itself");
+  }
+  return plan;
 }
 
 std::string shell_quote(const std::string& word) {

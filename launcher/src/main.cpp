@@ -3,7 +3,8 @@
 //   zeroshard-launch -n 4 --hostfile hosts --gpus-per-node 2 --env NCCL_DEBUG=WARN -- build/bin/prog --set ...
 //
 // Prints the command it runs on stderr (with the reasons for the flags it added), then replaces
-// itself with mpirun/srun, so the job's exit status is this command's. --dry-run prints the
+// itself with mpirun/srun, so the job's exit status is this command's (with --max-restarts it stays,
+// runs the job as its child and runs it again after a failure). --dry-run prints the
 // command on stdout instead. Errors: one line on stderr ("zeroshard-launch: usage error: ..." and
 // exit 2 for a bad command line, "zeroshard-launch: error: ..." and 1 otherwise).
 // --find-batch-size and --auto-micro-batches first run trial jobs (zeroshard/launcher/trial.h):
@@ -82,6 +83,7 @@ int main(int argc, char** argv) {
     }
     const std::string line = zl::shell_line(plan);
     std::fprintf(stderr, "zeroshard-launch: %s\n", line.c_str());
+    if (options.max_restarts > 0) return zl::run_with_restarts(plan, options.max_restarts, options.restart_delay);
     std::vector<char*> args;
     for (const auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

@@ -97,6 +97,16 @@ void add_options(cli::App& app, LaunchOptions& o, Texts& t) {
                "trial the job as configured; while it runs out of memory, split\n"
                "the per-rank batch into more micro-batches (same global batch),\n"
                "then run the job with --set train.micro_batches=M appended");
+  app.add_int("--max-restarts", &o.max_restarts,
+              "when the job fails (a rank died, a node was lost), run it again,\n"
+              "at most N times; give the program --resume=auto so a restart\n"
+              "continues from its newest checkpoint. A job stopped by a signal\n"
+              "sent to zeroshard-launch (forwarded to it) is not restarted",
+              0)
+      ->type_name("N");
+  app.add_number("--restart-delay", &o.restart_delay, "seconds between a failure and the restart (default 3)", 0,
+                 3600)
+      ->type_name("SECONDS");
   app.then([&o, &t] {
     if (t.automatic) {
       ZS_REQUIRE(o.trial_mode == TrialMode::kNone, UsageError,

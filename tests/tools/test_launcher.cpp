@@ -292,3 +292,24 @@ TEST(DetectMachine, FactsOfThisNode) {
   zl::LaunchOptions o = zl::parse_args({"-n", "1", "--launcher", "mpirun", "sh"});
   EXPECT_EQ(zl::build_plan(o, f).argv.at(0), f.mpirun);
 }
+
+TEST(LaunchRestarts, OptionsParseAndAJobWithoutResumeGetsANote) {
+  const zl::LaunchOptions o = zl::parse_args({"-n", "2", "--max-restarts", "3", "--restart-delay", "0.5", "prog"});
+  EXPECT_EQ(o.max_restarts, 3);
+  EXPECT_EQ(o.restart_delay, 0.5);
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--max-restarts", "-1", "prog"}); }),
+                       "--max-restarts"));
+  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--restart-delay", "x", "prog"}); }),
+                       "--restart-delay"));
+  Fake f;
+  auto has_note = [](const zl::Plan& p) {
+    for (const auto& n : p.notes) {
+      if (contains(n, "no --resume=auto, so a restarted job starts again from step 0")) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has_note(zl::build_plan(o, f.facts)));
+  EXPECT_FALSE(has_note(zl::build_plan(zl::parse_args({"-n", "2", "--max-restarts", "3", "prog", "--resume=auto"}),
+                                       f.facts)));
+  EXPECT_FALSE(has_note(zl::build_plan(zl::parse_args({"-n", "2", "prog"}), f.facts)));
+}

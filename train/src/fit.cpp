@@ -103,7 +103,7 @@ TrainResult Trainer::fit(const TrainTask& task) {
     return values;
   };
 
-  const int64_t start = flags.resume ? resume(stream) : 0;
+  const int64_t start = resuming_ ? resume(stream) : 0;
   if (start > 0) report.note("resumed at step " + std::to_string(start));
   if (evaluating) result.initial_eval = result.final_eval = eval_now(start, "step " + std::to_string(start));
   for (int64_t step = start; step < steps; ++step) {
@@ -121,6 +121,7 @@ TrainResult Trainer::fit(const TrainTask& task) {
       result.final_eval = eval_now(step + 1, "step " + std::to_string(step + 1));
     }
     save_if_due(stream, step + 1 == steps);
+    if (r.stop_signal != 0 && step + 1 < steps) return stop_early(report, stream, r.stop_signal, steps);
   }
   report.finish_progress();
   if (evaluating && last_eval_step != steps) result.final_eval = eval_now(steps, "step " + std::to_string(steps));
@@ -167,6 +168,29 @@ TrainResult Trainer::fit(const TrainTask& task) {
     }
     result.exit_status |= ok ? 0 : 1;
   }
+  std::fflush(stdout);
+  return result;
+}
+
+// A stop signal arrived (agreed by every rank after this step): a checkpoint of this step, one line,
+// exit status 128 + the signal, as a shell reports a process the signal ended.
+TrainResult Trainer::stop_early(TrainingReport& report, const BatchStream& stream, int signal, int64_t steps) {
+  report.finish_progress();
+  TrainResult result;
+  result.steps = steps_;
+  result.train_seconds = train_seconds_;
+  result.skipped_steps = scaler_.skipped_steps();
+  result.stop_signal = signal;
+  result.exit_status = 128 + signal;
+  result.checkpoint = save_now(stream);
+  std::ostringstream text;
+  text << "stopped by " << signal_name(signal) << " after step " << steps_ << " of " << steps << ": ";
+  if (result.checkpoint.empty()) {
+    text << "no checkpoint.dir, so nothing was saved";
+  } else {
+    text << "checkpoint " << result.checkpoint << " saved; run again with --resume (or --resume=auto) to continue";
+  }
+  report.note(text.str());
   std::fflush(stdout);
   return result;
 }

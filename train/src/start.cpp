@@ -30,7 +30,18 @@ void add_train_flags(cli::App& app, TrainFlags& f, const std::vector<ProgramFlag
   app.add_text("--metrics-out", &f.metrics_out, "JSON lines: every step, evaluation and a summary (rank 0)", "FILE");
   app.add_text("--tensorboard", &f.tensorboard,
                "TensorBoard event files of the run in DIR (created); wins over logging.tensorboard_dir", "DIR");
-  app.add_flag("--resume", &f.resume, "continue from the latest checkpoint in checkpoint.dir");
+  app.add_optional("--resume", "auto",
+                   "continue from the latest checkpoint in checkpoint.dir; --resume=auto: the same when there is one, "
+                   "else start at step 0 (a job that restarts itself)",
+                   [&f, &app](const std::string* value) {
+                     if (value == nullptr) {
+                       f.resume = true;
+                     } else if (*value == "auto") {
+                       f.resume_auto = true;
+                     } else {
+                       app.fail("--resume takes no value, or =auto; got '" + *value + "'");
+                     }
+                   });
   app.add_flag("--memory-summary", &f.memory_summary, "rank 0 prints its memory summary at the end");
   app.add_flag("--memory-trial", &f.memory_trial,
                "build the model, run 2 steps and print the memory peak (zeroshard-launch --find-batch-size)");

@@ -10,6 +10,7 @@
 #include <c10/util/Optional.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -20,10 +21,21 @@
 #include "zeroshard/core/session.h"
 #include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/checkpoint/checkpoint.h"
+#include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/checkpoint/pretrained.h"
 
 namespace zeroshard {
+
+namespace {
+// Whether checkpoint root `dir` holds a complete checkpoint, as rank 0 sees it (the same answer
+// on every rank: one all-reduce). UsageError for --resume=auto without checkpoint.dir.
+bool has_checkpoint(Session& s, const std::string& dir) {
+  ZS_REQUIRE(!dir.empty(), UsageError, "--resume=auto needs a checkpoint directory: --set checkpoint.dir=DIR");
+  const bool here = s.rank() == 0 && std::filesystem::exists(std::filesystem::path(dir) / ckpt::kLatestName);
+  return all_reduce_sum(s, {here ? 1.0 : 0.0}, "train.has_checkpoint")[0] > 0;
+}
+}  // namespace
 
 Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
     : session_(s),
@@ -38,7 +50,9 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
   if (!run.checkpoint.dir.empty()) {
     checkpointer_ = std::make_unique<Checkpointer>(engine, run.checkpoint, start.config_text);
   }
-  if (!run.init_from.empty() && !start.flags.resume) load_pretrained(engine, run.init_from, run.pretrained);
+  resuming_ = start.flags.resume || (start.flags.resume_auto && has_checkpoint(s, run.checkpoint.dir));
+  if (!run.init_from.empty() && !resuming_) load_pretrained(engine, run.init_from, run.pretrained);
+  stop_ = std::make_unique<StopSignals>();
   // Training draws from a stream of its own on every rank (dropout masks differ across ranks);
   // the model was built under the session's seed, the same on every rank.
   at::manual_seed(run.session.seed + 1 + static_cast<uint64_t>(s.rank()));
@@ -101,10 +115,21 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
   ++steps_;
   const double grad_norm = finite ? read.second : std::numeric_limits<double>::quiet_NaN();
   const double mean = read.first / micro_batches;
-  const double loss = all_reduce_sum(session_, {mean}, "train.loss")[0] / session_.world_size();
+  // The loss all-reduce carries, per watched stop signal, the ranks that received it: a stop
+  // asked of one rank stops every rank after the same step, at no extra collective.
+  const std::vector<int>& watched = stop_->signals();
+  std::vector<double> sums = {mean};
+  const int received = stop_->received();
+  for (int sig : watched) sums.push_back(received == sig ? 1.0 : 0.0);
+  sums = all_reduce_sum(session_, sums, "train.loss");
+  const double loss = sums[0] / session_.world_size();
+  int stop_signal = 0;
+  for (size_t i = 0; i < watched.size() && stop_signal == 0; ++i) {
+    if (sums[i + 1] > 0) stop_signal = watched[i];
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   train_seconds_ += seconds;
-  return {loss, lr, !finite, seconds, grad_norm, loss_scale};
+  return {loss, lr, !finite, seconds, grad_norm, loss_scale, stop_signal};
 }
 
 std::vector<double> Trainer::evaluate(const EvalSpec& eval) {
@@ -173,8 +198,16 @@ void Trainer::save_if_due(const BatchStream& stream, bool last_step) {
   st.step = steps_;
   st.grad_scaler = scaler_.state();
   st.per_rank["data"] = stream.position();
-  checkpointer_->save(*optimizer_, st);
+  saved_path_ = checkpointer_->save(*optimizer_, st);
+  saved_step_ = steps_;
   if (last_step) checkpointer_->wait();
+}
+
+std::string Trainer::save_now(const BatchStream& stream) {
+  if (!checkpointer_) return "";
+  if (saved_step_ != steps_) save_if_due(stream, /*last_step=*/true);
+  checkpointer_->wait();
+  return saved_path_;
 }
 
 std::vector<double> all_reduce_sum(Session& s, std::vector<double> values, const char* tag) {

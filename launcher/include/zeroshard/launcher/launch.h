@@ -56,6 +56,8 @@ struct LaunchOptions {
   bool version = false;                     // --version: print the version line and exit
   TrialMode trial_mode = TrialMode::kNone;  // --find-batch-size[=START] / --auto-micro-batches
   int find_batch_start = 0;                 // START; 0 = the configured micro-batch
+  int max_restarts = 0;                     // --max-restarts: run the job again after a failure
+  double restart_delay = 3;                 // --restart-delay: seconds between a failure and the restart
   std::vector<std::string> program;  // the program and its arguments
 };
 
@@ -117,6 +119,16 @@ struct Plan {
 // node has, --hostfile with srun, a binding that does not fit, an --env name that is not set, a
 // program that does not exist) and IoError/ConfigError from the hostfile.
 Plan build_plan(const LaunchOptions& options, const MachineFacts& facts);
+
+// --max-restarts (elastic restart of the whole job): runs the plan's command as a child process
+// (this process's stdin, stdout and stderr), forwarding SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 to
+// it. When the job fails (a non-zero exit status, or a signal ended it) and fewer than
+// `max_restarts` restarts were made, says so on stderr, waits `delay_seconds` and runs it again: a
+// lost rank ends the whole job (mpirun and srun do), and the restarted job continues from its
+// newest checkpoint when the program was given --resume=auto. A job this process was asked to stop
+// (one of those signals arrived) is not restarted. Returns the status to exit with: the last
+// run's exit status, or 128 + the signal that ended it. IoError when the command cannot start.
+int run_with_restarts(const Plan& plan, int max_restarts, double delay_seconds);
 
 // One word quoted for a POSIX shell: unchanged when it only holds safe characters, else in single
 // quotes ('\'' for a quote).

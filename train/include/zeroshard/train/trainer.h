@@ -26,7 +26,9 @@
 // lives on the device, in host memory or on NVMe as offload.* says (make_engine_optimizer);
 // evaluates before training, every
 // train.eval_interval steps, after every epoch and at the end; saves checkpoints every
-// checkpoint.interval_steps and at the end (--resume continues from the latest); shows a
+// checkpoint.interval_steps and at the end (--resume continues from the latest; --resume=auto
+// when there is one); stops early at a step boundary on SIGTERM or SIGUSR1 (stop_signals.h),
+// saving a checkpoint first and returning 128 + the signal as its exit status; shows a
 // progress bar, writes --metrics-out JSON lines and --tensorboard event files, prints
 // --memory-summary; and --memory-trial runs
 // the trial zeroshard-launch --find-batch-size reads (docs/memory.md) instead of training.
@@ -48,8 +50,11 @@
 #include "zeroshard/optim/lr_scheduler.h"
 #include "zeroshard/optim/optimizer.h"
 #include "zeroshard/train/batches.h"
+#include "zeroshard/train/stop_signals.h"
 
 namespace zeroshard {
+
+class TrainingReport;
 
 class Session;
 class ShardingEngine;
@@ -76,6 +81,7 @@ struct TrainFlags {
   std::string metrics_out;            // --metrics-out FILE: JSON lines per step, evaluation, summary
   std::string tensorboard;            // --tensorboard DIR: TensorBoard event files (logging.tensorboard_dir)
   bool resume = false;                // --resume: continue from the latest checkpoint in checkpoint.dir
+  bool resume_auto = false;           // --resume=auto: the same when checkpoint.dir has one, else start
   bool memory_summary = false;        // --memory-summary: rank 0 prints its memory summary at the end
   bool memory_trial = false;          // --memory-trial: two steps, then the peak (zeroshard-launch)
   bool check_loss_decreases = false;  // --check-loss-decreases: exit 1 unless the held-out loss ends
@@ -157,7 +163,9 @@ struct TrainResult {
   int64_t skipped_steps = 0;        // by the loss scaler
   std::vector<double> initial_eval;  // EvalSpec::metrics order; empty without evaluation
   std::vector<double> final_eval;
-  int exit_status = 0;              // 1 when a check failed
+  int exit_status = 0;              // 1 when a check failed; 128 + stop_signal after a stop
+  int stop_signal = 0;              // the run stopped early on this signal (0: it ran to the end)
+  std::string checkpoint;           // a stop's checkpoint (empty: none was saved)
 };
 
 // A TrainTask check: passes when final evaluation metric `metric` (its index in eval.metrics) is
@@ -190,6 +198,8 @@ class Trainer {
     double grad_norm;   // global L2 norm of the gradients before clipping (every step: one small
                         // all-reduce); NaN when the step was skipped
     double loss_scale;  // the loss scale the step used (1 without fp16 loss scaling)
+    int stop_signal;    // a stop signal some rank received before this step's end, the same on
+                        // every rank (agreed in the step's loss all-reduce); 0: none
   };
   // One optimizer step; `micro_loss(m)` runs micro-batch m's forward through engine.forward and
   // returns its mean loss. Collective.
@@ -202,6 +212,11 @@ class Trainer {
   // Saves every checkpoint.interval_steps steps and after the last step (waiting for an async
   // save then). Collective.
   void save_if_due(const BatchStream& stream, bool last_step);
+  // Saves now unless this step is saved already, and waits until it is durable; returns its
+  // directory ("" without checkpoint.dir). Collective.
+  std::string save_now(const BatchStream& stream);
+  // Whether the run continues from a checkpoint: --resume, or --resume=auto with one present.
+  bool resuming() const { return resuming_; }
 
   int64_t steps_done() const { return steps_; }
   double train_seconds() const { return train_seconds_; }
@@ -212,6 +227,7 @@ class Trainer {
 
  private:
   int run_memory_trial(const std::function<at::Tensor(int)>& micro_loss);
+  TrainResult stop_early(TrainingReport& report, const BatchStream& stream, int signal, int64_t steps);
   std::string header(const TrainTask& task, int64_t steps) const;
 
   Session& session_;
@@ -223,6 +239,10 @@ class Trainer {
   int64_t steps_ = 0;
   double train_seconds_ = 0;
   std::unique_ptr<Checkpointer> checkpointer_;
+  int64_t saved_step_ = -1;  // the step of the last save (-1: none)
+  std::string saved_path_;
+  bool resuming_ = false;
+  std::unique_ptr<StopSignals> stop_;  // SIGTERM / SIGUSR1 while the Trainer lives
 };
 
 // The number of memory-trial steps: the second one has the optimizer state allocated, so it is
