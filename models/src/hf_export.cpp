@@ -140,18 +140,54 @@ std::vector<OutTensor> out_tensors(const LlamaCheckpoint& ck, const ckpt::Checkp
   return out;
 }
 
+// Reads the tensors one after the other into buffers kept from one tensor to the next (an fp32
+// one, and one of the export dtype when it differs): a fresh tensor each time would be memory the
+// allocator maps, faults in and zeroes per tensor, a third of the export's time. A weight with
+// LoRA adapters comes merged, whole, as read_whole gives it.
+class TensorReader {
+ public:
+  TensorReader(const ckpt::CheckpointTensors& t, c10::ScalarType dtype) : dtype_(dtype) {
+    for (const std::string& layer : t.adapted_layers()) adapted_.insert(layer + ".weight");
+  }
+  at::Tensor next(ckpt::CheckpointTensors& t, const OutTensor& out) {
+    if (adapted_.count(out.name)) return t.read_whole(out.name).to(dtype_);
+    int64_t numel = 1;
+    for (int64_t d : out.shape) numel *= d;
+    if (!fp32_.defined() || fp32_.numel() < numel) {
+      fp32_ = at::Tensor();  // the old buffer goes before the new one comes
+      fp32_ = at::empty({numel}, at::kFloat);
+    }
+    at::Tensor values = fp32_.narrow(0, 0, numel);
+    t.read(out.name, 0, numel, values);
+    if (dtype_ == at::kFloat) return values.view(out.shape);
+    if (!cast_.defined() || cast_.numel() < numel) {
+      cast_ = at::Tensor();
+      cast_ = at::empty({numel}, dtype_);
+    }
+    at::Tensor cast = cast_.narrow(0, 0, numel);
+    cast.copy_(values);
+    return cast.view(out.shape);
+  }
+
+ private:
+  c10::ScalarType dtype_;
+  std::set<std::string> adapted_;
+  at::Tensor fp32_, cast_;
+};
+
 // This rank's files, one tensor at a time; then the rest of its units' sections, so every
 // checksum it relies on has been checked.
 void write_files(ckpt::CheckpointTensors& t, const std::vector<OutTensor>& tensors, const std::vector<OutFile>& files,
                  const std::string& dir, int rank, c10::ScalarType dtype, HfExportReport& r) {
   std::set<std::string> units;
+  TensorReader reader(t, dtype);
   for (const OutFile& f : files) {
     if (f.rank != rank) continue;
     std::vector<TensorInfo> infos;
     for (size_t i : f.tensors) infos.push_back({tensors[i].name, dtype, tensors[i].shape});
     SafetensorsWriter w(dir + "/" + f.name, infos, {{"format", "pt"}});
     for (size_t i : f.tensors) {
-      w.write(tensors[i].name, t.read_whole(tensors[i].name).to(dtype));
+      w.write(tensors[i].name, reader.next(t, tensors[i]));
       units.insert(t.param(tensors[i].name).unit);
       r.bytes_here += tensors[i].bytes;
     }

@@ -81,3 +81,25 @@ TEST(Crc32c, PathsAgreeOnAllLengthsAlignmentsAndSplits) {
     }
   }
 }
+
+// Large buffers take the three-stream path (blocks of 8 KiB per stream joined by the zeros
+// operator): the lengths around its edges, odd alignments and a split inside a round agree with
+// the table.
+TEST(Crc32c, ThreeStreamPathAgreesOnLargeBuffers) {
+  std::mt19937 gen(11);
+  std::vector<uint8_t> buf(4 * 24576 + 64);
+  for (auto& b : buf) b = static_cast<uint8_t>(gen());
+  const auto all = paths();
+  const size_t round = 3 * 8192;
+  for (size_t n : {round - 1, round, round + 1, round + 7, 2 * round, 2 * round + 13, 4 * round}) {
+    for (size_t align : {size_t{0}, size_t{3}}) {
+      const uint8_t* d = buf.data() + align;
+      const uint32_t want = zs::crc32c_table(d, n, 0xDEADBEEFu);
+      for (const Path& p : all) {
+        ASSERT_EQ(p.fn(d, n, 0xDEADBEEFu), want) << p.name << " length " << n << " alignment " << align;
+        const size_t cut = n / 2 + 5;
+        ASSERT_EQ(p.fn(d + cut, n - cut, p.fn(d, cut, 0xDEADBEEFu)), want) << p.name << " split at " << cut;
+      }
+    }
+  }
+}
