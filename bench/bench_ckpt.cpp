@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_ckpt: checkpoint save and load throughput per rank against the raw sequential write and
 // read bandwidth of the same disk, measured in the same run.
 //

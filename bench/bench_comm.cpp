@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_comm: all-gather and reduce-scatter bandwidth of zeroshard's MPI communicator against raw
 // MPI calls on the same buffers, in the same run.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fused CPU optimizers against torch::optim and against the machine's memory bandwidth, on one
 // flat fp32 shard, all with the same OpenMP threads:
 //   FusedCpuAdam (Adam) vs torch::optim::Adam, and FusedCpuSgd (momentum 0.9) vs torch::optim::SGD,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_crc32c: throughput of zeroshard's CRC-32C (zeroshard/base/crc32c.h), the checksum of every
 // checkpoint file, offloaded state chunk and TensorBoard record, from a 64-byte record to a
 // 64 MiB chunk. A micro-benchmark of one kernel, so it uses Google Benchmark (Debian's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data shards against the drive: the corpus-to-shards pipeline (build_shards, what the
 // tool runs) should be bound by reading the input, not by the CPU. Measures, on the same input in
 // the same run: a plain sequential read() of the input (the dd-style reference, and dd itself),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_finetune: what fine-tuning a >= 100M-parameter GPT costs in memory and time, row by row,
 // in one run: full fine-tuning in fp32, bf16 compute, + activation checkpointing, + LoRA, + LoRA
 // with the optimizer state on NVMe, + LoRA over an NF4 base (QLoRA), + both. Every row starts

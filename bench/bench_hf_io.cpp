@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_hf_io: a Llama-family model's Hugging Face directory into a model sharded over the job's
 // ranks (load_hf_weights), and a checkpoint of it out as a Hugging Face directory again
 // (export_hf_directory, every rank writing its own files): per rank, the host memory each step

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_host_alloc: what zeroshard's host-memory tracking (memory.track_allocations, on by default)
 // costs per CPU allocation, against LibTorch's own CPU allocator in the same run.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_memory: activation memory and step time of a GPT-style model with and without activation
 // checkpointing, with fp32 and bf16 parameters, in one run (under mpirun at any world size).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVMe offload bandwidth. Part 1 (here): the raw drive holding --dir, measured fio-style with the
 // async I/O engine (sequential O_DIRECT write then read of one --size file, preallocated as fio
 // lays out its files, --block-size requests, --queue-depth in flight) for each backend that starts here, next to a dd-style reference

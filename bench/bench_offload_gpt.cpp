@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_offload_gpt: the largest GPT this machine trains, with the parameter shards, the gradient
 // shards and the optimizer state on NVMe (ZeRO-Infinity: offload.params, offload.grads and
 // offload.optimizer = NVME), measured against the raw drive in the same run.

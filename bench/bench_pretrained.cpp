@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_pretrained: host memory per rank while a model is built sharded and its pretrained weights
 // are loaded (load_pretrained), against the whole model's size and the bound the design promises
 // (this rank's shards, the root unit's own parameters and one more unit), measured by the tracking

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_step: training steps of the same GPT-style model, (a) plain LibTorch and (b) zeroshard,
 // in one run.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // bench_step's command line, shared by its CPU part (bench_step.cpp) and its CUDA part
 // (bench_step_gpu.cpp).

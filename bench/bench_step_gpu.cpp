@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_step on CUDA: training throughput of one GPT model, (a) plain LibTorch and (b) zeroshard,
 // one after the other in the same run (both would not fit on the GPU at once), on the same data.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_tokenizer: zeroshard's tokenizer speed on one core (and on all cores through encode_batch)
 // over a corpus of JSON lines {"text": ...}. bench_tokenizer.sh runs it beside Hugging Face's
 // tokenizers.js on the same files and prints the ratio.

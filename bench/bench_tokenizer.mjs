@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The reference side of bench_tokenizer.sh: Hugging Face's tokenizers.js encoding the same corpus
 // with the same tokenizer files, one thread, warm (one pass first). Prints one JSON line like
 // bench_tokenizer's.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Tokens per second on one core, zeroshard (bench_tokenizer) against Hugging Face's tokenizers.js
 # (bench_tokenizer.mjs), same tokenizer files, same corpus, one after the other on the same core
 # (taskset). Uses the tokenizer tests' reference data (built first when missing: it needs the test

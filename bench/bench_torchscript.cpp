@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_torchscript: a GPT written in Python and scripted (TorchScriptModel) against the same GPT
 // written in C++ (tests/sharding/models.h), both trained sharded by the engine in the same run,
 // alternately step by step, on the same batches; tokens/s of each and their ratio (goal: the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Small pieces the CPU training benchmarks share (bench_step, bench_torchscript).
 

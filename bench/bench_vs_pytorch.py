@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """zeroshard's train_gpt against the real PyTorch peer, side by side in one run.
 
   /usr/bin/python3 bench/bench_vs_pytorch.py [--bin build/bin] [--ranks 2] [--rounds 3] [--steps 20]

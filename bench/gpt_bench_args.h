@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Command line shared by the GPT benchmarks (bench_step, bench_memory, bench_pretrained): model
 // shape, batch and steps, on zeroshard/base/cli.h like every zeroshard program's.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # FindNCCL: locate NCCL headers and library.
 #
 # Looks, in order, in NCCL_ROOT / NCCL_HOME (CMake or environment), CUDA_HOME / CUDA_PATH,

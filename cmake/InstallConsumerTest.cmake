@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installs the build tree into a scratch prefix, builds examples/consumer against it with
 # find_package(zeroshard), and runs it under mpirun. Used by the install_consumer test.
 set(prefix ${WORK}/prefix)

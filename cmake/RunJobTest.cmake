@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Runs CMD (a list) and checks: exit status (EXPECT_EXIT_CODE when given, else non-zero when
 # EXPECT_FAIL), output against the regex
 # EXPECT_OUTPUT (must match) and REJECT_OUTPUT (must not), and wall time under MAX_SECONDS.

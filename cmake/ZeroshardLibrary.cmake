@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # zs_add_library(NAME SOURCES src... [PUBLIC deps...] [PRIVATE deps...])
 #   One folder = one layer = one library: public headers under <folder>/include/zeroshard/<folder>/,
 #   private headers and sources under <folder>/src/. Installed and exported as zeroshard::NAME.

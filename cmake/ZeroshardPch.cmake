@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Precompiled LibTorch headers: parsing them is most of a translation unit's compile time here
 # (measured: 6.5 of 10 s for engine/src/engine.cpp). Two PCHs, each built once and reused by every
 # target of its kind (REUSE_FROM), so tests and examples do not build their own:

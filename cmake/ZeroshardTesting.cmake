@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Test helpers.
 #
 #   zs_add_gtest(NAME src... [NPROC n...] [ARGS a...] [LABELS l...] [TIMEOUT s])

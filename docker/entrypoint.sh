@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # zeroshard container entrypoint (docker/Dockerfile.cpu, docker/Dockerfile.cuda).
 #
 # Multi-container mpirun needs passwordless ssh between the containers. With ZS_SSH=1 this script

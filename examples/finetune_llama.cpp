@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // finetune_llama: fine-tunes a Llama-family Hugging Face model directory (config.json, the weights,
 // the tokenizer files with their chat template) on JSONL data, fully sharded over the job's ranks.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // offload_demo: trains a model whose fp32 Adam state does not fit a memory budget, with the
 // optimizer state (master copy, exp_avg, exp_avg_sq) streamed through files on NVMe, and prints
 // the memory report showing where every byte lives.

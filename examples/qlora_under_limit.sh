@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fine-tuning where full fine-tuning does not fit: a GPT of 106M parameters (d_model 768, 15
 # blocks) starts from pretrained weights under memory.limit_mib. Full fine-tuning runs out of memory
 # (exit status 3 and zeroshard's out-of-memory report); LoRA over a base stored in NF4

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // train_fashion_mnist: a small two-convolution CNN trained with zeroshard on Fashion-MNIST, each rank
 // reading its own shard of the training set (DistributedSampler), with the test accuracy after
 // every epoch.

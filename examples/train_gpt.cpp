@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // train_gpt: a GPT-style byte-level language model trained with zeroshard on the fortunes corpus.
 //
 //   mpirun -n 2 build/bin/train_gpt [--config FILE] [--set key=value ...] [--metrics-out FILE]

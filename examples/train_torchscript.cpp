@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // train_torchscript: a model written in Python, scripted (torch.jit.script(model).save("model.pt"))
 // or traced, trained sharded with zeroshard; no Python runs.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Measures a new user's wait: the README's first command (./scripts/demo.sh) on a fresh Debian 12
 # machine, from the committed tree, with no package of ours installed and an empty ccache. The
 # "machine" is a debootstrap root (Debian 12, minbase: less than a cloud image has, so a package

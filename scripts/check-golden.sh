@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Behaviour-preservation check for refactors: trains the tiny GPT (train_gpt, fp32 unless a case
 # says otherwise) under a matrix of settings -- every strategy at 1, 2 and 4 ranks, mixed precision,
 # offload of everything to NVMe, LoRA over an NF4 base, a run resumed from a checkpoint -- exports

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds zeroshard against LibTorch 2.x from Debian 13 (trixie) in a debootstrap root under
 # build-lt2/, and runs the whole CPU test suite there: the 2.x code paths (device-type autocast
 # API, fused Adam, scaled_dot_product_attention, c10::Stream/Event) are compiled and run on CPU.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # check-torch-headers.sh: compile (not link) zeroshard's GPU targets on a Debian 12 machine against the
 # LibTorch headers and CMake files of a CUDA torch wheel brought back from a GPU machine, so that
 # LibTorch API drift is found without a GPU, before the GPU machine's time is spent on a build

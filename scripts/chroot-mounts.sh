@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck shell=bash
 # Sourced by the scripts that build and run in a debootstrap root (check-libtorch2.sh,
 # check-fresh-demo.sh): mounts made with mnt are undone, newest first, by unmount_all_mounts,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job on its built-in default: builds zeroshard if needed (scripts/setup.sh), then trains
 # the byte-level GPT example across 2 ranks on CPU, FULL_SHARD with every block activation-
 # checkpointed and bf16 compute, on the fortunes corpus for 2-3 minutes on 2 cores

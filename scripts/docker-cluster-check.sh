@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A real cluster job in Docker, on this machine only: builds docker/Dockerfile.cpu with no network,
 # starts two containers that ssh to each other (docker/entrypoint.sh), trains train_gpt with one
 # rank in each, saves a checkpoint to a volume both mount, resumes from it, and checks the loss,

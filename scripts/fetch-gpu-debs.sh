@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # fetch-gpu-debs.sh: on a networked Debian 12 (bookworm, amd64) machine, download the Debian
 # packages that scripts/gpu-check.sh unpacks on a GPU machine that has no network and no MPI,
 # protobuf C++ library, liburing, libaio or GoogleTest (docs/gpu.md).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu-check.sh: build zeroshard's GPU path on a GPU machine that has no network, run the GPU tests
 # and the GPU benchmarks, and collect what they print (docs/gpu.md).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # gpu-test-verdict.sh: the verdict of gpu-check.sh's test phase, from ctest's exit status and log.
 #
 #   scripts/gpu-test-verdict.sh CTEST_EXIT_STATUS CTEST_LOG

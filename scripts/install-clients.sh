@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the test clients (tests/clients/package.json: llama.cpp through node-llama-cpp, Hugging
 # Face's tokenizers and Jinja, tiktoken, published vocabularies; exact versions from the lock file)
 # into BUILD_DIR/clients/node_modules with `npm ci`. Skips the install when the lock file is

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Prints the library layers and their direct dependencies as CMake sees them (cmake --graphviz on a
 # scratch configure of this tree): the graph docs/design.md shows. Usage: scripts/layer-graph.sh
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # zeroshard set-up on Debian 12: installs the system packages that are missing (apt-get), then
 # configures and builds into build/ (binaries in build/bin/). Idempotent: a second run installs
 # nothing and rebuilds only what changed. Prints each phase and how long it took.

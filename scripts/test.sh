@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds zeroshard (scripts/setup.sh installs what is missing) and runs every test with CTest:
 # unit tests, multi-rank tests under mpirun at 1, 2 and 4 ranks, job-level tests, and the
 # install + find_package(zeroshard) consumer build. GPU tests skip visibly without a GPU.

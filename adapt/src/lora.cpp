@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LoRA adapters: the adapter-carrying Linear, apply() and the merge into plain weights.
 
 #include "zeroshard/adapt/lora.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/adapt/nf4.h"
 
 #include <torch/nn/modules/linear.h>

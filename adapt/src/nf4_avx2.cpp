@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX2 NF4 dequantisation: 8 elements per step (4 code bytes), the codebook looked up with two
 // in-register permutes, multiplied by the block maximum, rounded to the output dtype as the
 // scalar path rounds (bf16: to nearest even; fp16: F16C's round to nearest).

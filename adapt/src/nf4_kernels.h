@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // NF4 dequantisation kernels for CPU (nf4.cpp: scalar; nf4_avx2.cpp: built with -mavx2 -mf16c).
 // Blocks [begin, end) of 64 elements; `maxima` unaligned fp32; `codebook` the 16 values.

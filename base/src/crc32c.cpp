@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/base/crc32c.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpointer: construction, the collective failure agreement, and the save/load entry points.
 // The save (snapshot -> rank files -> manifest -> rename) is in checkpoint_save.cpp, the load
 // (manifest -> structure check -> per-rank range reads with resharding) in checkpoint_load.cpp.

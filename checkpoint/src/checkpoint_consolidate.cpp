@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Consolidation of a sharded checkpoint into one LibTorch archive or one safetensors file (unit by
 // unit, streaming), and whole-checkpoint verification (zeroshard-ckpt consolidate/export/verify).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/checkpoint/checkpoint_manifest.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the Checkpointer (checkpoint.cpp, checkpoint_save.cpp, checkpoint_load.cpp): its
 // state, the snapshot a save writes, and the collective failure agreement every step of a save

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpointer load: the manifest, the structure check, then every rank reads exactly its part of
 // each flat parameter and of its optimizer state under the current layout, from whichever saved
 // shards overlap it (resharding on load), then buffers, RNG states and per-rank entries.

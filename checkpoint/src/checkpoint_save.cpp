@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpointer save: snapshot -> rank files -> manifest -> rename -> `latest` -> retention
 // (checkpoint.h). Every step ends with a collective agreement on failures, so a save that fails
 // on any rank fails on every rank and leaves earlier checkpoints as they were.

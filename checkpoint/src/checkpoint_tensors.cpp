@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CheckpointTensors (checkpoint_tensors.h): a checkpoint's parameters read tensor by tensor, each
 // flat parameter's shard sections streamed front to back with their checksums checked.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The run's description of its model (checkpoint.h ModelDescription) in the manifest and back.
 
 #include "zeroshard/checkpoint/checkpoint.h"

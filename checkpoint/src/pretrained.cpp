@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // load_pretrained (pretrained.h): match the file's tensors to the model's parameters and buffers,
 // check them (strict) or note what does not fit, then read each rank's shard ranges.
 

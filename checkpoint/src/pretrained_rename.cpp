@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // File tensor names to model names for load_pretrained (pretrained_rename.h): prefixes, exact
 // pairs, then templates and regular expressions compiled once.
 

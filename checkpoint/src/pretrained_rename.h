@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to load_pretrained: file tensor names to model names (PretrainedOptions' strip_prefix,
 // add_prefix, rename and rename_patterns, in that order), with the patterns compiled once.

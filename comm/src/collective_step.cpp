@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/comm/collective_step.h"
 
 #include <ATen/ops/zeros.h>

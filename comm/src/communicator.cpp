@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public collectives: every argument check, for every backend, in one place (as NCCL checks in
 // ncclEnqueueCheck before its per-collective code), then the backend's run_* call.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The bridge between the NCCL backend and LibTorch's CUDA streams. Private to zs_core.
 //

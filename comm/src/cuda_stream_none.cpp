@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU-only LibTorch (e.g. Debian's libtorch 1.13): there is no current CUDA stream to order
 // collectives against, so the NCCL backend cannot run; make_nccl_communicator refuses before any
 // of these is needed. Device switching falls back to the CUDA runtime. See cuda_stream.h.

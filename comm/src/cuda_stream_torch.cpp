@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LibTorch with CUDA: the current stream and device switching come from c10::cuda.
 // See cuda_stream.h.
 #include <c10/core/Device.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/comm/factory.h"
 
 #include "mpi_communicator.h"

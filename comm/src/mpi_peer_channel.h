@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The watchdog's side channel over MPI: a duplicate of MPI_COMM_WORLD on which each rank's watchdog
 // thread answers "what are you doing?" queries with point-to-point messages. Used only by the

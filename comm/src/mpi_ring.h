@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard's own reduce-scatter for the MPI backend: a ring over point-to-point messages with the
 // reduction in our code. Open MPI 4.1's MPI_Reduce_scatter_block runs at a third of its all-gather's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dtype -> MPI_Datatype and ReduceOp -> MPI_Op, including zeroshard's own ops for 16-bit floats.
 
 #include <c10/util/BFloat16.h>

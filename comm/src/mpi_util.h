@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private MPI helpers: the check macro, process-level MPI state, datatype/op mapping.
 // Only .cpp files of zs_core include this (MPI is a PRIVATE dependency).

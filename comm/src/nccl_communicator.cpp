@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL backend. Contracts in nccl_communicator.h and zeroshard/comm/communicator.h.
 #include "nccl_communicator.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The NCCL backend: collectives on CUDA tensors, ordered with LibTorch's current CUDA stream.
 //

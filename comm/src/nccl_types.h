@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How a LibTorch dtype and a ReduceOp travel through NCCL. Private to zs_comm's NCCL backend;
 // pure functions, tested without a GPU (tests/comm/test_nccl.cpp, NcclTypes.*).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Build without NCCL (CUDA toolkit or NCCL not found at configure time): the factory says so.
 #include "zeroshard/comm/factory.h"
 #include "zeroshard/base/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI runtime behind zeroshard::Session (runtime.h): start, communicators, stop, abort.
 
 #include "zeroshard/comm/runtime.h"

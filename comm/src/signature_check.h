@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Debug-mode cross-check of collective signatures (CommOptions::check_signatures).
 

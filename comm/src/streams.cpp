@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceStreams and ReleaseQueue. Contracts in zeroshard/comm/streams.h.
 #include "zeroshard/comm/streams.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The watchdog: one thread per process that tracks every in-flight collective of every
 // communicator. A collective still running past its communicator's timeout is failed with a

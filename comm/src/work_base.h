@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared state of a Work handle: completion flag, error, start time, and the tensors kept alive
 // until the collective has completed. Backends derive from it; the watchdog tracks it.

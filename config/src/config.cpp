@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config files (text format and JSON), validation, printing and the field list, all by protobuf
 // reflection over zeroshard.proto: the schema is the only place a key, default or range is written.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private helpers of the config layer (config.cpp, config_override.cpp, config_rules.cpp): messages
 // built from the schema's descriptors, and the rules between keys.

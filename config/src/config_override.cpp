@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `--set key=value` overrides (by protobuf reflection: a new schema field is settable with no code
 // change here), command-line splitting, and build_config's precedence chain.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rules between config keys (docs/config.md, "Rules between keys"), the entries of lists and
 // the keys with a format of their own: the one place each rule is written. Every violated rule is
 // collected (not only the first), each with the paths of the keys it involves, so build_config can

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeepSpeed's ds_config.json as zeroshard config keys (deepspeed.h; the table: docs/deepspeed.md).
 
 #include "zeroshard/config/deepspeed.h"

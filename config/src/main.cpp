@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // load_run and run_main (main.h): the config is read, validated, resolved and checked against what
 // the program acts on before MPI starts, so a bad config ends every rank alike with one line.
 

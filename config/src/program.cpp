@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Program: which config keys a program acts on, and the key lists of the library's parts
 // (main.h). load_run refuses a key that was set but is in none of a program's lists.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // resolve(): the whole config to RunOptions, one function per section. The only reader of config
 // fields besides validation (config.cpp, config_rules.cpp): a new key is read here and nowhere else.
 // Enums map by name, explicitly (a schema value added without a mapping fails the switch's

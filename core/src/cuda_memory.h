@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The CUDA caching allocator's statistics, limit and blocks, for memory reports. Private to
 // zs_core. Two implementations, chosen at configure time like cuda_stream.h's:

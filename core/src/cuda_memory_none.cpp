@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "cuda_memory.h"
 
 #include "zeroshard/base/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDACachingAllocator.h>

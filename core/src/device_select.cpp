@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "device_select.h"
 
 #include "zeroshard/base/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Which CUDA device a rank takes, from what it can see. Private to zs_core (Session::pick_device);
 // a pure function so the rule is tested without a GPU (tests/core/test_device_select.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/core/host_memory.h"
 
 #include <c10/core/Allocator.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/core/session.h"
 
 #include <ATen/Context.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rendering conversations and locating their assistant turns (chat.h).
 
 #include "zeroshard/data/chat.h"

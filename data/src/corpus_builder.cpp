@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Text and JSONL files into token shards on all cores, written in input order (corpus_builder.h).
 
 #include "zeroshard/data/corpus_builder.h"

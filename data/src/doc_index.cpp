@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The document index sidecar of a token shard (doc_index.h).
 
 #include "zeroshard/data/doc_index.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSONL records as tokens and loss targets (encode.h).
 
 #include "zeroshard/data/encode.h"

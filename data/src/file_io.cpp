@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pread/pwrite helpers with file-naming errors (file_io.h).
 
 #include "file_io.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Small file helpers of zs_data: whole-buffer pread/pwrite that name the file in their IoError.
 // Private to zs_data. Thread-safety: pread/pwrite on a shared descriptor are thread-safe.

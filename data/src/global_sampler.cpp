@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Samples per step as a position in one world-size-independent order (global_sampler.h).
 
 #include "zeroshard/data/global_sampler.h"

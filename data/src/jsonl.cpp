@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSONL records: parsing one line into a text, prompt/completion or messages record (jsonl.h).
 
 #include "zeroshard/data/jsonl.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loss mask sidecar of a token shard (loss_mask.h).
 
 #include "zeroshard/data/loss_mask.h"

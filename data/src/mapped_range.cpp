@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A read-only mapping of part of a file (mapped_range.h).
 
 #include "mapped_range.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MappedRange: a read-only mapping of bytes [offset, offset + length) of an open file, unmapped
 // when the object goes. The mapping starts at the page below `offset`; data() points at `offset`.

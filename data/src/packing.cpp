@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Packed and padded fixed-length samples over token shards (packing.h).
 
 #include "zeroshard/data/packing.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A random permutation of [0, n) evaluated per index: Feistel network with cycle walking
 // (permutation.h).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One rank's micro-batches in the global sample order, and its checkpoint state (rank_stream.h).
 
 #include "zeroshard/data/rank_stream.h"

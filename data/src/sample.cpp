@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sample rows and batches (sample.h).
 
 #include "zeroshard/data/sample.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One memory-mapped file of tokens: llm.c's shard format or a headerless uint16/uint32 file
 // (shard_file.h).
 

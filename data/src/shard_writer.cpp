@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Documents into llm.c-format token shards with document indexes and loss masks (shard_writer.h).
 
 #include "zeroshard/data/shard_writer.h"

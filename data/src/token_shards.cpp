@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Many token files as one stream, with their sidecars (token_shards.h).
 
 #include "zeroshard/data/token_shards.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Activation checkpointing as a custom autograd function (torch.utils.checkpoint, reentrant
 // variant): forward runs fn without grad and keeps only the inputs and the RNG states; backward
 // runs fn again with grad on detached inputs, under the saved RNG states, and back-propagates

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "buffers.h"
 
 #include <ATen/ops/cat.h>

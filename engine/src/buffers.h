@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Module buffers (BatchNorm running statistics) kept in step across ranks with one collective
 // for all of them, not one per buffer (a ResNet-50 has about a hundred). Private to the engine.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardingEngine: construction (groups, units, structure check, flat parameters) and the
 // optimizer side (clipping, step, zero_grad, state). A unit's lifecycle is in sharded_unit.cpp,
 // the pass as a whole in engine_root.cpp (what a backward will run: engine_graph.cpp), the offload

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a backward runs: the engine reads LibTorch's graph task when the backward reaches a unit
 // (see the comment below), and the forward records the nodes it will look for there.
 #include <torch/csrc/autograd/function.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The engine's orchestration state, shared by its units (sharded_unit.h) and the engine's files:
 // engine.cpp (construction, the optimizer side), engine_root.cpp (the root forward, the end of

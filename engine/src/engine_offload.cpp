@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardingEngine's offload side: the parameter and gradient stores (offload.params,
 // offload.grads; shard_store.h), the read-ahead of the next unit's shards, releasing what is
 // resident, and the pager through which an offloaded optimizer step brings shards in.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pass as a whole: the root forward (engine.forward), the start and the end of a backward
 // (the final callback reduces what never fired and waits for every reduction), and the way back
 // to a usable engine after a forward or backward that threw.

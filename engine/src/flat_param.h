@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // FlatParam: a unit's parameters flattened into one buffer and sharded across its shard group
 // (the layout: flat_shard.h). While the unit computes, full() holds the gathered buffer in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where a trainable flat parameter's fp32 gradient shard lives from its reduction to the optimizer
 // step. Two modes behind one interface:

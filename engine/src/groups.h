@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The communicators a sharding strategy needs: all ranks, the shard group, the replica group.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardingOptions' names (options.h). zeroshard/config/resolve.h fills the options from a config.
 
 #include "zeroshard/engine/options.h"

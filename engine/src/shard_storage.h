@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where a flat parameter's fp32 shard lives between uses, and how a gather reads it. One small
 // interface, three modes (FlatParam picks one when it is built or attached to a store):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private state of ShardedInit, read by the engine when it adopts the units sharded at
 // construction.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A unit's lifecycle in a step (FULL_SHARD): gather before forward (prefetching the next unit in
 // the schedule's order), reshard after forward, gather again when the first gradient reaches the
 // unit's outputs (pre-backward hook), reduce-scatter once every parameter of the unit has its

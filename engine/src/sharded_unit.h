@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardedUnit: one unit of the engine (a module wrapped as zeroshard::Unit or picked by the
 // auto-wrap policy, or the root) with its flat parameters and what one forward/backward pass

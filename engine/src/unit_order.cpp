@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-forward check that every rank ran the same units in the same order, and the prefetch
 // order re-recorded from what the forward ran.
 //

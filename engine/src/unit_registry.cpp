@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which modules are declared units (zeroshard::Unit holders), which of them an engine manages, and
 // the calls a Unit holder makes into its ShardedUnit (zeroshard/engine/unit.h).
 #include <mutex>

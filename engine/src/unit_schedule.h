@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // UnitSchedule: the order units run in and what to gather ahead. The first forward records the
 // order as units run (first calls only); from the first backward on, every forward's sequence (as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A complete training program built against an installed zeroshard (find_package(zeroshard)):
 // a two-layer classifier of Fashion-MNIST images, sharded as the config says (FULL_SHARD by
 // default; precision, offload and parameter groups as well), trained, evaluated and checkpointed

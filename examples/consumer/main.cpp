@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Smallest program built against an installed zeroshard (find_package(zeroshard)): a collective
 // on the world communicator, then one sharded training step.
 #include <ATen/ops/full.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tokenizers in GGUF files (gguf_vocab.h): the tokenizer.ggml.* keys and the byte-level vocabulary.
 
 #include "zeroshard/formats/gguf_vocab.h"

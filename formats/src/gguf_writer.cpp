@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GGUF v3 writer (gguf_writer.h): the header (magic, version, counts), metadata key/values, tensor
 // infos, padding to the alignment, then tensor data at aligned offsets written with pwrite.
 

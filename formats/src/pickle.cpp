@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pickle reader (pickle.h): a stack machine over the opcodes torch's pickles use.
 
 #include "pickle.h"

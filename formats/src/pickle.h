@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small pickle reader for the pickles inside torch zip archives (data.pkl, constants.pkl): the
 // opcodes of protocol 2 that torch.save and the TorchScript pickler write, and a few of protocols

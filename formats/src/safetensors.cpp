@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // safetensors (tensor_file.h): an 8-byte little-endian header length N, N bytes of JSON
 // {name: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {k: v}},
 // then the data; offsets are relative to the end of the header, data little-endian, row-major.

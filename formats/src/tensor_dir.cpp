@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model directory as one TensorFile (tensor_dir.h): find the weights and the index, open every
 // shard, check the index against what the shards hold, route each read to its shard.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every tensor file format shares (tensor_file.h): format detection, positioned reads, dtype
 // conversion and the checks of read()'s arguments.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Shared by the tensor file readers (tensor_file.h): positioned reads that name the file, and the
 // dtype conversion from stored bytes into the caller's tensor.

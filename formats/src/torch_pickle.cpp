@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tensors of a torch pickle (torch_pickle.h): a walk over the values read_pickle built.
 
 #include "torch_pickle.h"

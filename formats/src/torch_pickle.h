@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What a torch pickle (pickle.h) means: the tensors reachable from its root value, named by their
 // dotted paths, each pointing at the storage record that holds its bytes.

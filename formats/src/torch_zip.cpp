@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // torch.save and TorchScript/LibTorch zip archives (tensor_file.h). PyTorchStreamReader opens the
 // zip and hands over the small pickles (data.pkl, constants.pkl) and where each storage record's
 // bytes start; the zip's central directory (zip_directory.h) tells each record's size and whether

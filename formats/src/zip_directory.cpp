@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The zip central directory (zip_directory.h), after PKWARE's APPNOTE: the end-of-central-directory
 // record (EOCD) at the end of the file, the ZIP64 EOCD it may point to, then one header per record.
 

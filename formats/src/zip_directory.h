@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The central directory of a zip archive: each record's name, size and compression method (ZIP64
 // included). PyTorchStreamReader finds records and where their bytes start but tells neither their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // make_io_engine: option checks and the backend choice (kAuto: io_uring, then libaio, then the
 // thread pool). Backends whose library was not found at configure time are compiled out
 // (ZS_HAVE_LIBURING / ZS_HAVE_LIBAIO, set in offload/CMakeLists.txt); asking for one is an IoError.

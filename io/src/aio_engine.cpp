@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PieceEngine: request splitting, queue depth, partial transfers, errors and the completion
 // thread, shared by the io_uring, libaio and thread-pool backends (aio_engine.h).
 

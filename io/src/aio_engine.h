@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The part of every IoEngine that does not depend on the kernel interface (aio_engine.cpp): split
 // requests into pieces, keep at most queue_depth of them in flight, resubmit partial transfers,

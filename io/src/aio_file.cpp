@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AioFile (open with O_DIRECT and the fallback when the filesystem refuses it), the texts of the
 // engines' IoErrors, and the filesystem-type lookup.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The libaio backend (Linux native AIO: io_setup / io_submit / io_getevents). Asynchronous only
 // with O_DIRECT: on a buffered file the kernel does the I/O inside io_submit.
 

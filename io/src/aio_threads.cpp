@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The portable backend: a pool of threads doing one blocking pread/pwrite per piece. Used where
 // io_uring and libaio cannot start (seccomp profiles, old kernels, libraries missing).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The io_uring backend (liburing). The engine lock serialises the submission side (get_sqe,
 // submit); only the completion thread touches the completion queue (wait_cqe, cq_advance), which
 // is the split liburing allows without further locking.

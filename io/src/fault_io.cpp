@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FaultInjectingIo (fault_io.h): decides each request's fault at submit, forwards the part that
 // is to succeed, and raises the injected error in wait().
 

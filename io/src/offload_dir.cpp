@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/io/offload_dir.h"
 
 #include <dirent.h>

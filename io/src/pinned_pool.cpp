@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PinnedPool: size-classed cache of page-locked host blocks. The state lives in a shared_ptr that
 // every handed-out tensor's DataPtr context holds, so a block can always find its way back (to the
 // cache while the pool lives, to the system after). System calls that may take long (allocating

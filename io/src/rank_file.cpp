@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rank files through the I/O engine (rank_file.h): the writer appends sections and the index, the
 // reader checks the file against its record and every section against its CRC-32C.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // replace_file.h: sync, rename, sync the directory.
 
 #include "zeroshard/io/replace_file.h"

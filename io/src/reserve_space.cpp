@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reserve_space.h: posix_fallocate, or a free-space check where the filesystem cannot allocate.
 
 #include "zeroshard/io/reserve_space.h"

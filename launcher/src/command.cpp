@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // build_plan: LaunchOptions + MachineFacts -> the mpirun or srun command. Pure (no I/O but the
 // hostfile), so every rule is tested with made-up facts (tests/tools/test_launcher.cpp).
 

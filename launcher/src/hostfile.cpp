@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Open MPI hostfiles: "HOST [slots=K] [max_slots=K]" per line, '#' comments.
 
 #include <fcntl.h>

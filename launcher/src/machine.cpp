@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // detect_machine: what this node has (cores, NVIDIA GPUs), who we are, which launchers exist.
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-launch: see zeroshard/launcher/launch.h and docs/tools.md.
 //
 //   zeroshard-launch -n 4 --hostfile hosts --gpus-per-node 2 --env NCCL_DEBUG=WARN -- build/bin/prog --set ...

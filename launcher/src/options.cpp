@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-launch's command line: parse_args and usage.
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // run_with_restarts: --max-restarts, the whole job run again after a failure (launch.h).
 
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The two searches over trial jobs (--find-batch-size, --auto-micro-batches) and what they print.
 // Pure: trials run through the RunTrial callback (trial.h), so tests drive them with a fake.
 

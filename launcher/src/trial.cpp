@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The trial protocol's pure parts: parsing the program's protocol lines, classifying how a trial
 // ended, inserting arguments, and the arithmetic of the next size to try (trial.h).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // run_trial_process: starts one trial job and waits for it, echoing its output (trial.h).
 
 #include <fcntl.h>

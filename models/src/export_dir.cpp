@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Export directories that appear complete or not at all, and failure agreement across the ranks
 // that write them (export_dir.h).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to the exports (hf_export.cpp): a directory that appears complete or not at all. Its
 // files are written into a temporary sibling (<parent>/.<name>.tmp-export), which publish() syncs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hugging Face directory -> GGUF (gguf_export.h): config keys, tokenizer, then the tensors one by one.
 
 #include "zeroshard/models/gguf_export.h"

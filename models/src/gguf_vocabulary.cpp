@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gguf_vocabulary (gguf_vocabulary.h): text::TokenizerVocabulary in llama.cpp's terms.
 
 #include "zeroshard/models/gguf_vocabulary.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The built-in GPT (gpt.h): construction with GPT-2's initialisation, forward, the block checkpointing rule.
 
 #include "zeroshard/models/gpt.h"

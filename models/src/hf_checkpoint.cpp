@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hugging Face checkpoints in (hf_checkpoint.h): the expected tensors from config.json, the strict
 // check against a model directory, and the sharded load.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A checkpoint of a Llama-family model as a Hugging Face directory (hf_export.h): the plan every
 // rank computes alike (units to ranks, tensors to files), then each rank's files, then rank 0's
 // config.json and index.

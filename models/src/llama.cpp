@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Llama-family decoder (llama.h): modules, rotary embeddings, attention, the causal-LM loss.
 
 #include "zeroshard/models/llama.h"

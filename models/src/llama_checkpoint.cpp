@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A checkpoint of a Llama-family model as a model again (llama_checkpoint.h).
 
 #include "zeroshard/models/llama_checkpoint.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // config.json of the Llama family (llama_config.h), read with nlohmann-json: every key is either
 // read, accepted as harmless, or a ConfigError naming the file and the key.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Samples as causal-LM tensors and their next-token loss (lm_batch.h).
 
 #include "zeroshard/models/lm_batch.h"

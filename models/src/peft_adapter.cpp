@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PEFT LoRA adapters onto a base Llama-family model (peft_adapter.h): adapter_config.json read as
 // PEFT reads it, the adapter's tensors checked against the base, then loaded by name pattern.
 

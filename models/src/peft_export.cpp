@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A checkpoint's LoRA adapters as a PEFT adapter directory (hf_export.h): adapter_config.json and
 // adapter_model.safetensors under PEFT's names.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TorchScriptModel (torchscript.h): the module tree the engine wraps, the zeroshard operators a
 // unit's forward graph calls, and the export into a pristine copy of the file. The graph rewrite
 // itself is in torchscript_graph.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which script submodules are units, and the rewrite of their forward graphs (torchscript.h):
 //
 //   graph(%self : __torch__.Block, %x : Tensor):          graph(%self : __torch__.Block, %x : Tensor):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Private to TorchScriptModel (torchscript.cpp, torchscript_graph.cpp): the mirror tree's nodes,
 // which submodules are units, and the graph rewrite that makes units call zeroshard's operators.

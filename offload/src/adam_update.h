@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One fused Adam/AdamW update of n contiguous elements with caller-held state: the kernel call
 // behind FusedCpuAdam, shared with the offloaded optimizer, which streams chunks of its state

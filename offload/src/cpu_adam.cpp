@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusedCpuAdam: option checks, the step constants in double as torch::optim::Adam/AdamW 1.13
 // computes them, and the choice of kernel (shard checks and tiling: cpu_optimizer.cpp, cpu_simd.cpp).
 

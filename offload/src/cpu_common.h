@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host-side helpers shared by the fused CPU optimizers (cpu_adam.cpp, cpu_sgd.cpp): option checks,
 // the low-precision output's kind, and the split of a shard into tiles over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The fused optimizer kernels (Adam/AdamW, SGD), one set per instruction set, each set in its own
 // file compiled with that ISA's flags. This header is plain C++ (no ATen, no inline functions with

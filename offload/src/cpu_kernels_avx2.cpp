@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX2 + FMA + F16C kernels, 8 floats per step. Compiled with -mavx2 -mfma -mf16c (this file only);
 // run only where detect_simd() found those features. Same math as the scalar kernels.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AVX-512 kernels (F, BW, VL, DQ), 16 floats per step, tails by masked loads and stores. Compiled
 // with -mavx512f -mavx512bw -mavx512vl -mavx512dq (this file only); run only where detect_simd()
 // found those features. Same math as the scalar kernels.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The portable kernels: any CPU; the reference the SIMD kernels follow. std::fma keeps torch's
 // single roundings (a library call, slow, on a CPU without FMA, where these kernels are the fallback).
 

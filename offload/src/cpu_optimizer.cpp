@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusedCpuOptimizer: the shard bookkeeping and checks shared by the fused CPU optimizers (the
 // patterns of optim/src/optimizer.cpp, plus the low-precision outputs), the forced SIMD path,
 // and make_cpu_optimizer.

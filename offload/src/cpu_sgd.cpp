@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusedCpuSgd: option checks (make_sgd's ranges), the constants as torch::optim::SGD 1.13 casts
 // them, and the choice of kernel (shard checks and tiling: cpu_optimizer.cpp, cpu_simd.cpp).
 

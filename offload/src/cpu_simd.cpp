@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU feature detection for the fused optimizers' SIMD paths, and the shared host-side helpers of
 // cpu_common.h.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The files of one rank's offloaded optimizer state on NVMe (private to zs_offload).
 //

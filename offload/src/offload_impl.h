@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OffloadedOptimizer's private state, shared by offload_optimizer.cpp (bookkeeping, the CPU target,
 // the public interface) and offload_nvme.cpp (the NVMe chunk pipeline and its rollback).

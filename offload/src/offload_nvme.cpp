@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OffloadedOptimizer's NVMe target: the chunk pipeline (read ahead, update, write behind), checksum
 // verification, and the rollback of a failed step. See offload_optimizer.h.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OffloadedOptimizer: options, shard bookkeeping, the CPU target (state in host tensors), imported
 // state and the public interface. The NVMe pipeline is in offload_nvme.cpp. See offload_optimizer.h.
 

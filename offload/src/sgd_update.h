@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One fused SGD update of n contiguous elements with a caller-held momentum buffer: the kernel
 // call behind FusedCpuSgd, shared with the offloaded optimizer, which streams chunks of its state

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loss scaling (see grad_scaler.h). The inf/nan check reads each unscaled gradient shard once
 // with aminmax (no temporary of the shard's size: min and max propagate NaN, and an inf is the
 // min or the max), gathers the per-shard results into one small tensor, and makes one all-reduce.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learning-rate schedules (see lr_scheduler.h).
 //
 // Warmup (all types, warmup_steps = W > 0): lr_at(s) = lr * (s + 1) / W for s < W. The "+1"

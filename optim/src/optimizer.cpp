@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SGD, Adam and AdamW over flat shards, with the ATen op sequence of LibTorch 1.13's
 // torch::optim::SGD/Adam/AdamW (torch/csrc/api/src/optim/{sgd,adam,adamw}.cpp), so that a sharded
 // run matches an unsharded torch::optim run element by element (bitwise on CPU in our tests):

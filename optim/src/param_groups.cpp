@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter groups: the rules of param_groups.h resolved per parameter.
 
 #include "zeroshard/optim/param_groups.h"

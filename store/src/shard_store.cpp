@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardStore: host tensors (CPU) or one checksummed file per shard (NVME). See shard_store.h.
 
 #include "zeroshard/store/shard_store.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LoRA: adapters over a frozen base, trained sharded, equal element by element to a plain
 // LibTorch LoRA written here (the base weights and the adapters' initial values copied, the
 // forward x W^T + b + (x A^T) B^T alpha/r spelled out, torch::optim::AdamW over A and B only), at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NF4 (4-bit NormalFloat) storage: the engine's quantiser against a reference written from the
 // paper's definition (tests/common/nf4_reference.h), the three dequantisation paths (scalar,
 // AVX2, ATen operations as a GPU runs them) bit for bit, the round trip, and the errors.

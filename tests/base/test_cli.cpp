@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard::cli::App (zeroshard/base/cli.h): the command-line shape every program shares.
 
 #include <functional>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC-32C known answers for both implementations (the SSE4.2 instruction and the table): the
 // check value of the CRC catalogue ("123456789" -> 0xE3069283) and RFC 3720's iSCSI vectors, and
 // the two paths agree on every length and alignment and when extended piece by piece.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How a save completes (checkpoint/src/checkpoint_save.cpp), where real jobs hurt:
 //  - saving a step that exists already (after resuming from it) replaces it without a moment in
 //    which `latest` names a missing directory: checked at every rename the process makes (this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Activation checkpointing under the sharding engine: the GPT test model trained with every
 // block call wrapped in zeroshard::checkpoint must end with the same parameters as the same
 // sharded training without checkpointing (fp32: bitwise expected, 1e-6 allowed). Units gathered

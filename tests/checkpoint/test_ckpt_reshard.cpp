@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Resharding on load: a checkpoint saved at N ranks loads at M ranks directly (4 -> 2, 2 -> 4,
 // 1 -> 3) and training goes on as it would have at N ranks. CTest runs the saving job first
 // (fixture), which also trains on from the checkpoint and records its parameters; the loading

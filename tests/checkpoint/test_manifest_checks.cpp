@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoint manifests edited to values that would make a reader index outside its buffers or
 // files (zeroshard-ckpt consolidate and export read sections into a flat buffer at
 // shard_rank x shard_numel), and a manifest with a flipped byte: each refused by read_manifest

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pretrained weights into a sharded model (zeroshard/checkpoint/pretrained.h), at 1, 2 and 4 ranks:
 // every value arrives exactly (every strategy, tied weights, buffers, bf16/fp16 files, renamed
 // names), each rank reads only its shards' bytes, host memory stays near the rank's shards plus one

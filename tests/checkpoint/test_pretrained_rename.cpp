@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pretrained weights under another naming scheme (zeroshard/checkpoint/pretrained.h,
 // PretrainedOptions::rename_patterns), at 1 and 2 ranks: a GPT stored under GPT-2-style names loads
 // exactly through {N} templates and a regular expression with groups, after strip_prefix and

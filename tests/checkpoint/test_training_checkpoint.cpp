@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training checkpoints (sharding/checkpoint.h): save -> load in a fresh engine resumes bit for bit
 // (every strategy; optimizer state on the device, on the host and on NVMe), RNG and user entries
 // come back, async save writes the same bytes as sync save, consolidated weights load into the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI communicator, element by element against rank-seeded data, at 1, 2 and 4 ranks.
 
 #include <ATen/ops/arange.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Messages over 2^31 elements (MPI counts are int): real sizes, within CI memory (about 3 GiB per
 // rank at 2 ranks).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL backend tests (tests/CMakeLists.txt: test_nccl, label "gpu").
 //
 // Two kinds of tests:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How dtypes and reductions map onto NCCL (comm/src/nccl_types.h), checked without a GPU. The
 // engine broadcasts every module buffer at wrap time, so each buffer dtype a model may hold must
 // map (a bool mask, an int16 table); a bool reduction must stay 0/1.

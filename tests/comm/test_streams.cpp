@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceStreams and ReleaseQueue (zeroshard/comm/streams.h) where no GPU is needed: a CPU
 // DeviceStreams is disabled and changes nothing, and the queue keeps buffers exactly until their
 // marks are done, in order, or until a stream is made to wait for them. The CUDA side of both is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The watchdog: a rank that never joins a collective makes it fail within the timeout with a
 // message naming rank, collective, tag and sequence number, and what the other ranks are doing.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A reference NF4 quantiser for tests, written from the QLoRA paper's definition and independent
 // of the engine's (adapt/src/nf4.cpp): blocks of 64 consecutive elements, each divided by the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared main of zeroshard's GoogleTest binaries, single- or multi-rank.
 // - Reads the command line's config (--config / --set; every key is accepted: tests read any),
 //   with a 120 s collective timeout and the CPU device unless the command line says otherwise, so a

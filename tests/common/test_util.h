@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers shared by zeroshard's tests. The test main (test_main.cpp) owns the Session.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that no public header of a layer below the config edge knows the config.
 
 The layers below zs_config take plain option structs; zs_config (config/) alone turns the protobuf

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config: defaults, files, --set overrides, validation, command line, and the docs-vs-schema check.
 
 #include <google/protobuf/util/message_differencer.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rules between config keys (config/src/config_rules.cpp, docs/config.md "Rules between keys"):
 // one test per rule, each with the rule's exact message and the keys it names, the config that
 // breaks it and one that satisfies it. Every rule is checked when the config is built, before

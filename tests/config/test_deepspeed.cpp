@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeepSpeed configs read as zeroshard keys (zeroshard/config/deepspeed.h, docs/deepspeed.md): the
 // keys of a typical ZeRO-3 offload config land where the table says, DeepSpeed's traps and its own
 // defaults are applied, --set wins over the file, a bad value is reported with the DeepSpeed key it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // resolve(): the whole config to RunOptions. Every struct's defaults equal what the default config
 // resolves to (field by field: a field given two defaults fails here), every section maps each
 // key, the unit hooks follow precision.frozen_linear and lora.rank; and load_run refuses a key a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which CUDA device a rank takes (core/src/device_select.h): the rule the Session applies to what
 // each rank sees, checked without a GPU. The cases are the launches users run: mpirun on a host
 // whose ranks all see every GPU, and srun with one GPU bound per task (Slurm sets

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host memory accounting and out-of-memory reports (zeroshard/core/host_memory.h,
 // memory_report.h): allocations are recorded with the phase that made them, a limit refuses with
 // c10::OutOfMemoryError naming the request, the report is taken at the failing allocation (while

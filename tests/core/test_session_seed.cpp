@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // runtime.seed: the Session seeds LibTorch's default generators at start-up, so a program that
 // draws before seeding anything itself gets the same numbers on every rank and in every run.
 // Run with --set runtime.seed=77 (tests/CMakeLists.txt); the first draw of this process is here.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers of the data tests: files of bytes, llm.c shards with any header, the reference script.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """llm.c's token shard format, written and read the way llm.c does (dev/data/data_common.py writes
 a 256 x int32 header [magic, version, token count] then the tokens; llmc/dataloader.h checks the
 magic, the version and that the file size is exactly header + count x token size). Standard

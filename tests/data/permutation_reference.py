@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The shuffle order of zeroshard's samplers, from its description in docs/data.md (a second
 implementation to compare with). Prints p(0) .. p(n-1) of the permutation of [0, n) for a seed.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // build_shards (the engine of zeroshard-data shards): documents in input order whatever the thread
 // count and piece size, the tokens and loss targets of each record, FILE:LINE of the first
 // malformed line, and shards that llm.c's own checks accept.

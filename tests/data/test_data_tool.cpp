@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data end to end: shards from text and JSONL with the byte vocabulary, inspect, index,
 // and the exact message of each bad input.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The permutation behind shuffling, and the global sampler: runs split across world sizes (2, then
 // 4, then 1 rank) train on exactly the samples of one uninterrupted run, in the same order.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSONL records: the three shapes, their tokens and loss targets (with the data tests' byte
 // tokenizer and chat format), where the assistant turns of a rendered conversation lie, and the
 // exact error for each malformed line.

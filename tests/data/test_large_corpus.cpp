@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A corpus larger than what the reader may hold: a 256 MiB shard (sparse: zeros with a few known
 // tokens) is read end to end with the peak resident set growing by an eighth of the file at most,
 // and zeroshard-data reads all of it under an address-space cap of half the file's size, where

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fixed-length samples over shards written by ShardWriter: packing (document boundaries from the
 // index, from EOS tokens, or none) and padding, position by position against hand-worked samples.
 

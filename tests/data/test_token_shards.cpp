@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Token shards: llm.c's format as llm.c's own Python writes it, raw uint16/uint32 files, a set of
 // files read as one stream, and the exact error for each malformed file.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A tokenizer for the data tests (not a product tokenizer): ids 0..255 are bytes; 256 "<s>"
 // (BOS), 257 "</s>" (EOS) and 258 "<pad>" are special tokens, recognised in text as a tokenizer's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers shared by the engine behaviour tests (test_engine.cpp, test_engine_errors.cpp).
 

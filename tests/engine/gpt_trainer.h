@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A small GPT under a ShardingEngine with deterministic, rank-dependent data per step: shared by
 // the offload and training-checkpoint tests, which compare runs that must agree bit for bit. The

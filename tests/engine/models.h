@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Small models for the sharding tests and benchmarks: each block is a zeroshard::Unit, so the
 // same class trains plainly (no engine: Units just call forward) and sharded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Activation checkpointing must not change training: gradients of parameters and inputs are
 // bitwise those of the plain run (dropout included: the recomputation draws the same masks), and
 // the RNG stream after backward is where the plain run leaves it.

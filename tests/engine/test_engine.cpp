@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardingEngine behaviour beyond numerical equivalence (test_equivalence.cpp covers that):
 //  - memory accounting: the ZeRO formula for persistent state, bounded gathered parameters,
 //    transient categories back at zero after a step, frozen parameters without gradient memory;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Engine behaviour on bad input, unit registry, and auto-wrap policies.
 
 #include "engine/engine_test_util.h"

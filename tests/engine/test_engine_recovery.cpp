@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The engine after a forward or backward that threw (it must be usable again, and the step after
 // it equal a clean run's), and ranks that run different units (a clear error on every rank).
 

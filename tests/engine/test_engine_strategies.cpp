@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Strategies and buffers as a real job meets them:
 //  - HYBRID_SHARD groups: with hybrid_group_size 0 a shard group is a node's ranks whatever the
 //    placement (the plan, computed from each rank's node); ranks that disagree on the strategy or

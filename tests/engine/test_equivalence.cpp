@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharded training must equal plain LibTorch training on the same global batch, element by
 // element: every strategy, both gradient-accumulation modes, an MLP (padding, a one-parameter
 // unit, a frozen parameter), a root whose only trainable layer comes after a frozen norm, a small GPT (tied embedding/output weights) and a BatchNorm net,

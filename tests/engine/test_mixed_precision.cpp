@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mixed precision: bf16 compute tracks fp32 training, gathers move half the bytes, and the master
 // shards, gradient shards and optimizer state stay fp32.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ShardedInit: units are sharded as they are constructed (no rank ever holds the whole model), and
 // training from such a model equals plain LibTorch training.
 

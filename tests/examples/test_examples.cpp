@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The training examples and the training library's small pieces: the shipped configs are valid,
 // the GPT's parameter count formula matches the model it builds (so the 1B config really is 1.21B
 // parameters), the batch arithmetic refuses what does not divide, the flags parse.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GGUF writer (zeroshard/formats/gguf_writer.h): Q8_0 and F16 rounding on values whose right
 // answer is known by hand, the v3 layout byte by byte, every metadata type and the tensor table as
 // node-llama-cpp's GGUF reader (a client nobody here wrote, tests/clients) reads them back, and

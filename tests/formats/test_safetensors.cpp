@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // safetensors (tensor_file.h): SafetensorsWriter -> reader round trips (every dtype, metadata,
 // aliases, tensors written out of declaration order), the writer's refusals, and the reader's
 // errors on hand-made bad files. The reader is also checked against files written without

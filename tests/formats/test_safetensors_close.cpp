@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SafetensorsWriter when close() reports an error (NFS reports write-back failures there). This
 // binary interposes close(2): the close of the writer's temporary file closes it and answers EIO.
 // finish() must throw naming the file, and the writer must never close that descriptor number

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The torch zip reader (tensor_file.h): archives written by Python (torch.save of a state dict,
 // torch.jit.save of scripted and traced modules; the make_tensor_files fixture, with references of
 // the same values in safetensors) and by LibTorch (torch::serialize::OutputArchive with nested

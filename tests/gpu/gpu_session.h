@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The guard of the GPU tests that train on the session's device (label gpu): they run with
 // --set runtime.device=AUTO and skip visibly where that resolved to the CPU.

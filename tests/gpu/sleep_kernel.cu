@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // See sleep_kernel.h.
 #include "sleep_kernel.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Kernels the GPU tests use to hold a stream busy, so that a missing stream dependency shows up
 // as wrong data instead of going unnoticed (tests/gpu/sleep_kernel.cu, compiled by nvcc).

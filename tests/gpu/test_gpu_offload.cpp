@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter and gradient offload on CUDA (label gpu): the GPU side of test_offload_params.cpp and
 // test_offload_grads.cpp. On a GPU run the stores sit between the device and the host: a unit's
 // parameter shard is read from host memory or NVMe and copied to the device for its gather, a

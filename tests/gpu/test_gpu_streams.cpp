@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stream ordering on the GPU (label gpu). A sleep kernel holds the compute stream for 200 ms while
 // data is written behind it; the collectives and the sharding engine, which order their side
 // streams after the compute stream with events (never by blocking the host), must still see the

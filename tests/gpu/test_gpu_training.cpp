@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharded training on CUDA against plain LibTorch training on CUDA (label gpu), the GPU side of
 // tests/sharding/test_equivalence.cpp and test_mixed_precision.cpp:
 // - fp32: every strategy, with and without no_sync, an MLP (padding, a one-parameter unit, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "io/aio_test_util.h"
 
 #include <fcntl.h>

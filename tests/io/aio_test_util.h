@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for the async I/O tests: a temporary directory, aligned random buffers, an engine per
 // backend (skipping visibly when the backend cannot start here), and a private mount of a small

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tensor_file_test_util.h"
 
 #include <ATen/ops/empty.h>

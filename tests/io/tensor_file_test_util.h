@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Helpers for the tensor file tests: the torch archives the make_tensor_files fixture wrote, whole
 // and partial reads, element-by-element comparison, raw file edits, and error texts.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The async I/O engine, for each backend that can start here (the others skip naming why):
 // random data round-trips through write + read (buffered at sizes and offsets off the block size,
 // O_DIRECT aligned), many requests in flight, queue depth 1, several threads on one engine;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Async I/O errors that do not need a particular backend, and FaultInjectingIo over each backend:
 // disk full after N bytes (the part before the limit really written), the k-th write failing,
 // reads failing with EIO, short reads; AioFile's open errors and its O_DIRECT fallback (tmpfs,

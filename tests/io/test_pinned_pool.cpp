@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PinnedPool: alignment, size classes, reuse of freed blocks, byte accounting into MemoryStats,
 // many threads allocating and freeing, pin=false, the pool destroyed before its tensors, page
 // locking seen in /proc/self/status (VmLck), and the refused-mlock path: on a thread without

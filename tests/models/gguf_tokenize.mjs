@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // llama.cpp's tokenizer (through node-llama-cpp, pinned in tests/clients) on the vocabulary of GGUF
 // files: each text tokenized with special-token text parsed (no BOS/EOS added) and the ids
 // detokenized back, plus whether llama.cpp adds BOS/EOS. Only the vocabulary is loaded.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // llama.cpp (through node-llama-cpp, pinned in tests/clients) on a GGUF file: the next-token
 // negative log-likelihood of every id after the first, and a greedy continuation, printed as one
 // JSON object. CPU only, flash attention off, F32 key/value cache, so what is compared is

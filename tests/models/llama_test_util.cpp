@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "llama_test_util.h"
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tiny Llama-family models for the tests, written in Hugging Face's layout: config.json and the
 // weights as safetensors (one file, or shards with model.safetensors.index.json) by SafetensorsWriter.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GGUF exports carry the model's tokenizer (zeroshard/models/gguf_vocabulary.h), checked against
 // llama.cpp (node-llama-cpp, tests/clients): tiny random-weight models with real vocabularies
 // (Llama 2's SentencePiece-style tokenizer.json, Llama 3's and a Qwen2-style byte-level BPE, all

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Llama family (zeroshard/models): config.json keys and their errors, Hugging Face's names and
 // initialisation, sharded loading of Hugging Face directories (every value exact, each rank
 // reading only its shards), packed documents, the loss, LoRA by module name, and every bad input

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard's Llama family against implementations nobody here wrote: llama.cpp (node-llama-cpp,
 // pinned in tests/clients) running the GGUF files zeroshard exports, and a plain-PyTorch forward
 // with Hugging Face's semantics (tests/python/llama_ref.py, Debian's PyTorch 1.13).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fine-tuned Llama-family models out the way others load them, and PEFT adapters back in, checked
 // against clients nobody here wrote: llama.cpp (node-llama-cpp, tests/models/llama_cpp_nll.mjs) on
 // the GGUF exported from a checkpoint, a plain-PyTorch forward (tests/python/llama_ref.py) on the

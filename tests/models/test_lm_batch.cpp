@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Training samples as causal-LM tensors (zeroshard/models/lm_batch.h): every array lands where the
 // model reads it, untrained targets become -100, ids outside the model's vocabulary are refused
 // with their sample and position, and the per-position loss equals PyTorch's log-softmax picked at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A model written in Python and scripted (tests/python/make_script_models.py) trained sharded by
 // zeroshard::TorchScriptModel must equal the same file trained unsharded by plain LibTorch over
 // module.parameters(), element by element: every strategy, an MLP (scripted and traced), a GPT

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Offload settings shared by the offload tests (CPU and GPU): small blocks, so that a shard spans
 // several checksum chunks and I/O pieces.

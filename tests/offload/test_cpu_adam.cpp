@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusedCpuAdam against torch::optim::Adam/AdamW: for every SIMD path this CPU has (the others skip
 // visibly), Adam and AdamW, with and without weight decay, 20 steps on shards of 1, 7 and 1000003
 // elements, compared element by element (max relative diff printed). Plus the fused bf16/fp16

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusedCpuSgd against torch::optim::SGD: for every SIMD path this CPU has (the others skip
 // visibly), plain SGD, L2 weight decay, momentum, dampening and Nesterov, 20 steps on shards of 1,
 // 7 and 1000003 elements (one shard without a grad at some steps, so its momentum buffer starts

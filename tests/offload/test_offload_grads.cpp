@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient offload (offload.grads = CPU / NVME, ZeRO-Infinity's gradient swapping): each unit's fp32
 // gradient shard goes to a ShardStore as its reduction completes, and comes back only to be read
 // (clipping, loss-scale unscaling, the optimizer step) or added to (accumulation over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The offloaded optimizer (offload.optimizer = CPU / NVME) inside the sharding engine: training a
 // GPT with its optimizer state in host memory or streamed through files must give the same
 // parameters, bit for bit, as the device-resident AdamW and SGD; plus the files' life cycle, bad paths,

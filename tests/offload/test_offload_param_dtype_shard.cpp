@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // offload.keep_param_dtype_shard: with the parameter shards offloaded (offload.params = CPU / NVME)
 // and bf16 compute, each shard also stays resident in bf16, the gathers read that copy and never the
 // store, and the fp32 master stays in the store, where the optimizer step updates it (ZeRO-Offload's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter offload (offload.params = CPU / NVME, ZeRO-Infinity's parameter swapping): the
 // parameter shards live in a ShardStore between uses. Training a GPT with them on NVMe (or in host
 // memory) must give the same parameters, bit for bit, as with resident shards, for AdamW and SGD,

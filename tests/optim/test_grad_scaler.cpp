@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GradScaler: exact scaling and unscaling, the all-reduced overflow decision (an inf on one rank
 // skips the step on every rank), hysteresis, growth, the min_scale error, state round trips, the
 // modes, and an end-to-end run through the ShardingEngine whose result must equal, element by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learning-rate schedules: values at the steps that define each type (warmup start and end, the
 // decay's middle and end, STEP boundaries), shape checks over a range, descriptions, and errors
 // naming the field.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharded optimizers against torch::optim: the same parameters and gradients, once as three
 // odd-shaped torch parameters under torch::optim::SGD/Adam/AdamW, once as two flat shards (the
 // parameters concatenated, zero-padded, split mid-parameter) under zeroshard's optimizer; compared

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter groups: how assign_param_groups classifies parameters (the 1-D / embedding exemption,
 // first-match rules over names and tied names, globs across dots), the errors a rule gets, the
 // options, and what the engine hands the optimizer: each rank's shard ranges for a wrapped

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The command lines of the Llama export path, end to end, against the references the fixtures
 llama_export and llama_export_refs wrote (test_llama_export.cpp):
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """finetune_llama end to end on a tiny Llama model this script writes in Hugging Face's layout.
 
   finetune_llama_check.py fixture --out DIR

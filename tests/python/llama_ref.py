@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A plain-PyTorch forward of Hugging Face's Llama family (LlamaForCausalLM, Mistral, Qwen2), written
 from the math, to check zeroshard's models against (fp32, Debian's PyTorch 1.13).
 

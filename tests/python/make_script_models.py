@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """TorchScript models written in Python for the TorchScript tests (tests/sharding/test_torchscript.cpp).
 
   make_script_models.py OUT_DIR

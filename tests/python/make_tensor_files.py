@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Writes the torch archives test_tensor_file reads, each with a reference of the same values.
 
 Usage: make_tensor_files.py OUT_DIR

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A PEFT LoRA adapter applied to its base in plain PyTorch, as PEFT applies it, then the
 Hugging Face forward of llama_ref.py (fp32, Debian's PyTorch 1.13): W + B A * scaling for every
 module adapter_config.json's target_modules pick (a list: a module named by an entry or ending in

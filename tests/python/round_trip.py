@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Weights from real PyTorch into zeroshard and back (a CTest job test; Debian's python3-torch).
 
   round_trip.py --bin BUILD/bin --mpirun MPIRUN --work DIR [--ranks N] [--format torch|safetensors]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """A vision transformer written here in Python, scripted, trained sharded by train_torchscript, and
 read back by Python (a CTest job test; Debian's python3-torch).
 

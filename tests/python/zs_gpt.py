@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The built-in GPT (models/src/gpt.cpp) written in PyTorch, with what the Python-side tests need around it.
 
 One Python copy of the model for the round-trip tests (weights from Python into train_gpt and back),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reserving NVMe shard files on a filesystem without fallocate. This binary interposes
 // posix_fallocate (and its 64-bit name) to answer EOPNOTSUPP or EINVAL as such filesystems do, and
 // checks that ShardStore::add still refuses a shard larger than the drive's free space, naming the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # zeroshard-data end to end on the tokenizer tests' files: known ids of real vocabularies (GPT-2,
 # Llama 2, Llama 3), encode | decode round trips, JSONL in and out, and each error's exact text
 # and exit status. Prints "zeroshard-data: all N checks passed" or the first difference.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The test corpus, about 1.3 MB of varied text as JSON lines {"text": ...}: Debian's fortunes,
 // licenses, man page sources and C headers, plus generated Unicode (CJK, Greek with final sigma,
 // Cyrillic, Arabic, Hebrew, Devanagari, Thai, emoji with ZWJ sequences, combining marks,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes real vocabularies as the files users download: Hugging Face tokenizer.json (with a
 // tokenizer_config.json beside it) and tiktoken rank files, from the published vocabularies pinned
 // in tests/clients (js-tiktoken's GPT-2 / cl100k / o200k ranks, llama-tokenizer-js (Llama 2),

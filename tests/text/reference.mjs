@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reference encodings of the corpus by implementations nobody here wrote: Hugging Face's
 // tokenizers.js for tokenizer.json files, js-tiktoken for tiktoken rank files, and
 // llama3-tokenizer-js as a second opinion on Llama 3. For each case of OUT/cases.json, writes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Renders template cases with the two reference implementations of chat templates and returns
 // their outputs: @huggingface/jinja (Node, from the pinned test clients) and Python's Jinja2 set

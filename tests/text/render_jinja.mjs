@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Renders template cases with @huggingface/jinja (the reference for test_chat_template).
 //   node render_jinja.mjs CASES.json OUT.json NODE_MODULES
 // CASES.json: {"cases": [{"name", "template", "context", "now": [y, m, d, H, M, S] | null}]}

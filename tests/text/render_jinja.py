@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Renders template cases with Python's Jinja2 configured as Hugging Face transformers configures
 it for chat templates (the reference for test_chat_template):
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loop controls and the

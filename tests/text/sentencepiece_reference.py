@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SentencePiece references: trains two small models on the corpus with the SentencePiece library
 (BPE with byte fallback and split digits, as Llama's tokenizer.model is made; and a unigram model
 with NFKC normalization), then encodes every corpus document with Debian's python3-sentencepiece.

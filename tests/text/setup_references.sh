@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The reference data of test_tokenizer_reference (tests/text/): the corpus, tokenizer files from
 # the published vocabularies pinned in tests/clients, and the encodings of the real
 # implementations. Reuses OUT when the scripts, the client lock file and the corpus sources are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard's chat templates against the two reference implementations, byte for byte:
 // @huggingface/jinja 0.5.11 (Node) and Python's Jinja2 configured as transformers configures it.
 //  - the chat templates of the Llama 2/3/3.1, Mistral v0.1/v0.3, Qwen2/2.5, Phi-3 and Zephyr families

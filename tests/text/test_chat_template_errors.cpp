@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad chat templates and bad conversations: each is refused with the exact message a user sees,
 // naming the source, the line and the construct.
 

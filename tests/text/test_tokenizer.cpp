@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard::text (zeroshard/text/tokenizer.h) on small hand-written tokenizer files: the
 // components whose behaviour the JavaScript references cannot check (Hugging Face's Rust semantics
 // of Digits, Metaspace split, single_word, add_bos_token/add_eos_token), and every bad input with

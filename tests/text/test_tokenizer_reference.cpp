@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Real vocabularies, id by id against implementations nobody here wrote. The set-up
 // (setup_references.sh) writes the tokenizer files from the published vocabularies pinned in
 // tests/clients, a corpus of about 1.4 MB of varied text, and each reference's ids and decoded

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Python's view of every code point it knows (for test_chat_template's Unicode check): the str
 methods the chat-template engine reimplements, applied to each character alone and to long
 mixed strings.

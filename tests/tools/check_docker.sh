@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks of docker/ that need no docker engine (none runs in CI, and hadolint is not a Debian 12
 # package):
 #   1. Dockerfiles: every file they COPY or name under scripts/ or docker/ exists; FROM pins a tag;

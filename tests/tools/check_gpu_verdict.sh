@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks scripts/gpu-test-verdict.sh (gpu-check.sh's test verdict) on real ctest output: small
 # CTest projects whose gpu-labelled tests pass, skip (exit 77, as the GPU tests do without a GPU)
 # or fail, run with the options gpu-check.sh uses.

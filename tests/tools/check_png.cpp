@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // check_png: does a chart zeroshard-plot wrote show what it should? For the job tests that chain
 // the real tools (tests/tools/tools_chain.sh).
 //

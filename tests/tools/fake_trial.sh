@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A stand-in training program for zeroshard-launch's trial tests (tests/tools/CMakeLists.txt): it
 # speaks the --memory-trial protocol (launcher/include/zeroshard/launcher/trial.h) and trains
 # nothing. Memory is modelled by one threshold: a micro-batch above FAKE_MAX_MICRO "runs out".

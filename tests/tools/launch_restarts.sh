@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # zeroshard-launch --max-restarts, end to end (tests/tools/CMakeLists.txt):
 #   1. a job that fails twice runs a third time and succeeds with --max-restarts 2;
 #   2. with --max-restarts 1 the second failure is the launcher's exit status;

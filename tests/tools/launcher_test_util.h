@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What test_launcher.cpp and test_launcher_trial.cpp (one binary) both use.
 

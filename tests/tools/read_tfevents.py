@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Reads a TensorBoard event file with nothing but the standard library, to check what
 zeroshard's TensorBoardWriter writes independently of its own schema and code: the TFRecord
 framing (little-endian uint64 length, masked CRC-32C of the length, data, masked CRC-32C of the

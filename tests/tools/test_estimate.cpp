@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-estimate's predictions held against measurement:
 //  - model states: the engine's own accounting (ShardingEngine::memory()) for the test GPT, every
 //    strategy, fp32 and bf16, device-resident optimizer, within 10% category by category and for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-launch's rules, driven with made-up machine facts: the command it builds for several
 // option combinations (exact argv), when it adds --allow-run-as-root and --oversubscribe, GPU
 // placement and its errors, CPU binding, srun, hostfile parsing, and the command-line errors.

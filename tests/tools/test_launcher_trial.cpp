@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-launch's trial jobs (--find-batch-size, --auto-micro-batches; trial.h), part of the
 // test_launcher binary: the arithmetic of the next size (checked against brute force), parsing
 // the protocol lines (good and malformed), classifying how a trial ended, inserting arguments, the

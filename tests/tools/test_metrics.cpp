@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The JSON text helpers (zeroshard/base/json.h) and MetricsWriter (zeroshard/train/metrics.h):
 // escaping, round-trippable numbers, the parser's errors, and the writer's contract (opened at
 // construction, one complete line per call, visible before the writer is gone).

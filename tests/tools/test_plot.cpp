@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-plot: a metrics file written by MetricsWriter (every line kind: step, eval, summary)
 // becomes PNG charts that exist, have the asked size, and show the data (decoded here with
 // libpng: the series colours are drawn, where the data says); lines of unknown kinds are skipped

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorBoardWriter (zeroshard/train/tensorboard.h), read back by an independent reader: the
 // Python script tests/tools/read_tfevents.py (standard library only: its own CRC-32C and a
 // hand-written protobuf wire parser), which checks both CRCs of every record.

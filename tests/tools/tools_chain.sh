@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The user-side tools chained on what the other tools really write, as a new user runs
 # them: an example trains at CI size and writes its metrics and checkpoints; zeroshard-plot charts
 # the metrics; check_png decodes every chart; zeroshard-ckpt reads the checkpoints;

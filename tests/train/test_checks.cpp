@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard::at_least_check (zeroshard/train/trainer.h): the pass/fail checks of training programs.
 
 #include <cmath>

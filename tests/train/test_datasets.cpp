@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Datasets: the byte-level text corpus and its windows, the IDX reader, Fashion-MNIST, and the
 // errors a user meets when files are missing or malformed.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DataLoader: batch order independent of the worker count, bounded prefetch, worker exceptions
 // re-thrown on the calling thread with the batch and sample.
 

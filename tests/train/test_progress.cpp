@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProgressBar: '\r' redraws on a terminal, plain lines every k steps otherwise; throughput and ETA
 // from a fake clock.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DistributedSampler: the ranks' shards partition the dataset (PyTorch's semantics), computed
 // in-process for 1, 2 and 4 ranks.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Stopping a run at a step boundary when the scheduler asks (stop_signals.h, Trainer::fit): a
 // SIGUSR1 raised on one rank in the middle of step 3 stops every rank after step 3, with a
 // checkpoint of step 3 and exit status 128 + SIGUSR1; the same command again with --resume=auto

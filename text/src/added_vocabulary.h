@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Added tokens (tokenizer.json's added_tokens, special or not): found in the text before the
 // normalizer and the model see it, leftmost-longest first, as Hugging Face's AddedVocabulary

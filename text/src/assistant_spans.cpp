@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ChatTemplate::render_for_training: where each assistant message sits in the rendered
 // conversation, found from renders of prefixes of the conversation (no help from the template).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Byte-pair encoding as Hugging Face's BPE model does it: a word starts as its characters (each
 // looked up in the vocabulary; unknown ones become byte tokens <0xXX> with byte_fallback, or the

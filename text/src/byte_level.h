@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // GPT-2's byte-to-character table: byte-level BPE vocabularies spell every byte as one printable
 // character (printable ASCII and Latin-1 bytes as themselves, the other 68 bytes as U+0100 onwards),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The byte vocabulary of the built-in demo: id = byte value, decode gives the bytes back.
 
 #include "zeroshard/base/error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "zeroshard/text/chat_template.h"
 
 #include "chat_variables.h"

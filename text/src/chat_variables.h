@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The variables of one chat-template render, built from the messages and RenderOptions: shared by
 // plain renders and the training renders that cut a conversation into prefixes.

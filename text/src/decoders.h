@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Decoders of tokenizer.json: token texts -> text (Sequence, ByteLevel, Replace, ByteFallback,
 // Fuse, Strip, Metaspace, BPEDecoder), as a chain over the list of token strings the way

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // encode_batch on a small process-wide pool of worker threads.
 
 #include <algorithm>

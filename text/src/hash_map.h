@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Two flat open-addressing hash maps for the tokenizer's hot path: token text -> id (looked up
 // by string_view, no allocation) and a pair of ids -> merge (rank, merged id). Built once at load,

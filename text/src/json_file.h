@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading the tokenizer's JSON files (nlohmann-json) with errors that name the file and the key:
 // "tokenizer.json: model.merges[3]: expected a string or a pair of strings, got number".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // load_tokenizer: which file of a model directory holds the tokenizer, and what format it is in.
 
 #include <sys/stat.h>

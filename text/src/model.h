@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The model stage of a tokenizer pipeline: one pre-token (a word) in, token ids out. BPE for
 // tokenizer.json files (bpe.h), byte-pair ranks for tiktoken files (tiktoken.h). Immutable after

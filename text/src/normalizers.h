@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Normalizers of tokenizer.json: text -> text before pre-tokenization (Sequence, Prepend,
 // Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents). Immutable, thread-safe.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The regular expressions of tokenizer files (Split pre-tokenizers, Replace normalizers and
 // decoders, GPT-2's and Llama 3's split patterns) on PCRE2 with UTF and Unicode properties, JIT

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The tokenizer pipeline of tokenizer.json (and of tiktoken files, which load into the same
 // shape): added tokens are split off the raw text, the rest is normalized, split off the normalized

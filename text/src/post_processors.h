@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Post-processors of tokenizer.json for one sequence: the special tokens around the encoded text
 // (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel (nothing to do on ids),

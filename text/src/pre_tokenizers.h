@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Pre-tokenizers of tokenizer.json: split normalized text into pieces (words) for the model,
 // possibly rewriting them (Sequence, Split, ByteLevel, Metaspace, Digits, Punctuation,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The SentencePiece library behind a small interface, in a module of its own
 // (libzs_text_sentencepiece.so) that zs_text loads on first use with RTLD_LOCAL | RTLD_DEEPBIND.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SentencePiece models (tokenizer.model, a protobuf) through the SentencePiece library itself,
 // loaded as a private module (sentencepiece_backend.h). As transformers' Llama tokenizers do,
 // special tokens written in the text (<s>, </s>, <unk>, and tokenizer_config.json's added tokens)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libzs_text_sentencepiece.so: SentencePieceBackend on the SentencePiece library (see
 // sentencepiece_backend.h for why this is a module of its own).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tiktoken's model: a word's bytes are merged pairwise, always the adjacent pair whose
 // concatenation has the lowest rank (leftmost among equals), until no concatenation is a token;

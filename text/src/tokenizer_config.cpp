@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tokenizer_config.h"
 
 #include <sys/stat.h>

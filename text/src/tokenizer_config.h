@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // tokenizer_config.json, the part of it a tokenizer needs: the bos/eos/pad/unk token texts (a
 // string or an {"content": ...} object), add_bos_token / add_eos_token, the chat template (a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading a Hugging Face tokenizer.json into the pipeline (pipeline.h).
 
 #include "bpe.h"

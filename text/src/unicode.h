@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // UTF-8 and the few Unicode properties the tokenizer pipeline needs (utf8proc underneath):
 // decoding, validation, lossy repair of byte strings, normalization forms, lowercase, and the

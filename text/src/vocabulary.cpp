@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // read_vocabulary (vocabulary.h): a tokenizer's files as a TokenizerVocabulary. The ids, the
 // special tokens and what encoding adds around the text come from the tokenizer as load_tokenizer
 // builds it, so the data agrees with this library's encode; the merges, scores and split regexes

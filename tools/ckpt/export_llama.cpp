@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-ckpt export --format hf|peft|gguf of a Llama-family checkpoint (export_llama.h). Under
 // mpirun the ranks form a Session: --format hf writes in parallel, the others run on rank 0 while
 // the rest wait, so no two processes write the same file.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard-ckpt export for checkpoints of Llama-family models: --format hf (a Hugging Face
 // directory, written by every rank when run under mpirun), peft (the LoRA adapters as a PEFT

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-ckpt: inspect, verify and convert zeroshard checkpoints (no MPI, no engine).
 //
 //   zeroshard-ckpt info PATH                       the manifest, readably

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data encode / decode: text and token ids with a model's own tokenizer
 // (zeroshard/text/tokenizer.h), from the shell.
 //

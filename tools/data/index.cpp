@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data index: document indexes (.docs) for token shards made elsewhere, whose documents
 // end with an end-of-text token; then they pack by index and pad (docs/data.md).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data inspect: a token file's header, sidecars and first tokens; with --verify, every
 // token read and checked against the vocabulary in bounded windows (docs/data.md).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data: data preparation for training (docs/data.md).
 //
 //   zeroshard-data shards --tokenizer DIR --out DIR [--seq-len N] INPUT...   text/JSONL -> token shards

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data's progress line (progress_line.h).
 
 #include "progress_line.h"

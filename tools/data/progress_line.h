@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The progress of zeroshard-data shards for a person watching: on a terminal one line redrawn in
 // place (at most 10 times a second),

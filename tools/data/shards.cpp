@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-data shards: text and JSONL files into token shards (llm.c format) with document
 // indexes and loss masks, on all cores (docs/data.md).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard-data's subcommands: each file registers one (shards.cpp, inspect.cpp, ...) and
 // main.cpp dispatches on the first argument.

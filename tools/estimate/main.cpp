@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-estimate: per-rank memory of a training setup before running it.
 //
 //   zeroshard-estimate --params 1.3e9 [--unit-params 5e7] --world 8 --ranks-per-node 8 [--config F] [--set k=v]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-eval: next-token negative log-likelihood and perplexity of a Hugging Face
 // Llama-family model (config.json + weights; or a zeroshard checkpoint of one; or a base directory
 // with --adapter, a PEFT LoRA adapter directory) on token ids, or a greedy continuation, sharded

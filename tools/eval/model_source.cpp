@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-eval's model sources (model_source.h).
 
 #include "model_source.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What zeroshard-eval scores: a Hugging Face Llama-family directory, a zeroshard checkpoint of such
 // a model (its recorded config.json and LoRA options), or a base directory with a PEFT adapter

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Token ids from files and arguments (token_ids.h).
 
 #include "token_ids.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Token ids for zeroshard-eval: a JSON array of integers ([1, 2, 3]), a comma-separated list given
 // inline ("1,2,3"), or a raw little-endian .bin of uint16 or uint32 values. Every id is checked

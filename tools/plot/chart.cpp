@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The line-chart rasteriser: white canvas, title, axes with nice ticks and labels (as many as their
 // size allows without overlapping), light grid, an optional right-hand axis, one 2-pixel line per
 // series (with point markers when asked) or stacked bands, a legend under the title when there is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A 5x7 bitmap font for chart labels: printable ASCII, one glyph per line, 7 rows of 5 columns
 // ('#' = ink). Drawn for this tool; characters outside the table render as '?'. The letters with
 // descenders (g p q y) are drawn 2 rows lower (glyph_drop), so a line of text is 9 rows high.

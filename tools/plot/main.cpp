@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-plot: PNG charts of a training run's metrics (zeroshard/train/metrics.h).
 //
 //   zeroshard-plot run.jsonl [--out DIR] [--prefix NAME] [--size WIDTHxHEIGHT]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading a metrics JSON-lines file (zeroshard/train/metrics.h) into columns, and the charts of a run.
 // The line kinds and what each chart shows: plot.h and docs/tools.md.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard-plot's pieces: a metrics JSON-lines reader, a small line-chart rasteriser (axes, nice
 // ticks spaced by their labels' size, grid, legend, a second y axis, a built-in 5x7 font) and a

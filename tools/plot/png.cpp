@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PNG output through libpng's simplified API (no setjmp in our code).
 
 #include <png.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // zeroshard-selftest: checks every collective of the world communicator, for every dtype, on
 // rank-seeded data, element by element, then times a 64 MiB all-gather and reduce-scatter.
 //

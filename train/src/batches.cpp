@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The batch plan and this rank's stream of batches (batches.h).
 
 #include "zeroshard/train/batches.h"

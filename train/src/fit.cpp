@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trainer::fit: the whole run a training program asks for (trainer.h), and the memory trial.
 
 #include <ATen/ops/tensor.h>

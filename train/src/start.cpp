@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The start of every training program: its flags, threads, batch plan and the memory trial's
 // plan line (trainer.h).
 

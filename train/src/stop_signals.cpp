@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StopSignals (stop_signals.h).
 
 #include "zeroshard/train/stop_signals.h"

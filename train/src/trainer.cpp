@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Trainer: construction from the config, one optimizer step, evaluation, checkpoints (trainer.h).
 // The whole run (fit) is in fit.cpp.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reading into values the way Jinja's sandbox does: `obj.name` tries the attribute (a method)
 // before the item, `obj[key]` the item before the attribute, and a miss is an undefined value

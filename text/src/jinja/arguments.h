@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Binds the arguments of a call to a function's named parameters, as Python does (positional
 // first, then by keyword), and reads them with the types the function needs. Mistakes are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The parsed form of a template: expressions and statements, each with the line it starts on.
 // Filters and tests are resolved to their functions when parsed, so an unknown one is a parse

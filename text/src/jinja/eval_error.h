@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The errors of a render before they know where they happened. Operations on values throw these;
 // the evaluator adds the template's name and line and turns them into zeroshard errors.

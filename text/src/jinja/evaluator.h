@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Runs parsed statements against variables, writing the output text. Scoping follows Jinja's:
 // `set` at the top level and inside if-blocks writes the template's scope; each loop iteration,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Jinja's built-in filters that chat templates use, with Jinja 3.1's semantics, plus tojson as
 // transformers defines it (json.dumps, no HTML escaping, ensure_ascii false). A filter takes the

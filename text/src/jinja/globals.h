@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The functions every render can call: Jinja's range, namespace and dict, and the two
 // transformers adds, raise_exception(message) and strftime_now(format).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // JSON text as template values, as Python's json.loads gives them to Jinja: objects become dicts
 // (member order kept), arrays lists, integers int, other numbers float. Malformed JSON (or an

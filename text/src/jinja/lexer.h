@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Splits a template into text and the tokens of its {{ }} and {% %} tags, with Jinja's whitespace
 // rules as transformers configures them: trim_blocks and lstrip_blocks on, "-" and "+" markers,

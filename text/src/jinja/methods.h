@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The methods of strings and dicts that templates call (`text.strip()`, `d.items()`), as bound
 // callables with CPython's results.

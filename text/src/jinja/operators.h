@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Jinja's operators with Python's semantics: arithmetic on int and float (bool counts as int,
 // int overflow is an error where Python would grow), str and list concatenation and repetition,

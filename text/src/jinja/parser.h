@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Builds the statements of a template from its tokens, with Jinja's grammar and operator
 // precedence. Anything outside the supported subset (extends, include, call blocks, unknown

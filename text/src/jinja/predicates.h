@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Jinja's tests (`x is defined`, `x is divisibleby 3`) with Jinja 3.1's semantics. Named
 // predicates here so they are not mistaken for unit tests.

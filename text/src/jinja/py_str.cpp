@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jinja/py_str.h"
 
 #include "jinja/eval_error.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Python's str methods that chat templates call, on UTF-8 text, with CPython's results (indices
 // count code points, whitespace is str.isspace()). Throws EvalError where Python raises

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // One parsed template: tokenized and parsed when built (ConfigError for what is unsupported or
 // malformed), rendered any number of times, concurrently, against a set of variables.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Code points and Python's view of them, for the string operations of the template engine.
 // Strings are UTF-8 throughout; callers validate once at the edge (valid_utf8_prefix) and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The values a template computes with, modelled on the Python objects Jinja sees when Hugging Face
 // transformers renders a chat template: undefined, None, bool, int, float, str, list (or tuple),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The text forms of a value, as Python writes them: str() for {{ }}, ~ and the string filters;
 // repr() inside containers; JSON for tojson (Python's json.dumps with the arguments transformers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // LoRA (low-rank adapters) for fine-tuning under a memory budget: a frozen base and, on chosen
 // linear layers, trainable rank-r adapters A [r, in] and B [out, r],

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // NF4: 4-bit NormalFloat storage for frozen weights (the QLoRA paper's data type). Values are
 // quantised in blocks of 64: each block keeps its absolute maximum (fp32) and, per element, the

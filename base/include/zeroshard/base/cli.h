@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The command lines of zeroshard's programs, on CLI11 (Debian's libcli11-dev, header-only). Every
 // program gets the same shape: --help and -h, --version, `--flag value` and `--flag=value` alike,

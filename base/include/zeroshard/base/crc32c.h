@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // CRC-32C (Castagnoli), the checksum of offloaded state chunks and checkpoint files: the SSE4.2
 // crc32 instruction when the CPU has it (chosen at run time), a table otherwise. Thread-safe.

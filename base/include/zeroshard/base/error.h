@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard's error model: one exception family. Every error carries the rank and host of the
 // process that raised it and the source location, so a message read from a 64-rank job log says

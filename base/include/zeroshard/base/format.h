@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Small text helpers every layer uses for messages and tables: one home for each. Thread-safe
 // (pure functions).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard's one place for JSON text (no JSON library is a dependency): a small object builder
 // for writing metrics and benchmark lines, and a small parser for reading them back (objects,

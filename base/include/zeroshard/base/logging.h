@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Rank-prefixed logging. Lines look like
 //   [zs 14:03:07.412 r1/4 I] message

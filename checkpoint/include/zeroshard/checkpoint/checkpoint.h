@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Training checkpoints of a ShardingEngine: sharded save, exact resume, resharding to another
 // world size or strategy on load, async save. Format: zeroshard/checkpoint/checkpoint_format.h.

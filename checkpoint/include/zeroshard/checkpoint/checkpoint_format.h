@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The checkpoint directory layout and what can be done with a checkpoint without an engine or MPI
 // (zeroshard-ckpt uses these): find, describe, verify, consolidate. The manifest itself (a

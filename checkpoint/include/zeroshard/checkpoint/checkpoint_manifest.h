@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The checkpoint manifest (sharding/proto/checkpoint.proto), for the checkpoint's own code and
 // tools that read a checkpoint's structure. Like config/config.h this header includes generated

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A zeroshard checkpoint's parameters as a TensorFile (zeroshard/formats/tensor_file.h): whole
 // tensors by name, each put together from the shard sections of the rank files, which are read

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Pretrained weights into a sharded model: each rank reads, from the file, only the elements of
 // each tensor that fall into its own shards (and the buffers, which every rank keeps whole), so no

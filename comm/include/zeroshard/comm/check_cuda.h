@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Check macros for the CUDA runtime and NCCL, in zeroshard's error family.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A step every rank runs and all agree on: run locally, catch the error, then one all-reduce of
 // who failed, so a failure on one rank fails the step on every rank instead of leaving the others

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The communicator: the only collectives the engine uses, behind one small interface.
 //

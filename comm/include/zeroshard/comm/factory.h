@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Creating communicators. Most code gets its communicators from zeroshard::Session
 // (session.world() for CPU tensors, session.device_world() for CUDA tensors); these factories are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // What the launcher told this process through the environment: Open MPI's mpirun, PMIx/PMI,
 // Slurm's srun, or torchrun-style variables. The Session cross-checks this against MPI itself, so a

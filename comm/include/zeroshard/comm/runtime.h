@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The process's MPI runtime, as zeroshard::Session starts and stops it. Programs use the Session;
 // this is the layer below it, so that only comm/ touches MPI (a PRIVATE dependency).

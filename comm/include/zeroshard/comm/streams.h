@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Side streams, stream ordering and stream-ordered buffer lifetimes for device work, through
 // LibTorch's device-generic stream and event API (c10::Stream, c10::Event): no CUDA header is

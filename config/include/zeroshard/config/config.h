@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard's configuration: a protobuf message (config/proto/zeroshard.proto, the single source of
 // truth for keys, types, defaults and ranges) filled from, in order of precedence (later wins):

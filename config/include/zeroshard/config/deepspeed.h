@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A DeepSpeed config (ds_config.json) read as zeroshard config keys, so a job that ran under
 // DeepSpeed starts here with the file it already has: `--deepspeed ds_config.json` on any program

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The entry point of a program with a config: parse --config / --set / ZS_CONFIG, validate,
 // resolve, refuse every key that was set (in the file or by --set) which the program does not act

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // resolve(): a validated Config to RunOptions, the plain options of every layer (run_options.h).
 // The one place a config key is read besides validation (config.h); each section has a function of

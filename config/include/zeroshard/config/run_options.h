@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RunOptions: a whole run's configuration as the plain structs of the layers that act on it, made
 // once at the edge by resolve() (resolve.h) and handed down piece by piece; and the run-level

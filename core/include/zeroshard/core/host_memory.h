@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Host (CPU) memory accounting: a tracking allocator installed in front of LibTorch's CPU
 // allocator. It counts the bytes of every CPU tensor storage allocated after installation (current,

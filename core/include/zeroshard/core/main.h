@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Entry point helper for zeroshard binaries: errors end the whole job, never a single rank.
 // Programs with a config use zeroshard/config/main.h's run_main, which reads the config first and

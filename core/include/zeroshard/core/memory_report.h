@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Memory reports: a summary table in the manner of torch.cuda.memory_summary for zeroshard's own
 // categories, a JSON memory snapshot, and the out-of-memory handler every zeroshard program runs

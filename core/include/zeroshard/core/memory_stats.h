@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Per-rank memory accounting by category, with current and peak bytes. The engine records every
 // allocation it makes for model state and communication, so the report shows where bytes live

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The process's zeroshard runtime: MPI, launch detection, logging, device, communicators.
 //

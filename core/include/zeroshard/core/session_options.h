@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // SessionOptions: what a Session starts with (device policy, seed, communicator settings, logging,
 // memory accounting), as plain values. A default SessionOptions equals what

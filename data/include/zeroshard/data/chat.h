@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Conversations for training: the rendered text of a conversation and where its assistant turns
 // lie in it (the only parts trained on). The encoder gets them from one function, a ChatSpanFn:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // build_shards: text and JSONL files into token shards (shard_writer.h) on all cores, with the
 // same output whatever the thread count.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The document index of a token shard: where each document starts, in a file next to the shard
 // (X.bin -> X.docs). zeroshard-data writes it with every shard it makes; `zeroshard-data index`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Document: one training document as tokens, with the tokens the loss trains on. RecordEncoder
 // (encode.h) makes them; ShardWriter (shard_writer.h) writes them. A plain value.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RecordEncoder: a JSONL record (jsonl.h) as tokens, with the tokens the loss trains on.
 //

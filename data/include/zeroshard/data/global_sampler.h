@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // GlobalSampler: which samples every optimizer step trains on, as a position in one global order
 // that does not depend on the number of ranks, so a run resumes exactly at any world size.

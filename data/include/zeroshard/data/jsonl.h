@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Records of JSONL datasets: one JSON object per line, in one of three shapes.
 //

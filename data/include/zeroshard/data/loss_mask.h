@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The loss mask of a token shard: which tokens are training targets, one bit per token, in a file
 // next to the shard (X.bin -> X.mask). zeroshard-data writes it with every shard it makes (prompt

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fixed-length samples over token shards (sample.h), packed or padded. Both are deterministic
 // functions of the shards and the options: every machine builds the same samples, and a sample's

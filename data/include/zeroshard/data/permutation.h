@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // IndexPermutation: a random permutation of [0, n) evaluated one index at a time, in O(1) memory,
 // so a sampler over billions of samples never holds the order in memory.

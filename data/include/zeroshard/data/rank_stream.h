@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // RankStream: what one rank trains on, step after step: its micro-batches of fixed-length samples
 // in the global order of a GlobalSampler, and the state a checkpoint stores. This is the trainer's

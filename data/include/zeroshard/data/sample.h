@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Training samples of a fixed length: what the model gets per position, and the interface of a
 // set of samples read by id.

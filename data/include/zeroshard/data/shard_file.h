@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardFile: one file of pre-tokenized data, read by memory-mapping only the pages a read needs.
 //

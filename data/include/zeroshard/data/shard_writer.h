@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardWriter: documents (document.h) into token shards in llm.c's format, each with its document
 // index (X.docs) and loss mask (X.mask).

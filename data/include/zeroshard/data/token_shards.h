@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // TokenShards: many token files read as one stream of tokens, with random access to any global
 // token range, and the files' document indexes and loss masks when they have them.

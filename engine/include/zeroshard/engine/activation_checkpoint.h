@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Activation checkpointing: run a block without keeping its intermediate activations and run it
 // again during backward to get them back (the reentrant variant of torch.utils.checkpoint).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // AutocastGuard: LibTorch autocast for a scope (torch.autocast in C++), on CPU (bf16) or CUDA
 // (fp16/bf16): eligible ops (matmuls, linear, conv) run in `dtype` while parameters stay fp32.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardingEngine: fully sharded data parallelism (ZeRO-3 / FSDP) over a LibTorch module.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // FlatShard: one flat parameter of a ShardingEngine as checkpoints, pretrained loading and exports
 // see it: the layout of its parameters and this rank's shard of the values.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardingOptions: how the ShardingEngine shards a model (strategy, prefetch, auto-wrap, mixed
 // precision, offloaded shards, unit hooks), as plain values. zeroshard/config/resolve.h fills it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Sharding strategies and the plan a strategy resolves to on a given job: how many ranks share
 // each flat parameter, how many replicas there are, and whether parameters are freed after the

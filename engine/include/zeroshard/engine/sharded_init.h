@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardedInit: shard each unit the moment it is constructed, so building a model never holds
 // the whole model on a rank (host memory at init stays near one unit plus the shards so far).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard::Unit<Impl>: marks a module as a sharded unit (the C++ counterpart of wrapping a
 // submodule with FSDP). Use it where you would use the module's own holder:

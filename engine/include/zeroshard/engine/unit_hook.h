@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // UnitHook: how adapters (LoRA, NF4 storage, ...) attach to the engine without the engine naming
 // them. Hooks are listed in ShardingOptions::unit_hooks and called, in order:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Memory estimates before a run: per-rank bytes of model states for a strategy, precision,
 // optimizer and offload setting (the ZeRO formulas, laid out the way the engine lays out flat

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The tokenizer a GGUF file carries (llama.cpp's tokenizer.ggml.* keys), as a plain value that an
 // exporter writes and a tokenizer library can fill: the model kind ("gpt2": byte-level BPE with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // GGUF v3 files (llama.cpp's model format), written tensor by tensor: metadata key/values (every
 // GGUF type, arrays included) and tensor declarations first, then each tensor's data at its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A Hugging Face model directory's weights as one TensorFile: model.safetensors, or sharded
 // model-0000k-of-0000n.safetensors files listed by model.safetensors.index.json ({"weight_map":

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tensor files: model weights by tensor name, read lazily, byte range by byte range, so a rank of a
 // sharded job reads only the parts of the tensors that overlap its shards. Three formats:

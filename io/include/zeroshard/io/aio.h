@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Asynchronous file I/O for NVMe offload and checkpoints: io_uring (liburing) first, libaio and a
 // pread/pwrite thread pool as fallbacks, O_DIRECT with aligned buffers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // FaultInjectingIo: an IoEngine that forwards to another engine and makes chosen requests fail the
 // way a real disk would, for tests of the code above the engine (swapper, checkpoints) and for

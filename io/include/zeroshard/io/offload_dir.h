@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OffloadDir: one rank's directory of offload files under offload.nvme_path, shared by the
 // offloaded optimizer state (zeroshard-rank<R>/) and the offloaded parameter shards

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Page-locked host buffers for offloaded state and NVMe staging, reused across steps.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Checkpoint rank files: the 16-byte magic "ZSHARD-RANKFILE1", raw sections (little-endian tensor
 // bytes, each with a CRC-32C), then the index of the sections. Whoever writes the file keeps its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Putting a file in place whole: write it under temp_name_for(path) (same directory, so the
 // rename stays within one filesystem), then replace_with_temp(tmp, path) syncs it, renames it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Reserving a file's disk space up front, so that a drive too small fails when files are set up
 // rather than in the middle of training. posix_fallocate where the filesystem allocates; where it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // zeroshard-launch: turns a small, checked command line into the right `mpirun` (Open MPI) or
 // `srun` (Slurm) command, then runs it. The pieces are separate so each can be tested alone:

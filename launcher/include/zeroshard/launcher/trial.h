@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Trial jobs for zeroshard-launch --find-batch-size and --auto-micro-batches: short runs of the
 // job with `--memory-trial` that tell whether a micro-batch fits in memory.

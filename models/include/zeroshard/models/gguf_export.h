@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A Hugging Face Llama-family directory (config.json + weights, hf_checkpoint.h), or a zeroshard
 // training checkpoint of such a model, to one GGUF file that llama.cpp loads, streamed tensor by

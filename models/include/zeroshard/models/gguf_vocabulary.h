@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A model's tokenizer files as the GGUF vocabulary llama.cpp reads (tokenizer.ggml.*), as
 // llama.cpp's converter writes it: byte-level BPE (tokenizer.json) as model "gpt2" with its merges

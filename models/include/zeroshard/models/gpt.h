@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The built-in demo family (train_gpt trains it): a GPT-style byte-level decoder with token +
 // position embeddings, pre-norm blocks (causal self-attention and an MLP, each on a residual branch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Hugging Face checkpoints of the Llama family into a (sharded) LlamaForCausalLM: the directory's
 // weights (zeroshard/formats/tensor_dir.h: model.safetensors, sharded safetensors with their index,

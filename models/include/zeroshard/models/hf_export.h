@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A zeroshard training checkpoint of a Llama-family model (llama_checkpoint.h) out in the layouts
 // others load, streamed from the rank files one tensor at a time:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A decoder with the semantics of Hugging Face's LlamaForCausalLM (also Mistral and Qwen2), built
 // from a LlamaConfig (llama_config.h). Parameter names are Hugging Face's (model.embed_tokens.weight,

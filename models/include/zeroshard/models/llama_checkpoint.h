@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A zeroshard training checkpoint of a Llama-family model as a model again: the config.json and
 // LoRA options the run recorded (CheckpointOptions::model, zeroshard/checkpoint/checkpoint.h), and

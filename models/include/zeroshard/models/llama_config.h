@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The Llama family's config.json (Hugging Face's LlamaConfig, MistralConfig, Qwen2Config) as a
 // plain struct: every key that changes the math is read and checked; keys known to be harmless

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fixed-length training samples (zeroshard/data/sample.h: packed or padded, with their loss mask
 // and document boundaries) as the tensors of a causal LM step, and the loss over them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors, as PEFT's
 // save_pretrained writes them) onto a base Llama-family model, to continue training or to merge:

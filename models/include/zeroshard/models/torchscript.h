@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A model written in Python, trained sharded with no Python at run time: a TorchScript module
 // (Python: torch.jit.script(model).save("model.pt"), or torch.jit.trace where scripting is not

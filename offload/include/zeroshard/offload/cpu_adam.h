@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fused CPU Adam/AdamW over flat fp32 shards kept in host memory (ZeRO-Offload's optimizer step).
 //

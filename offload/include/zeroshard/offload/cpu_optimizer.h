@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fused CPU optimizers over flat fp32 shards kept in host memory (ZeRO-Offload's optimizer step):
 // what FusedCpuAdam and FusedCpuSgd share, and the factory from OptimizerOptions.

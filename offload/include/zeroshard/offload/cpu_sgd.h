@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Fused CPU SGD (momentum, dampening, Nesterov, L2 weight decay) over flat fp32 shards kept in
 // host memory: the SGD counterpart of FusedCpuAdam (see FusedCpuOptimizer, cpu_optimizer.h, for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Which SIMD kernel the fused CPU optimizers (FusedCpuAdam, FusedCpuSgd) run, and on how many
 // threads. The kernels are built for every path; the choice is made at run time from the CPU's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // OffloadedOptimizer: the optimizer step of ZeRO-Offload / ZeRO-Infinity. The optimizer state of
 // this rank's shards (fp32 master values and moments, or SGD's momentum buffers) lives in host

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // GradScaler: loss scaling for fp16 training on sharded fp32 gradients (torch.cuda.amp.GradScaler's
 // semantics, plus DeepSpeed's hysteresis and min_scale).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Learning-rate schedules, as pure functions of the optimizer step. Step numbers count completed
 // optimizer steps, starting at 0 (the lr used by the first step is lr_at(0)).

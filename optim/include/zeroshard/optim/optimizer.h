@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Optimizers over each rank's flat fp32 shards (ZeRO: optimizer state exists only for the shard).
 //

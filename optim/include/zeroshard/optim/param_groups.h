@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Parameter groups: per-parameter weight decay and learning-rate scale, as the usual AdamW recipes
 // set them (no decay on biases, norm weights and embedding tables), applied inside the flat

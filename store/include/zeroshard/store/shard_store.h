@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ShardStore: where the fp32 parameter shards of a ShardingEngine live between uses when
 // offload.params is CPU or NVME (ZeRO-Infinity's parameter offload), and, in a store of its own,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Where a part of the model state lives between uses, and how a ShardStore reaches its host
 // memory or drive. Plain values.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A model's chat template (the Jinja `chat_template` of its tokenizer_config.json), parsed once
 // and rendered for each conversation with the output Hugging Face transformers gives:

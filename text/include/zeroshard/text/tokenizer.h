@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Tokenizers of Hugging Face models, in C++: `tokenizer.json` (BPE: byte-level as GPT-2, Llama 3
 // and Qwen2 use it, SentencePiece-style with byte fallback as Llama 2 and Mistral use it),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A tokenizer's vocabulary as data, for writing it into another program's format (GGUF): every
 // token in id order with its kind, the BPE merges or SentencePiece scores, the regexes that split

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // How the global batch of TrainOptions (zeroshard/config/run_options.h) splits into micro-batches,
 // and this rank's endless stream of training batches.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Datasets for the DataLoader: random access to examples by index.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Image classification data: an IDX file reader (the MNIST family's format, plain or gzip) and
 // Fashion-MNIST from the directory Debian's `dataset-fashion-mnist` package installs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // DataLoader: assembles batches of a Dataset on background threads, in a fixed order.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // MetricsWriter: training metrics as JSON lines, one object per line, for zeroshard-plot
 // (docs/tools.md) and any other reader. The line kinds:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // ProgressBar: training progress for a person watching (rank 0): steps, loss, learning rate,
 // throughput, ETA and memory.

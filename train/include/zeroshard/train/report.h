@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // TrainingReport: everything a training run shows and records, in one place: the progress bar
 // (rank 0, zeroshard/train/progress.h), plain result lines, the --metrics-out JSON lines

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // DistributedSampler: which dataset indices each rank reads in an epoch (PyTorch's
 // torch.utils.data.DistributedSampler semantics).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // StopSignals: turns the signals a scheduler sends before it ends a job (Slurm: SIGTERM, or the
 // signal of `--signal=USR1@120`; Open MPI's mpirun forwards SIGUSR1 and SIGUSR2 to every rank)

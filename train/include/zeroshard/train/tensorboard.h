@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // TensorBoardWriter: training scalars as a TensorBoard event file, for `tensorboard --logdir DIR`
 // (written beside the --metrics-out JSON lines; TrainingReport feeds both). The file is a

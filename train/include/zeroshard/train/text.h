@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // Byte-level text data: a corpus read from files, split into training and held-out validation
 // bytes, and a dataset of fixed-length token windows over either part for next-token prediction.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // The training loop as a library: a training program is a model, a dataset and a config.
 //

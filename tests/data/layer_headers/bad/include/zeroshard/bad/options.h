@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #pragma once
 // A header that knows the config, for check_layer_headers.py's own test. Mentions in comments do
 // not count: config::Config, ShardingOptions::from_config(cfg), "zeroshard.pb.h".
