@@ -34,6 +34,7 @@ struct Piece {
 
 struct PieceResult {
   std::vector<Document> docs;
+  std::vector<int64_t> doc_lines;  // per document: its line's index among the piece's lines (-1: a whole file)
   int64_t lines = 0;       // lines starting in the piece (blank ones included)
   int64_t empty = 0;       // records that gave no tokens
   int64_t error_line = -1; // the failing line's index among the piece's lines (-1: the whole file)
@@ -101,6 +102,7 @@ void run_jsonl_piece(const Piece& p, const std::string& path, int64_t size, cons
           ++r->empty;
         } else {
           r->docs.push_back(std::move(doc));
+          r->doc_lines.push_back(index);
         }
       } catch (const Error& e) {  // the record's own fault (JSON, template, tokenizer): named by file:line
         r->error_line = index;
@@ -131,6 +133,7 @@ void run_text_piece(const Piece& p, const std::string& path, const RecordEncoder
       ++r->empty;
     } else {
       r->docs.push_back(std::move(doc));
+      r->doc_lines.push_back(-1);
     }
   } catch (const Error& e) {
     r->error = e.message();
@@ -227,9 +230,16 @@ BuildResult build_shards(const BuildOptions& o, const RecordEncoder& encoder,
     if (r.failure) std::rethrow_exception(r.failure);
     if (!r.error.empty() && r.error_line < 0) ZS_THROW(DataError, path, ": ", r.error);
     if (!r.error.empty()) ZS_THROW(DataError, path, ":", lines_before[p.input] + r.error_line + 1, ": ", r.error);
+    const int64_t first_line = lines_before[p.input];
     lines_before[p.input] += r.lines;
-    for (const Document& doc : r.docs) {
-      writer.add(doc);
+    for (size_t d = 0; d < r.docs.size(); ++d) {
+      const Document& doc = r.docs[d];
+      try {
+        writer.add(doc);
+      } catch (const DataError& e) {  // e.g. a token id beyond the shards' vocabulary: the record's
+        if (r.doc_lines[d] < 0) ZS_THROW(DataError, path, ": ", e.message());
+        ZS_THROW(DataError, path, ":", first_line + r.doc_lines[d] + 1, ": ", e.message());
+      }
       result.documents += 1;
       result.tokens += doc.size();
       if (o.seq_len > 0 && doc.size() > o.seq_len + 1) result.longer_than_seq += 1;
