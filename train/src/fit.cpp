@@ -56,6 +56,18 @@ std::string Trainer::header(const TrainTask& task, int64_t steps) const {
   return os.str();
 }
 
+ReportOptions Trainer::report_options(const TrainTask& task, int64_t steps) const {
+  ReportOptions ro;
+  ro.total_steps = steps;
+  ro.items_name = task.items;
+  ro.log_interval = start_.run.train.log_interval;
+  ro.metrics_path = start_.flags.metrics_out;
+  ro.tensorboard_dir = start_.flags.tensorboard.empty() ? start_.run.progress.tensorboard_dir : start_.flags.tensorboard;
+  ro.progress = start_.run.progress.style;
+  ro.reduce_dtype = engine_.options().reduce_dtype;
+  return ro;
+}
+
 TrainResult Trainer::fit(const TrainTask& task) {
   ZS_REQUIRE(task.train != nullptr && task.loss, UsageError, "Trainer::fit needs TrainTask::train and TrainTask::loss");
   const TrainOptions& o = start_.run.train;
@@ -80,15 +92,7 @@ TrainResult Trainer::fit(const TrainTask& task) {
     return result;
   }
 
-  ReportOptions ro;
-  ro.total_steps = steps;
-  ro.items_name = task.items;
-  ro.log_interval = o.log_interval;
-  ro.metrics_path = flags.metrics_out;
-  ro.tensorboard_dir = flags.tensorboard.empty() ? start_.run.progress.tensorboard_dir : flags.tensorboard;
-  ro.progress = start_.run.progress.style;
-  ro.reduce_dtype = engine_.options().reduce_dtype;
-  TrainingReport report(session_, engine_, ro);
+  TrainingReport report(session_, engine_, report_options(task, steps));
   report.note(header(task, steps));
 
   const bool evaluating = task.eval.data != nullptr;
@@ -129,18 +133,26 @@ TrainResult Trainer::fit(const TrainTask& task) {
   if (task.after_training) task.after_training();
 
   result.steps = steps;
+  summarize(task, report, result, steps - start);
+  result.exit_status |= run_checks(task, result);
+  std::fflush(stdout);
+  return result;
+}
+
+// The summary line and metrics of a finished run (`steps_run` of them in this process).
+void Trainer::summarize(const TrainTask& task, TrainingReport& report, TrainResult& result, int64_t steps_run) {
   result.train_seconds = train_seconds_;
   result.skipped_steps = scaler_.skipped_steps();
-  const int64_t items = (steps - start) * plan.global_batch * task.items_per_sample;
+  const int64_t items = steps_run * start_.plan.global_batch * task.items_per_sample;
   result.items_per_s = train_seconds_ > 0 ? static_cast<double>(items) / train_seconds_ : 0;
   const bool tokens = task.items == "tok";
   std::ostringstream text;
   char buf[160];
   std::snprintf(buf, sizeof(buf), "done: %lld steps in %.1f s of training, %.0f %s/s",
-                static_cast<long long>(steps), train_seconds_, result.items_per_s,
+                static_cast<long long>(result.steps), train_seconds_, result.items_per_s,
                 tokens ? "tokens" : task.sample_noun.c_str());
   text << buf;
-  std::vector<std::pair<std::string, double>> values = {{"steps", static_cast<double>(steps)},
+  std::vector<std::pair<std::string, double>> values = {{"steps", static_cast<double>(result.steps)},
                                                         {"train_seconds", train_seconds_},
                                                         {tokens ? "tokens_per_s" : "samples_per_s", result.items_per_s}};
   for (size_t i = 0; i < result.initial_eval.size(); ++i) {
@@ -156,21 +168,25 @@ TrainResult Trainer::fit(const TrainTask& task) {
   values.emplace_back("final_train_loss", result.final_train_loss);
   values.emplace_back("skipped_steps", static_cast<double>(result.skipped_steps));
   report.summary(values, text.str());
-  if (flags.memory_summary && session_.rank() == 0) std::printf("%s", memory_summary().c_str());
 
-  for (const auto& check : task.checks) result.exit_status |= check(result) ? 0 : 1;
-  if (flags.check_loss_decreases) {
-    ZS_REQUIRE(evaluating, UsageError, "--check-loss-decreases needs a held-out set (TrainTask::eval)");
+  if (start_.flags.memory_summary && session_.rank() == 0) std::printf("%s", memory_summary().c_str());
+}
+
+// The task's checks and --check-loss-decreases: 0 when all pass, else 1.
+int Trainer::run_checks(const TrainTask& task, const TrainResult& result) {
+  int status = 0;
+  for (const auto& check : task.checks) status |= check(result) ? 0 : 1;
+  if (start_.flags.check_loss_decreases) {
+    ZS_REQUIRE(task.eval.data != nullptr, UsageError, "--check-loss-decreases needs a held-out set (TrainTask::eval)");
     const double before = result.initial_eval[0], after = result.final_eval[0];
     const bool ok = after < 0.9 * before;
     if (session_.rank() == 0) {
       std::printf("CHECK %s: %s %.4f -> %.4f (%s 90%% of the initial value)\n", ok ? "PASSED" : "FAILED",
                   task.eval.metrics[0].label.c_str(), before, after, ok ? "below" : "not below");
     }
-    result.exit_status |= ok ? 0 : 1;
+    status |= ok ? 0 : 1;
   }
-  std::fflush(stdout);
-  return result;
+  return status;
 }
 
 // A stop signal arrived (agreed by every rank after this step): a checkpoint of this step, one line,

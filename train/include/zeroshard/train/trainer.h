@@ -56,6 +56,7 @@
 namespace zeroshard {
 
 class TrainingReport;
+struct ReportOptions;
 
 class Session;
 class ShardingEngine;
@@ -228,6 +229,9 @@ class Trainer {
 
  private:
   int run_memory_trial(const std::function<at::Tensor(int)>& micro_loss);
+  ReportOptions report_options(const TrainTask& task, int64_t steps) const;
+  void summarize(const TrainTask& task, TrainingReport& report, TrainResult& result, int64_t steps_run);
+  int run_checks(const TrainTask& task, const TrainResult& result);
   TrainResult stop_early(TrainingReport& report, const BatchStream& stream, int signal, int64_t steps);
   std::string header(const TrainTask& task, int64_t steps) const;
 
