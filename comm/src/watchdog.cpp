@@ -6,6 +6,7 @@
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
+#include "zeroshard/comm/flight_recorder.h"
 
 namespace zeroshard::comm {
 namespace {
@@ -128,6 +129,11 @@ void Watchdog::loop() {
       ch->serve([this] { return describe_local(); });
       lock.lock();
     }
+    if (FlightRecorder::instance().take_dump_request()) {
+      lock.unlock();
+      FlightRecorder::instance().dump("SIGUSR2");
+      lock.lock();
+    }
     std::vector<std::pair<std::shared_ptr<WorkBase>, bool>> timed_out;
     scan(timed_out);
     if (timed_out.empty()) continue;
@@ -159,6 +165,11 @@ void Watchdog::report_timeout(const std::shared_ptr<WorkBase>& work, bool abort)
   os << "A rank that never reaches this collective, or reaches a different one, hangs the job: look "
         "for rank-dependent control flow, an exception on another rank, or a slow rank (raise "
         "comm.timeout_s if the work is legitimately long).";
+  const std::string records = FlightRecorder::instance().dump("timeout: " + sig.to_string());
+  if (!records.empty()) {
+    os << " This rank's last collectives are in " << records << "; zeroshard-trace on the folder of every rank's file "
+       << "says where the ranks parted.";
+  }
   CommTimeoutError error(os.str(), __FILE__, __LINE__);
   work->on_timeout();
   std::function<void(const std::string&)> handler;

@@ -3,11 +3,15 @@
 
 #include <thread>
 
+#include "zeroshard/comm/flight_recorder.h"
+
 namespace zeroshard::comm {
 
 WorkBase::WorkBase(CollectiveSignature sig, std::vector<at::Tensor> keep_alive,
                    std::chrono::milliseconds comm_timeout)
-    : sig_(std::move(sig)), comm_timeout_(comm_timeout), keep_alive_(std::move(keep_alive)) {}
+    : sig_(std::move(sig)), comm_timeout_(comm_timeout), keep_alive_(std::move(keep_alive)) {
+  record_ = FlightRecorder::instance().issued(sig_);
+}
 
 bool WorkBase::is_completed() {
   if (!done()) poll();
@@ -24,6 +28,7 @@ void WorkBase::mark_started() {
   if (!started_) {
     started_ = true;
     started_at_ = Clock::now();
+    FlightRecorder::instance().started(record_);
   }
 }
 
@@ -53,6 +58,7 @@ void WorkBase::complete() {
     done_ = true;
     done_flag_.store(true, std::memory_order_release);
   }
+  FlightRecorder::instance().ended(record_, true);
   cv_.notify_all();
 }
 
@@ -67,6 +73,9 @@ void WorkBase::fail(std::exception_ptr error) {
     // A failed collective may still be running inside MPI/NCCL (e.g. after a timeout); its buffers
     // must outlive it, so a failure keeps the tensors referenced by this Work.
   }
+  FlightRecorder& recorder = FlightRecorder::instance();
+  recorder.ended(record_, false);
+  recorder.dump("failed: " + sig_.to_string());
   cv_.notify_all();
 }
 

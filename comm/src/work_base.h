@@ -65,6 +65,7 @@ class WorkBase : public Work {
   Clock::time_point started_at_{};
   std::exception_ptr error_;
   std::vector<at::Tensor> keep_alive_;
+  uint64_t record_ = 0;  // its FlightRecorder entry
 };
 
 }  // namespace zeroshard::comm

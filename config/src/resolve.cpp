@@ -74,6 +74,8 @@ SessionOptions session_options(const Config& c) {
   o.comm.abort_on_timeout = c.comm().abort_on_timeout();
   o.comm.check_signatures = c.comm().check_signatures();
   o.comm.reduce_scatter_ring = c.comm().reduce_scatter_ring();
+  o.flight_recorder_entries = c.comm().flight_recorder_entries();
+  o.flight_recorder_dir = c.comm().flight_recorder_dir();
   switch (c.comm().backend()) {
     case opt::CommConfig::AUTO: o.comm_backend = CommBackend::kAuto; break;
     case opt::CommConfig::MPI: o.comm_backend = CommBackend::kMpi; break;

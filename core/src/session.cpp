@@ -4,6 +4,7 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <ATen/ops/zeros.h>
@@ -17,6 +18,7 @@
 #include "cuda_memory.h"
 #include "device_select.h"
 #include "zeroshard/comm/factory.h"
+#include "zeroshard/comm/flight_recorder.h"
 #include "zeroshard/comm/runtime.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/core/main.h"
@@ -70,6 +72,25 @@ const char* to_string(CommBackend b) {
   return "unknown comm backend";
 }
 
+namespace {
+extern "C" void on_flight_dump_signal(int) { FlightRecorder::instance().request_dump(); }
+struct sigaction g_previous_usr2;
+bool g_usr2_installed = false;
+
+// The flight recorder from comm.flight_recorder_*, and SIGUSR2 to ask it for a dump.
+void start_flight_recorder(const SessionOptions& o, int rank, int world_size) {
+  const int64_t entries = o.flight_recorder_entries;
+  FlightRecorder::instance().configure(static_cast<size_t>(std::max<int64_t>(0, entries)), o.flight_recorder_dir,
+                                       rank, world_size);
+  if (entries <= 0 || g_usr2_installed) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_flight_dump_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  g_usr2_installed = ::sigaction(SIGUSR2, &sa, &g_previous_usr2) == 0;
+}
+}  // namespace
+
 Session::Session(int argc, char** argv, const SessionOptions& options) : options_(options) {
   for (int i = 0; i < argc; ++i) args_.emplace_back(argv[i] != nullptr ? argv[i] : "");
   start();
@@ -110,6 +131,7 @@ void Session::start() {
   // The same initial weights on every rank and in every run, unless the program seeds again (the
   // training library reseeds per rank for training, so dropout masks differ).
   at::manual_seed(options_.seed);
+  start_flight_recorder(options_, rank_, world_size_);
   g_current = this;
 
   ZS_LOG(kInfo) << "zeroshard " << ZS_VERSION << ": " << world_size_ << " rank(s), " << local_world_size_
@@ -208,6 +230,11 @@ std::shared_ptr<Communicator> Session::device_world() {
 }
 
 Session::~Session() {
+  if (g_usr2_installed) {
+    ::sigaction(SIGUSR2, &g_previous_usr2, nullptr);
+    g_usr2_installed = false;
+  }
+  FlightRecorder::instance().configure(0, "", 0, 1);
   device_world_.reset();
   world_.reset();
   node_.reset();

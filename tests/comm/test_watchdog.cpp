@@ -7,9 +7,15 @@
 #include <ATen/ops/ones.h>
 
 #include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <thread>
 
 #include "common/test_util.h"
+#include "trace.h"
 #include "zeroshard/comm/factory.h"
+#include "zeroshard/comm/flight_recorder.h"
+#include "zeroshard/config/run_options.h"
 #include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
@@ -116,4 +122,49 @@ TEST(Watchdog, ExplicitWaitTimeoutLeavesCollectiveRunning) {
     world->barrier("wd.wait.go")->wait();
     c->all_reduce(t, zs::ReduceOp::kSum, "slow")->wait();
   }
+}
+
+// The flight recorder: rank 0 times out in a collective rank 1 skipped; rank 0's watchdog writes
+// its file and names it in the error, rank 1 writes its own on SIGUSR2, and zeroshard-trace's
+// analysis of the two files names rank 1 as the rank that never issued the collective.
+TEST(FlightRecorder, TimeoutAndSigusr2DumpsAndTheTraceNamesTheRankThatSkipped) {
+  ZS_REQUIRE_RANKS(2);
+  auto world = zs::test::world();
+  const int me = world->rank();
+  const zs::test::SharedDir dir("flight_records");
+  zs::FlightRecorder& recorder = zs::FlightRecorder::instance();
+  recorder.configure(64, dir.path, me, world->size());
+  auto c = zs::make_mpi_world_communicator(short_timeout("fr", 1000));
+  at::Tensor t = at::ones({4});
+  c->all_reduce(t, zs::ReduceOp::kSum, "fr.both")->wait();
+  const std::string mine = dir.path + "/flight-rank" + std::to_string(me) + ".jsonl";
+  if (me == 0) {
+    double secs = 0;
+    const std::string msg = wait_for_error(c->all_reduce(t, zs::ReduceOp::kSum, "fr.skipped"), &secs);
+    EXPECT_NE(msg.find("last collectives are in " + mine), std::string::npos) << msg;
+  } else {
+    std::raise(SIGUSR2);  // the watchdog thread writes the file within its poll interval
+    for (int i = 0; i < 100 && !std::filesystem::exists(mine); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(std::filesystem::exists(mine)) << "SIGUSR2 wrote no " << mine;
+  }
+  world->barrier("fr.sync")->wait();
+  if (me == 0) {
+    const std::vector<zs::trace::RankDump> dumps = zs::trace::read_dumps(dir.path);
+    ASSERT_EQ(dumps.size(), static_cast<size_t>(world->size()));
+    EXPECT_EQ(dumps[1].reason, "SIGUSR2");
+    std::string report;
+    for (const std::string& line : zs::trace::analyze(dumps)) report += line + "\n";
+    EXPECT_NE(report.find("'fr': rank 1 never issued #2 all_reduce(Float, count=4, op=sum) tag='fr.skipped' (issued "
+                          "by rank 0); it is in no collective"),
+              std::string::npos)
+        << report;
+  }
+  // Rank 1 joins late, after rank 0 saw the error, so the stuck MPI collective drains.
+  world->barrier("fr.sync2")->wait();
+  if (me != 0) c->all_reduce(t, zs::ReduceOp::kSum, "fr.skipped")->wait();
+  else std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const zs::SessionOptions& so = zs::test::run_options().session;
+  recorder.configure(static_cast<size_t>(so.flight_recorder_entries), so.flight_recorder_dir, me, world->size());
 }

@@ -47,6 +47,10 @@ struct SessionOptions {
   // reduce_scatter_ring; the Session sets the name and, on an oversubscribed host, the polling).
   CommOptions comm;
   CommBackend comm_backend = CommBackend::kAuto;
+  // The flight recorder (zeroshard/comm/flight_recorder.h): entries kept per rank (0: off) and
+  // where the dumps go.
+  int64_t flight_recorder_entries = 4096;
+  std::string flight_recorder_dir = "zeroshard-flight";
   // Applied at start-up; ZS_LOG_LEVEL / ZS_LOG_RANKS in the environment win.
   LogSettings log;
   MemoryOptions memory;
