@@ -152,24 +152,25 @@ TEST(CorpusBuilder, ReportsTheFirstMalformedLine) {
 TEST(CorpusBuilder, ATokenBeyondTheShardsVocabularyNamesItsRecord) {
   zs::test::RankDir dir("data_builder_vocab");
   std::ostringstream j;
-  for (int i = 1; i <= 40; ++i) j << (i == 23 ? "{\"text\": \"price \xe2\x82\xac 5\"}\n" : "{\"text\": \"plain\"}\n");
+  for (int i = 1; i <= 40; ++i) j << (i == 23 ? "{\"text\": \"price <pad> 5\"}\n" : "{\"text\": \"plain\"}\n");
   zs::test::write_bytes(dir.path + "/v.jsonl", j.str());
-  zs::test::write_bytes(dir.path + "/v.txt", "costs \xe2\x82\xac\n");
+  zs::test::write_bytes(dir.path + "/v.txt", "costs <pad>\n");
   const ByteTestTokenizer tok;
-  const zd::RecordEncoder enc(tok, zs::test::test_chat_spans, {});  // no EOS: bytes only
+  // No EOS; BOS (256) fits the shards' 258 ids, the <pad> token (258) does not.
+  const zd::RecordEncoder enc(tok, zs::test::test_chat_spans, {});
   for (int64_t chunk : {int64_t{9}, int64_t{1} << 20}) {
     zd::BuildOptions o;
     o.inputs = {dir.path + "/v.jsonl"};
-    o.writer = {dir.path + "/out" + std::to_string(chunk), "train", /*vocab_size=*/200, 1500};
+    o.writer = {dir.path + "/out" + std::to_string(chunk), "train", /*vocab_size=*/258, 1500};
     o.threads = 2;
     o.chunk_bytes = chunk;
     EXPECT_EQ(message_of([&] { zd::build_shards(o, enc); }),
-              dir.path + "/v.jsonl:23: token id 226 is outside the vocabulary of 200 ids")
+              dir.path + "/v.jsonl:23: token id 258 is outside the vocabulary of 258 ids")
         << chunk;
   }
   zd::BuildOptions o;
   o.inputs = {dir.path + "/v.txt"};
-  o.writer = {dir.path + "/out_txt", "train", 200, 1500};
+  o.writer = {dir.path + "/out_txt", "train", 258, 1500};
   EXPECT_EQ(message_of([&] { zd::build_shards(o, enc); }),
-            dir.path + "/v.txt: token id 226 is outside the vocabulary of 200 ids");
+            dir.path + "/v.txt: token id 258 is outside the vocabulary of 258 ids");
 }
