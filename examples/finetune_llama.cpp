@@ -13,8 +13,10 @@
 // --global-batch samples of one global order (data/rank_stream.h), its loss the mean NLL over the
 // global batch's trained tokens whatever the ranks and micro-batches. Checkpoints store the data
 // position, so --resume continues with exactly the samples an uninterrupted run would have seen,
-// at any number of ranks (with the same global batch). Exports: zeroshard-ckpt export --format
-// hf|peft|gguf on the checkpoint directory.
+// at any number of ranks (with the same global batch). SIGTERM or SIGUSR1 (a scheduler's warning)
+// stops every rank after the same step with a checkpoint and exit status 128 + the signal; the same
+// command with --resume auto continues. Exports: zeroshard-ckpt export --format hf|peft|gguf on
+// the checkpoint directory.
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -46,6 +48,7 @@
 #include "zeroshard/models/llama.h"
 #include "zeroshard/models/lm_batch.h"
 #include "zeroshard/text/tokenizer.h"
+#include "zeroshard/train/stop_signals.h"
 
 namespace zs = zeroshard;
 namespace zd = zeroshard::data;
@@ -187,12 +190,14 @@ int64_t resume(const Args& a, zs::Checkpointer& ckpt, zs::ShardedOptimizer& opt,
 struct Step {
   double loss = 0;
   std::vector<int64_t> samples;  // the global batch's sample ids, in the global order
+  int stop_signal = 0;           // a stop signal some rank received (the same on every rank); 0: none
 };
 
 // One optimizer step: every micro-batch's summed NLL scaled so that the gradients (averaged over
 // the ranks by the engine) are those of the mean over the global batch's trained tokens.
 Step train_step(zs::Session& s, zs::ShardingEngine& engine, zm::LlamaForCausalLM& model,
-                zs::ShardedOptimizer& opt, zd::RankStream& stream, int micro_batches, int64_t step) {
+                zs::ShardedOptimizer& opt, zd::RankStream& stream, int micro_batches, int64_t step,
+                const zs::StopSignals& stop) {
   std::vector<zm::LmBatch> batches;
   std::vector<int64_t> ids;
   double trained = 0;
@@ -217,12 +222,21 @@ Step train_step(zs::Session& s, zs::ShardingEngine& engine, zm::LlamaForCausalLM
   }
   engine.step(opt);
   engine.zero_grad();
-  at::Tensor sums = at::tensor(std::vector<double>{nll_sum}, at::kDouble);
+  // The loss all-reduce also carries who received which stop signal: every rank stops after the
+  // same step.
+  const int received = stop.received();
+  std::vector<double> values = {nll_sum};
+  for (int sig : stop.signals()) values.push_back(received == sig ? 1.0 : 0.0);
+  at::Tensor sums = at::tensor(values, at::kDouble);
   s.world()->all_reduce(sums, zs::ReduceOp::kSum, "finetune.loss")->wait();
+  int stop_signal = 0;
+  for (size_t i = 0; i < stop.signals().size() && stop_signal == 0; ++i) {
+    if (sums[static_cast<int64_t>(i) + 1].item<double>() > 0) stop_signal = stop.signals()[i];
+  }
   at::Tensor all = at::empty({static_cast<int64_t>(ids.size()) * s.world_size()}, at::kLong);
   s.world()->all_gather_into(all, at::tensor(ids, at::kLong), "finetune.samples")->wait();
-  return {sums[0].item<double>() / global_trained, std::vector<int64_t>(all.data_ptr<int64_t>(),
-                                                                      all.data_ptr<int64_t>() + all.numel())};
+  return {sums[0].item<double>() / global_trained,
+          std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel()), stop_signal};
 }
 
 void print_step(int64_t step, const Step& r) {
@@ -287,12 +301,22 @@ int run(zs::Session& s) {
   int64_t step = a.resume.empty() ? 0 : resume(a, *ckpt, *opt, stream);
   if (s.rank() == 0 && step > 0) std::printf("resumed at step %lld\n", static_cast<long long>(step));
   model->train();
+  const zs::StopSignals stop;  // SIGTERM / SIGUSR1: stop after the step, with a checkpoint
   while (step < a.steps) {
-    const Step r = train_step(s, engine, model, *opt, stream, a.micro_batches, step + 1);
+    const Step r = train_step(s, engine, model, *opt, stream, a.micro_batches, step + 1, stop);
     ++step;
     if (s.rank() == 0) print_step(step, r);
     const bool due = (a.save_every > 0 && step % a.save_every == 0) || step == a.steps;
-    if (ckpt && due) save(*ckpt, *opt, stream, a, step, s.rank());
+    if (ckpt && (due || (r.stop_signal != 0 && step < a.steps))) save(*ckpt, *opt, stream, a, step, s.rank());
+    if (r.stop_signal != 0 && step < a.steps) {
+      if (s.rank() == 0) {
+        std::printf("stopped by %s after step %lld of %lld: %s\n", zs::signal_name(r.stop_signal).c_str(),
+                    static_cast<long long>(step), static_cast<long long>(a.steps),
+                    ckpt ? "run again with --resume auto to continue" : "no --ckpt-dir, so nothing was saved");
+        std::fflush(stdout);
+      }
+      return 128 + r.stop_signal;
+    }
   }
   return 0;
 }

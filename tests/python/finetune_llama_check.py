@@ -15,6 +15,9 @@
       rank (same global batch): the same sample ids at every step, losses within 1e-6
   finetune_llama_check.py errors --fixture DIR --bin BUILD/bin --mpirun MPIRUN
       bad input, each refused with its exact message
+  finetune_llama_check.py stop --fixture DIR --bin BUILD/bin --mpirun MPIRUN
+      SIGUSR1 to mpirun during a 2-rank run: a checkpoint of the step every rank stopped after,
+      exit status 138; --resume auto then gives the uninterrupted run's losses and samples
 
 Each prints CHECK PASSED or CHECK FAILED (with what differed) as its last line.
 """
@@ -27,6 +30,7 @@ import random
 import re
 import shutil
 import struct
+import signal
 import subprocess
 import sys
 
@@ -340,6 +344,47 @@ def cmd_resume(a):
     finish()
 
 
+def cmd_stop(a):
+    """SIGUSR1 to mpirun (which forwards it to every rank) during a 2-rank run: every rank stops after
+    the same step with a checkpoint and exit status 138; --resume auto continues, and every step
+    after the stop has the uninterrupted run's loss and samples."""
+    work = os.path.join(a.fixture, "stop")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    common = ["--seq-len", "32", "--global-batch", "8", "--lr", "5e-3", "--lora-rank", "4", "--seed", "5",
+              "--lora-targets", "q_proj,v_proj", "--steps", "40"]
+    whole = steps_of(finetune(a, 2, *common).stdout)
+    ckpt = os.path.join(work, "ckpt")
+    args = [a.mpirun, "-n", "2", "--oversubscribe", os.path.join(a.bin, "finetune_llama"),
+            os.path.join(a.fixture, "model"), "--data", os.path.join(a.fixture, "chat.jsonl")] + common + \
+        ["--ckpt-dir", ckpt, "--save-every", "1000", "--resume", "auto"]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith("step 2 "):
+            p.send_signal(signal.SIGUSR1)
+            break
+    out = "".join(lines) + p.stdout.read()
+    code = p.wait()
+    m = re.search(r"^stopped by SIGUSR1 after step (\d+) of 40: run again", out, re.M)
+    check(code == 138 and m is not None, "exit status %d (138 expected) and the stop line" % code)
+    if m is None:
+        print(out)
+        finish()
+    stopped = int(m.group(1))
+    check(os.path.isdir(os.path.join(ckpt, "step-%08d" % stopped)), "a checkpoint of step %d" % stopped)
+    rest = steps_of(finetune(a, 2, *common, "--ckpt-dir", ckpt, "--save-every", "1000", "--resume", "auto").stdout)
+    check(sorted(rest) == list(range(stopped + 1, 41)), "the resumed run does steps %d..40 (%s)" %
+          (stopped + 1, sorted(rest)[:3]))
+    worst = max([abs(whole[s][0] - rest[s][0]) for s in rest] or [math.inf])
+    same = all(whole[s][1] == rest[s][1] for s in rest)
+    print("stopped after step %d; resumed steps %d..40: largest loss difference %.3g, same samples %s" %
+          (stopped, stopped + 1, worst, same))
+    check(worst <= 1e-6 and same, "the resumed steps equal the uninterrupted run's (losses within 1e-6, samples)")
+    finish()
+
+
 def expect_error(a, what, args, message, ranks=1):
     p = run([a.mpirun, "-n", str(ranks), "--oversubscribe", os.path.join(a.bin, "finetune_llama")] + args, False)
     check(p.returncode != 0 and message in p.stderr,
@@ -392,13 +437,13 @@ def main():
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fixture")
     f.add_argument("--out", required=True)
-    for name in ("e2e", "resume", "errors"):
+    for name in ("e2e", "resume", "errors", "stop"):
         c = sub.add_parser(name)
         c.add_argument("--fixture", required=True)
         c.add_argument("--bin", required=True)
         c.add_argument("--mpirun", required=True)
     a = p.parse_args()
-    {"fixture": cmd_fixture, "e2e": cmd_e2e, "resume": cmd_resume, "errors": cmd_errors}[a.command](a)
+    {"fixture": cmd_fixture, "e2e": cmd_e2e, "resume": cmd_resume, "errors": cmd_errors, "stop": cmd_stop}[a.command](a)
 
 
 if __name__ == "__main__":
