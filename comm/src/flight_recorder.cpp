@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "zeroshard/base/error.h"
 #include "zeroshard/base/json.h"
 #include "zeroshard/base/logging.h"
 
@@ -18,12 +19,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char buf[256] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
-  return buf;
 }
 
 std::string record_line(const FlightRecord& r) {
@@ -135,7 +130,8 @@ std::string FlightRecorder::dump(const std::string& reason) noexcept {
     {
       std::ofstream out(tmp, std::ios::trunc);
       JsonObject head;
-      head.add("flight_recorder", 1).add("rank", rank).add("world_size", world).add("host", host_name());
+      head.add("flight_recorder", 1).add("rank", rank).add("world_size", world);
+      head.add("host", detail::process_host());
       head.add("pid", static_cast<int64_t>(::getpid())).add("reason", reason).add("time", now_s());
       head.add("entries", static_cast<int64_t>(capacity_.load())).add("recorded", recorded);
       out << head.str() << "\n";
