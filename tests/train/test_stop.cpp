@@ -138,6 +138,17 @@ TEST(StopSignal, OneRankSignalledStopsEveryRankWithACheckpointAndTheResumeEquals
   EXPECT_EQ(max_param_diff(plain.params, resumed.params), 0);
 }
 
+TEST(StopSignal, ResumeAutoNeedsACheckpointDirectory) {
+  const zs::Run run = make_run("", "--resume=auto");
+  zs::Session& s = zs::test::session();
+  const std::optional<zs::TrainStart> start = zs::start_training(s, run, "stop test");
+  ASSERT_TRUE(start.has_value());
+  Net net;
+  zs::ShardingEngine engine(s, net.ptr(), run.options.sharding);
+  const std::string err = zs::test::error_text_of<zs::UsageError>([&] { zs::Trainer trainer(s, engine, *start); });
+  EXPECT_TRUE(zs::test::contains(err, "--resume=auto needs a checkpoint directory: --set checkpoint.dir=DIR")) << err;
+}
+
 TEST(StopSignal, ResumeTakesNoOtherValue) {
   const std::string err = zs::test::error_text_of<zs::UsageError>(
       [] { zs::parse_train_flags({"prog", "--resume=yes"}, "a program"); });
