@@ -6,34 +6,30 @@
 // "<index>-<unit>.state.<0|1>". Each file is a sequence of chunk records of `record_bytes` bytes:
 // [master C floats | state array 1 C floats | ...], C = chunk elements (Adam: exp_avg, exp_avg_sq;
 // SGD: momentum_buffer, or none); the last record is zero-padded. Steps read generation `current`
-// and write the other one, so the previous state survives a failed step. Per record a CRC-32C is
-// kept in memory per generation.
+// and write the other one, so the previous state survives a failed step. Each file is a RecordFile
+// (store/record_file.h): space reserved, a CRC-32C per record, verified on every read.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "zeroshard/io/aio.h"
-#include "zeroshard/io/offload_dir.h"
+#include "zeroshard/store/record_file.h"
 
 namespace zeroshard::detail {
 
 struct NvmeShardFiles {
   // `generations`: 2 (files .0 and .1, the step writes the one it does not read) or 1 (one file,
   // updated in place).
-  NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit, int64_t numel,
+  NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit, int rank, int64_t numel,
                  int64_t chunk_elems, int state_arrays, bool direct, int generations = 2);
-  ~NvmeShardFiles();
 
   int64_t numel;
   int64_t chunk_elems;
   int generations;
   int64_t chunks;
   int64_t record_bytes;  // (1 + state arrays) * chunk_elems * 4
-  std::string paths[2];
-  std::unique_ptr<AioFile> files[2];
-  std::vector<uint32_t> crc[2];
+  std::unique_ptr<RecordFile> files[2];  // per generation
   int current = 0;           // generation holding the state of the last completed step
   bool initialized = false;  // generation `current` has been written once
   int64_t updates = 0;       // completed updates (Adam bias correction)

@@ -219,7 +219,6 @@ struct OffloadedOptimizer::Impl {
   void restore_shard(const ParamShard& s, detail::NvmeShardFiles& f);
   void reseed_master(const ParamShard& s, detail::NvmeShardFiles& f);
   void read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf);
-  void verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const;
   double lr = 0;
 };
 

@@ -11,27 +11,16 @@
 #include <cstring>
 
 #include "offload_impl.h"
-#include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
 
 // ---- NVMe target ----
 
-void OffloadedOptimizer::Impl::verify(const detail::NvmeShardFiles& f, int gen, int64_t k, const float* buf) const {
-  const uint32_t got = crc32c(buf, static_cast<size_t>(f.record_bytes));
-  const uint32_t want = f.crc[gen][static_cast<size_t>(k)];
-  ZS_REQUIRE(got == want, IoError, "offloaded optimizer state corrupted: '", f.paths[gen], "' chunk ", k,
-             " at offset ", k * f.record_bytes, " (", f.record_bytes, " bytes) has CRC-32C ", got,
-             ", the engine wrote ", want,
-             "; the file was changed or truncated behind the engine's back (rank ", rank,
-             "). Restart from the last checkpoint");
-}
-
 void OffloadedOptimizer::Impl::read_record(detail::NvmeShardFiles& f, int gen, int64_t k, float* buf) {
-  io->wait(io->submit_read(*f.files[gen], buf, f.record_bytes, k * f.record_bytes));
+  io->wait(f.files[gen]->read(*io, k, 1, buf));
   io_stats.bytes_read += f.record_bytes;
-  verify(f, gen, k, buf);
+  f.files[gen]->verify(k, 1, buf);
 }
 
 // Streams one shard: record k+1.. read ahead while record k is updated and record k-1 written.
@@ -79,8 +68,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
         for (; next_read < f.chunks && next_read <= k + lookahead; ++next_read) {
           wait_write(next_read - B);  // the buffer's previous record must be on disk first
           GradChunks::wait_on_host(up[static_cast<size_t>(next_read % B)]);  // and uploaded
-          reads[static_cast<size_t>(next_read)] =
-              io->submit_read(*f.files[src], buf_of(next_read), f.record_bytes, next_read * f.record_bytes);
+          reads[static_cast<size_t>(next_read)] = f.files[src]->read(*io, next_read, 1, buf_of(next_read));
         }
       } else {
         wait_write(k - B);
@@ -102,7 +90,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
       } else {
         io->wait(reads[static_cast<size_t>(k)]);
         io_stats.bytes_read += f.record_bytes;
-        verify(f, src, k, buf);
+        f.files[src]->verify(k, 1, buf);
         const float* g = nullptr;
         if (grads) {
           g = grads->get(k * C);
@@ -124,8 +112,7 @@ void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShard
           s.param.narrow(0, k * C, c).copy_(at::from_blob(p, {c}, at::kFloat));
         }
       }
-      f.crc[dst][static_cast<size_t>(k)] = crc32c(buf, static_cast<size_t>(f.record_bytes));
-      writes[static_cast<size_t>(k)] = io->submit_write(*f.files[dst], buf, f.record_bytes, k * f.record_bytes);
+      writes[static_cast<size_t>(k)] = f.files[dst]->write(*io, k, 1, buf);
       write_pending[static_cast<size_t>(k)] = true;
     }
     for (int64_t k = 0; k < f.chunks; ++k) wait_write(k);
@@ -160,8 +147,7 @@ void OffloadedOptimizer::Impl::reseed_master(const ParamShard& s, detail::NvmeSh
     const int64_t c = f.chunk_numel(k);
     read_record(f, f.current, k, buf);
     at::from_blob(buf, {c}, at::kFloat).copy_(s.param.narrow(0, k * f.chunk_elems, c));
-    f.crc[dst][static_cast<size_t>(k)] = crc32c(buf, static_cast<size_t>(f.record_bytes));
-    io->wait(io->submit_write(*f.files[dst], buf, f.record_bytes, k * f.record_bytes));
+    io->wait(f.files[dst]->write(*io, k, 1, buf));
     io_stats.bytes_written += f.record_bytes;
   }
   f.current = dst;

@@ -15,7 +15,6 @@
 #include <utility>
 
 #include "offload_impl.h"
-#include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
@@ -69,7 +68,7 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
     } else {
       for (size_t i = 0; i < shards.size(); ++i) {
         files.push_back(std::make_unique<detail::NvmeShardFiles>(
-            dir->path(), i, shards[i].name, pager.numel(i), chunk_elems, state_arrays, o.direct_io,
+            dir->path(), i, shards[i].name, rank, pager.numel(i), chunk_elems, state_arrays, o.direct_io,
             o.nvme_generations));
       }
     }

@@ -6,19 +6,16 @@
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <vector>
 
-#include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/io/offload_dir.h"
 #include "zeroshard/io/pinned_pool.h"
-#include "zeroshard/io/reserve_space.h"
+#include "zeroshard/store/record_file.h"
 
 namespace zeroshard {
 
@@ -64,10 +61,8 @@ struct ShardStore::Impl {
     int64_t file_bytes = 0;  // numel * 4 rounded up to kDirectAlignment
     // CPU
     at::Tensor host;
-    // NVME
-    std::string path;
-    std::unique_ptr<AioFile> file;
-    std::vector<uint32_t> crc;  // per chunk of block_size bytes
+    // NVME: records of block_size bytes
+    std::unique_ptr<RecordFile> file;
     bool written = false;
     bool reading = false;
     // Write-behind (save_async): the bytes in memory until the write completes, or after it failed.
@@ -123,31 +118,10 @@ struct ShardStore::Impl {
   }
   const Slot& at(int slot) const { return const_cast<Impl*>(this)->at(slot); }
 
-  int64_t chunks(const Slot& s) const { return (s.file_bytes + o.block_size - 1) / o.block_size; }
-  int64_t chunk_bytes(const Slot& s, int64_t k) const { return std::min(o.block_size, s.file_bytes - k * o.block_size); }
-
-  void checksum(Slot& s, const char* data) {
-    s.crc.resize(static_cast<size_t>(chunks(s)));
-    for (int64_t k = 0; k < chunks(s); ++k) {
-      s.crc[static_cast<size_t>(k)] = crc32c(data + k * o.block_size, static_cast<size_t>(chunk_bytes(s, k)));
-    }
-  }
-
-  void verify(const Slot& s, const char* data) const {
-    for (int64_t k = 0; k < chunks(s); ++k) {
-      const uint32_t got = crc32c(data + k * o.block_size, static_cast<size_t>(chunk_bytes(s, k)));
-      const uint32_t want = s.crc[static_cast<size_t>(k)];
-      ZS_REQUIRE(got == want, IoError, "offloaded ", what, " shard of unit '", s.unit, "' corrupted: '", s.path,
-                 "' chunk ", k, " at offset ", k * o.block_size, " (", chunk_bytes(s, k), " bytes) has CRC-32C ", got,
-                 ", the engine wrote ", want, "; the file was changed or truncated behind the engine's back (rank ",
-                 rank, "). Restart from the last checkpoint");
-    }
-  }
-
   void start_read(Slot& s) {
     ZS_CHECK(s.written, "ShardStore: slot of unit '", s.unit, "' read before it was saved");
     s.read_buf = aligned_empty(s.file_bytes / static_cast<int64_t>(sizeof(float)));
-    s.read = io->submit_read(*s.file, s.read_buf.data_ptr(), s.file_bytes, 0);
+    s.read = s.file->read(*io, 0, s.file->records(), s.read_buf.data_ptr());
     s.reading = true;
     // A shard on its way in is memory like a resident one (the FlatParam counts it from load()).
     if (mem != nullptr) mem->add(reading, s.numel * 4);
@@ -186,7 +160,7 @@ struct ShardStore::Impl {
     io->wait(s.read);  // IoError naming the file and offset (short read: truncated)
     stats.read_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats.bytes_read += s.file_bytes;
-    verify(s, static_cast<const char*>(buf.data_ptr()));
+    s.file->verify(0, s.file->records(), buf.data_ptr());
     return buf.narrow(0, 0, s.numel);
   }
 };
@@ -202,10 +176,7 @@ ShardStore::~ShardStore() {
     impl_->mem->sub(MemCategory::kNvme, impl_->disk_bytes);
     impl_->mem->sub(MemCategory::kOffloadHost, impl_->host_bytes);
   }
-  for (auto& s : impl_->slots) {
-    s.file.reset();
-    if (!s.path.empty()) ::unlink(s.path.c_str());
-  }
+  for (auto& s : impl_->slots) s.file.reset();
 }
 
 OffloadTarget ShardStore::target() const { return impl_->o.target; }
@@ -219,19 +190,12 @@ int ShardStore::add(const std::string& unit, int64_t numel) {
   s.file_bytes = std::max<int64_t>(kDirectAlignment, round_up(numel * 4, kDirectAlignment));
   const int index = static_cast<int>(impl_->slots.size());
   if (impl_->o.target == OffloadTarget::kNvme) {
-    s.path = impl_->dir->path() + "/" + std::to_string(index) + "-" + offload_file_stem(unit) +
-             (impl_->kind == Kind::kParams ? ".param" : ".grad");
-    s.file = std::make_unique<AioFile>(s.path, AioFile::kReadWrite | AioFile::kCreate | AioFile::kTruncate,
-                                       impl_->o.direct_io);
-    // Reserve the space now: a drive too small for the parameters fails here, at wrap time.
-    const int rc = reserve_space(s.file->fd(), s.file_bytes, s.path);
-    if (rc != 0) {
-      ZS_THROW(IoError, "cannot reserve ", s.file_bytes, " bytes for '", s.path, "' (", impl_->what, " shard of unit '",
-               unit, "', rank ", impl_->rank, "): ", detail::errno_string(rc),
-               rc == ENOSPC ? std::string(" - the drive under offload.nvme_path is too small for the ") + impl_->what +
-                                  " shards"
-                            : std::string());
-    }
+    const bool params = impl_->kind == Kind::kParams;
+    // The space is reserved now: a drive too small for the shards fails here, at wrap time.
+    s.file = std::make_unique<RecordFile>(
+        impl_->dir->path() + "/" + std::to_string(index) + "-" + offload_file_stem(unit) + (params ? ".param" : ".grad"),
+        s.file_bytes, impl_->o.block_size, impl_->o.direct_io,
+        RecordFile::Label{std::string(impl_->what) + " shard", std::string(impl_->what) + " shards", unit, impl_->rank});
     impl_->disk_bytes += s.file_bytes;
     if (impl_->mem != nullptr) impl_->mem->add(MemCategory::kNvme, s.file_bytes);
   }
@@ -269,8 +233,7 @@ void ShardStore::save(int slot, const at::Tensor& values) {
   // The padding is part of the file: zero it, so the checksums never depend on stale bytes.
   std::memset(data + s.numel * 4, 0, static_cast<size_t>(s.file_bytes - s.numel * 4));
   s.written = false;  // until the write completes, the file holds neither old nor new content
-  impl_->checksum(s, data);
-  impl_->io->wait(impl_->io->submit_write(*s.file, data, s.file_bytes, 0));
+  impl_->io->wait(s.file->write(*impl_->io, 0, s.file->records(), data));
   impl_->stats.bytes_written += s.file_bytes;
   s.written = true;
 }
@@ -298,10 +261,9 @@ void ShardStore::save_async(int slot, const at::Tensor& values) {
   auto* data = static_cast<char*>(src.data_ptr());
   std::memset(data + s.numel * 4, 0, static_cast<size_t>(s.file_bytes - s.numel * 4));
   s.written = false;
-  impl_->checksum(s, data);
   s.held = src;
   if (impl_->mem != nullptr) impl_->mem->add(impl_->reading, s.numel * 4);
-  s.write = impl_->io->submit_write(*s.file, data, s.file_bytes, 0);
+  s.write = s.file->write(*impl_->io, 0, s.file->records(), data);
   s.writing = true;
 }
 
@@ -354,7 +316,7 @@ at::Tensor ShardStore::load(int slot, c10::Device device) {
     return device.is_cpu() ? values : values.to(device);
   }
   // After a failed write the FlatParam keeps the shard resident and modified: it never loads it.
-  ZS_CHECK(s.written, "ShardStore: load of the shard of unit '", s.unit, "' whose last write to '", s.path,
+  ZS_CHECK(s.written, "ShardStore: load of the shard of unit '", s.unit, "' whose last write to '", s.file->path(),
            "' failed");
   if (!s.reading) impl_->start_read(s);
   values = impl_->finish_read(s);
@@ -382,8 +344,15 @@ void ShardStore::cancel(int slot) noexcept {
 }
 
 const std::string& ShardStore::unit(int slot) const { return impl_->at(slot).unit; }
-void ShardStore::rename(int slot, const std::string& unit) { impl_->at(slot).unit = unit; }
-std::string ShardStore::file(int slot) const { return impl_->at(slot).path; }
+void ShardStore::rename(int slot, const std::string& unit) {
+  Impl::Slot& s = impl_->at(slot);
+  s.unit = unit;
+  if (s.file) s.file->rename(unit);
+}
+std::string ShardStore::file(int slot) const {
+  const Impl::Slot& s = impl_->at(slot);
+  return s.file ? s.file->path() : std::string();
+}
 int64_t ShardStore::bytes_on_disk() const { return impl_->disk_bytes; }
 int64_t ShardStore::bytes_in_host() const { return impl_->host_bytes; }
 ShardStore::IoStats ShardStore::io_stats() const { return impl_->stats; }

@@ -75,6 +75,8 @@ TEST_P(NoFallocate, ShardLargerThanTheDriveIsRefused) {
                      "device (errno 28) - the drive under offload.nvme_path is too small for the parameter shards"),
             std::string::npos)
       << err;
+  // The refused file is not left behind holding a name (or blocks) on the drive.
+  EXPECT_FALSE(fs::exists(dir_ + "/zeroshard-params-rank0/0-h.0.param"));
 }
 
 TEST_P(NoFallocate, ShardThatFitsIsAccepted) {
