@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "source_file.h"
 #include "tensor_file_internal.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/json.h"
@@ -62,15 +63,9 @@ std::map<std::string, std::string> parse_aliases(const std::string& text) {
 
 class SafetensorsFile final : public TensorFile {
  public:
-  explicit SafetensorsFile(std::string path) : path_(std::move(path)), fd_(detail::open_for_read(path_)) {
-    try {
-      parse();
-    } catch (...) {
-      ::close(fd_);
-      throw;
-    }
+  SafetensorsFile(const std::string& path, std::shared_ptr<IoEngine> io) : path_(path), file_(path, std::move(io)) {
+    parse();
   }
-  ~SafetensorsFile() override { ::close(fd_); }
 
   const std::string& path() const override { return path_; }
   const char* format() const override { return "safetensors"; }
@@ -88,10 +83,10 @@ class SafetensorsFile final : public TensorFile {
     const int64_t offset = data_start_ + offsets_.at(name) + begin * static_cast<int64_t>(esize);
     const int64_t bytes = count * static_cast<int64_t>(esize);
     if (info->dtype == dst.scalar_type()) {
-      detail::pread_exact(fd_, dst.data_ptr(), bytes, offset, path_, "tensor '" + name + "'");
+      file_.read(dst.data_ptr(), bytes, offset, "tensor '" + name + "'");
     } else {
       const at::Tensor raw = detail::scratch(bytes);
-      detail::pread_exact(fd_, raw.data_ptr(), bytes, offset, path_, "tensor '" + name + "'");
+      file_.read(raw.data_ptr(), bytes, offset, "tensor '" + name + "'");
       detail::convert_into(raw.data_ptr(), info->dtype, count, dst);
     }
     bytes_read_ += bytes;
@@ -103,11 +98,11 @@ class SafetensorsFile final : public TensorFile {
   }
 
   void parse() {
-    const int64_t size = detail::file_size(fd_, path_);
+    const int64_t size = file_.size();
     ZS_REQUIRE(size >= 8, IoError, "'", path_, "' is not a valid safetensors file: ", size,
                " bytes, shorter than the 8-byte header length");
     unsigned char lenb[8];
-    detail::pread_exact(fd_, lenb, 8, 0, path_, "the header length");
+    file_.read(lenb, 8, 0, "the header length");
     uint64_t len = 0;
     for (int i = 7; i >= 0; --i) len = (len << 8) | lenb[i];
     if (len > kMaxHeaderBytes) {
@@ -119,7 +114,7 @@ class SafetensorsFile final : public TensorFile {
           " bytes): the file is truncated or not safetensors");
     }
     std::string header(static_cast<size_t>(len), '\0');
-    detail::pread_exact(fd_, header.data(), static_cast<int64_t>(len), 8, path_, "the JSON header");
+    file_.read(header.data(), static_cast<int64_t>(len), 8, "the JSON header");
     data_start_ = 8 + static_cast<int64_t>(len);
     JsonValue root;
     try {
@@ -220,7 +215,7 @@ class SafetensorsFile final : public TensorFile {
   }
 
   std::string path_;
-  int fd_;
+  detail::SourceFile file_;
   int64_t data_start_ = 0;
   std::vector<TensorInfo> infos_;
   std::map<std::string, int64_t> offsets_;
@@ -265,8 +260,8 @@ const char* safetensors_dtype(c10::ScalarType t) {
   ZS_THROW(UsageError, "safetensors has no dtype for ", c10::toString(t));
 }
 
-std::unique_ptr<TensorFile> open_safetensors_file(const std::string& path) {
-  return std::make_unique<SafetensorsFile>(path);
+std::unique_ptr<TensorFile> open_safetensors_file(const std::string& path, std::shared_ptr<IoEngine> io) {
+  return std::make_unique<SafetensorsFile>(path, std::move(io));
 }
 
 // ---- writer ----

@@ -59,7 +59,7 @@ std::vector<std::pair<std::string, std::string>> read_weight_map(const std::stri
 
 TensorDirectory::~TensorDirectory() = default;
 
-std::unique_ptr<TensorDirectory> TensorDirectory::open(const std::string& dir) {
+std::unique_ptr<TensorDirectory> TensorDirectory::open(const std::string& dir, const std::shared_ptr<IoEngine>& io) {
   ZS_REQUIRE(fs::is_directory(dir), IoError, "'", dir, "' is not a directory");
   std::unique_ptr<TensorDirectory> d(new TensorDirectory(dir));
   for (const auto& [index, single] : kLayouts) {
@@ -82,12 +82,12 @@ std::unique_ptr<TensorDirectory> TensorDirectory::open(const std::string& dir) {
         ZS_THROW(IoError, "model index '", index_path, "' names shard file '", f, "', which does not exist in '", dir,
                  "' (", mapped, " tensors are mapped to it, e.g. '", example, "')");
       }
-      d->open_files(names);
+      d->open_files(names, io);
       d->check_against_index(weight_map);
       return d;
     }
     if (fs::exists(dir + "/" + single)) {
-      d->open_files({single});
+      d->open_files({single}, io);
       return d;
     }
   }
@@ -96,10 +96,10 @@ std::unique_ptr<TensorDirectory> TensorDirectory::open(const std::string& dir) {
            "pytorch_model.bin or pytorch_model.bin.index.json");
 }
 
-void TensorDirectory::open_files(const std::vector<std::string>& names) {
+void TensorDirectory::open_files(const std::vector<std::string>& names, const std::shared_ptr<IoEngine>& io) {
   names_ = names;
   for (size_t i = 0; i < names.size(); ++i) {
-    files_.push_back(open_tensor_file(dir_ + "/" + names[i]));
+    files_.push_back(open_tensor_file(dir_ + "/" + names[i], io));
     for (const TensorInfo& t : files_.back()->tensors()) {
       auto [it, fresh] = file_index_.emplace(t.name, i);
       ZS_REQUIRE(fresh, IoError, "model directory '", dir_, "': tensor '", t.name, "' is in both '", names[it->second],
@@ -149,9 +149,9 @@ std::map<std::string, std::string> TensorDirectory::aliases() const {
   return out;
 }
 
-std::unique_ptr<TensorFile> open_tensor_path(const std::string& path) {
-  if (fs::is_directory(path)) return TensorDirectory::open(path);
-  return open_tensor_file(path);
+std::unique_ptr<TensorFile> open_tensor_path(const std::string& path, std::shared_ptr<IoEngine> io) {
+  if (fs::is_directory(path)) return TensorDirectory::open(path, io);
+  return open_tensor_file(path, std::move(io));
 }
 
 }  // namespace zeroshard

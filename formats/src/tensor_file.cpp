@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "source_file.h"
 #include "tensor_file_internal.h"
 #include "zeroshard/base/error.h"
 
@@ -40,29 +41,6 @@ int open_for_read(const std::string& path) {
     ZS_THROW(IoError, "cannot open tensor file '", path, "': ", errno_string(e));
   }
   return fd;
-}
-
-int64_t file_size(int fd, const std::string& path) {
-  struct stat st {};
-  ZS_CHECK_ERRNO(::fstat(fd, &st), "fstat of tensor file '", path, "'");
-  return st.st_size;
-}
-
-void pread_exact(int fd, void* dst, int64_t bytes, int64_t offset, const std::string& path, const std::string& what) {
-  auto* p = static_cast<char*>(dst);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, static_cast<size_t>(std::min<int64_t>(bytes, int64_t{1} << 30)), offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int e = errno;
-      ZS_THROW(IoError, "reading ", what, " from '", path, "' at offset ", offset, " failed: ", errno_string(e));
-    }
-    ZS_REQUIRE(n > 0, IoError, "tensor file '", path, "' is truncated: ", what, " needs ", bytes,
-               " more bytes at offset ", offset, " but the file ends there");
-    p += n;
-    offset += n;
-    bytes -= n;
-  }
 }
 
 at::Tensor scratch(int64_t bytes) { return at::empty({bytes}, at::TensorOptions().dtype(at::kByte)); }
@@ -105,18 +83,22 @@ void check_read(const std::string& path, const std::string& name, int64_t numel,
 
 }  // namespace detail
 
-std::unique_ptr<TensorFile> open_tensor_file(const std::string& path) {
-  const int fd = detail::open_for_read(path);
+std::unique_ptr<TensorFile> open_tensor_file(const std::string& path, std::shared_ptr<IoEngine> io) {
   unsigned char head[9] = {0};
-  const ssize_t n = ::pread(fd, head, sizeof(head), 0);
-  const int64_t size = detail::file_size(fd, path);
-  ::close(fd);
-  if (n >= 4 && head[0] == 'P' && head[1] == 'K' && head[2] == 3 && head[3] == 4) return open_torch_zip_file(path);
+  int64_t n = 0, size = 0;
+  {
+    detail::SourceFile file(path, io);
+    n = file.read_some(head, sizeof(head), 0);
+    size = file.size();
+  }
+  if (n >= 4 && head[0] == 'P' && head[1] == 'K' && head[2] == 3 && head[3] == 4) {
+    return open_torch_zip_file(path, std::move(io));
+  }
   // safetensors: the JSON header starts at byte 8. Its length is not checked here, so a truncated
   // file gets the safetensors reader's precise error rather than "not a tensor file".
-  if (n == 9 && head[8] == '{') return open_safetensors_file(path);
+  if (n == 9 && head[8] == '{') return open_safetensors_file(path, std::move(io));
   std::string shown;
-  for (ssize_t i = 0; i < n && i < 8; ++i) {
+  for (int64_t i = 0; i < n && i < 8; ++i) {
     char buf[8];
     std::snprintf(buf, sizeof(buf), "%02x", head[i]);
     shown += buf;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Shared by the tensor file readers (tensor_file.h): positioned reads that name the file, and the
-// dtype conversion from stored bytes into the caller's tensor.
+// Shared by the tensor file readers (tensor_file.h): the open that names the file, and the dtype
+// conversion from stored bytes into the caller's tensor (the reads: source_file.h).
 
 #include <ATen/core/Tensor.h>
 
@@ -14,11 +14,6 @@ namespace zeroshard::detail {
 
 // Opens `path` for reading; IoError naming it.
 int open_for_read(const std::string& path);
-// The file's size in bytes; IoError naming it.
-int64_t file_size(int fd, const std::string& path);
-// Reads exactly `bytes` at `offset`; IoError naming `path` and `what` (e.g. "tensor 'w'") when
-// the file ends first or the read fails.
-void pread_exact(int fd, void* dst, int64_t bytes, int64_t offset, const std::string& path, const std::string& what);
 
 // Scratch bytes for a read (converting or gathering), from LibTorch's CPU allocator so memory
 // accounting (core/host_memory.h) sees them like every other tensor.

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "pickle.h"
+#include "source_file.h"
 #include "tensor_file_internal.h"
 #include "torch_pickle.h"
 #include "zeroshard/base/error.h"
@@ -87,19 +88,47 @@ class StridedIndex {
   int64_t index_ = 0;
 };
 
-// PyTorchStreamReader's errors are c10::Error; ours name the file.
+// PyTorchStreamReader reads through the SourceFile too. miniz, under it, is C: nothing may be
+// thrown through it, so a failed read is kept and returned short; zip_call reports the kept error.
+class SourceAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit SourceAdapter(detail::SourceFile& file) : file_(file) {}
+  size_t size() const override { return static_cast<size_t>(file_.size()); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    try {
+      file_.read(buf, static_cast<int64_t>(n), static_cast<int64_t>(pos), "the zip archive");
+      return n;
+    } catch (const Error& e) {
+      if (error_.empty()) error_ = e.message();
+      return 0;
+    }
+  }
+  const std::string& path() const { return file_.path(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  detail::SourceFile& file_;
+  mutable std::string error_;
+};
+
+// PyTorchStreamReader's errors are c10::Error; ours name the file. A read that failed under it is
+// reported with its own error, also where the reader did not notice (it ignores the result of its
+// magic-number read).
 template <typename Fn>
-auto zip_call(const std::string& path, const char* what, Fn&& fn) {
+auto zip_call(const SourceAdapter& src, const char* what, Fn&& fn) {
   try {
-    return fn();
+    auto result = fn();
+    ZS_REQUIRE(src.error().empty(), IoError, src.error());
+    return result;
   } catch (const c10::Error& e) {
-    ZS_THROW(IoError, "'", path, "' is not a readable torch zip archive (", what,
+    ZS_REQUIRE(src.error().empty(), IoError, src.error());
+    ZS_THROW(IoError, "'", src.path(), "' is not a readable torch zip archive (", what,
              " failed; is it truncated or damaged?): ", e.what_without_backtrace());
   }
 }
 
-std::string record_text(caffe2::serialize::PyTorchStreamReader& zip, const std::string& path, const std::string& name) {
-  return zip_call(path, "reading its records", [&] {
+std::string record_text(caffe2::serialize::PyTorchStreamReader& zip, const SourceAdapter& src, const std::string& name) {
+  return zip_call(src, "reading its records", [&] {
     auto [data, size] = zip.getRecord(name);
     return std::string(static_cast<const char*>(data.get()), size);
   });
@@ -107,15 +136,10 @@ std::string record_text(caffe2::serialize::PyTorchStreamReader& zip, const std::
 
 class TorchZipFile final : public TensorFile {
  public:
-  explicit TorchZipFile(std::string path) : path_(std::move(path)), fd_(detail::open_for_read(path_)) {
-    try {
-      load();
-    } catch (...) {
-      ::close(fd_);
-      throw;
-    }
+  TorchZipFile(const std::string& path, std::shared_ptr<IoEngine> io)
+      : file_(path, std::move(io)), path_(path), adapter_(std::make_shared<SourceAdapter>(file_)) {
+    load();
   }
-  ~TorchZipFile() override { ::close(fd_); }
 
   const std::string& path() const override { return path_; }
   const char* format() const override { return format_; }
@@ -143,10 +167,10 @@ class TorchZipFile final : public TensorFile {
     const int64_t offset = s.data_start + (s.t.storage_offset + begin) * esize, bytes = count * esize;
     const std::string what = "tensor '" + s.t.name + "'";
     if (s.t.dtype == dst.scalar_type()) {
-      detail::pread_exact(fd_, dst.data_ptr(), bytes, offset, path_, what);
+      file_.read(dst.data_ptr(), bytes, offset, what);
     } else {
       const at::Tensor raw = detail::scratch(bytes);
-      detail::pread_exact(fd_, raw.data_ptr(), bytes, offset, path_, what);
+      file_.read(raw.data_ptr(), bytes, offset, what);
       detail::convert_into(raw.data_ptr(), s.t.dtype, count, dst);
     }
     bytes_read_ += bytes;
@@ -161,16 +185,16 @@ class TorchZipFile final : public TensorFile {
     const at::Tensor span = detail::scratch((hi - lo + 1) * esize), packed = detail::scratch(count * esize);
     const auto* from = static_cast<const char*>(span.data_ptr());
     auto* to = static_cast<char*>(packed.data_ptr());
-    detail::pread_exact(fd_, span.data_ptr(), span.numel(), s.data_start + lo * esize, path_,
-                        "tensor '" + s.t.name + "'");
+    file_.read(span.data_ptr(), span.numel(), s.data_start + lo * esize, "tensor '" + s.t.name + "'");
     StridedIndex at(s.t, begin);
     for (int64_t i = 0; i < count; ++i, at.next()) std::copy_n(from + (at.index() - lo) * esize, esize, to + i * esize);
     detail::convert_into(packed.data_ptr(), s.t.dtype, count, dst);
     bytes_read_ += span.numel();
   }
 
+  detail::SourceFile file_;
   std::string path_;
-  int fd_;
+  std::shared_ptr<SourceAdapter> adapter_;
   const char* format_ = "torch";
   std::vector<TensorInfo> infos_;
   std::vector<StoredTensor> stored_;  // parallel to infos_
@@ -178,9 +202,9 @@ class TorchZipFile final : public TensorFile {
 };
 
 void TorchZipFile::load() {
-  auto zip = zip_call(path_, "opening it", [&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path_); });
-  if (zip_call(path_, "looking up records", [&] { return zip->hasRecord("byteorder"); })) {
-    const std::string order = record_text(*zip, path_, "byteorder");
+  auto zip = zip_call(*adapter_, "opening it", [&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(adapter_); });
+  if (zip_call(*adapter_, "looking up records", [&] { return zip->hasRecord("byteorder"); })) {
+    const std::string order = record_text(*zip, *adapter_, "byteorder");
     ZS_REQUIRE(order == "little", IoError, "'", path_, "' was written on a machine of byte order '", order,
                "' (its byteorder record); zeroshard reads little-endian archives only: load it and save it again on a "
                "little-endian machine");
@@ -190,22 +214,22 @@ void TorchZipFile::load() {
 }
 
 std::vector<PickledTensor> TorchZipFile::unpickle(caffe2::serialize::PyTorchStreamReader& zip) {
-  if (!zip_call(path_, "looking up records", [&] { return zip.hasRecord("data.pkl"); })) {
-    const auto names = zip_call(path_, "listing records", [&] { return zip.getAllRecords(); });
+  if (!zip_call(*adapter_, "looking up records", [&] { return zip.hasRecord("data.pkl"); })) {
+    const auto names = zip_call(*adapter_, "listing records", [&] { return zip.getAllRecords(); });
     std::string shown;
     for (size_t i = 0; i < names.size() && i < 8; ++i) shown += (i ? ", " : "") + names[i];
     ZS_THROW(IoError, "'", path_, "' is a zip archive without a data.pkl record, so not a torch.save or TorchScript "
              "archive (its records: ", shown, names.size() > 8 ? ", ..." : "", ")");
   }
   const std::string where = "'" + path_ + "': data.pkl";
-  const detail::PickleRef root = detail::read_pickle(record_text(zip, path_, "data.pkl"), where);
+  const detail::PickleRef root = detail::read_pickle(record_text(zip, *adapter_, "data.pkl"), where);
   if (root->is(detail::PickleValue::Kind::kObject) && root->text.rfind("__torch__.", 0) == 0) format_ = "torchscript";
   std::vector<PickledTensor> out = detail::pickled_tensors(root, "", "data", where);
   // TorchScript: tensors the code refers to as CONSTANTS.c<i> (e.g. captured by torch.jit.trace).
   if (format_ == std::string("torchscript") &&
-      zip_call(path_, "looking up records", [&] { return zip.hasRecord("constants.pkl"); })) {
+      zip_call(*adapter_, "looking up records", [&] { return zip.hasRecord("constants.pkl"); })) {
     const std::string cwhere = "'" + path_ + "': constants.pkl";
-    const detail::PickleRef constants = detail::read_pickle(record_text(zip, path_, "constants.pkl"), cwhere);
+    const detail::PickleRef constants = detail::read_pickle(record_text(zip, *adapter_, "constants.pkl"), cwhere);
     for (size_t i = 0; i < constants->items.size(); ++i) {
       auto c = detail::pickled_tensors(constants->items[i], "CONSTANTS.c" + std::to_string(i), "constants", cwhere);
       out.insert(out.end(), c.begin(), c.end());
@@ -217,7 +241,7 @@ std::vector<PickledTensor> TorchZipFile::unpickle(caffe2::serialize::PyTorchStre
 // Each tensor's storage record: where its bytes start (PyTorchStreamReader), its size and method
 // (the central directory), checked to hold every byte the tensor spans.
 void TorchZipFile::place(const std::vector<PickledTensor>& pickled, caffe2::serialize::PyTorchStreamReader& zip) {
-  const std::vector<detail::ZipRecord> directory = detail::read_zip_directory(fd_, path_);
+  const std::vector<detail::ZipRecord> directory = detail::read_zip_directory(file_);
   const std::string folder = directory.empty() ? "" : directory[0].name.substr(0, directory[0].name.find('/') + 1);
   std::map<std::string, const detail::ZipRecord*> by_name;
   for (const auto& r : directory) by_name[r.name] = &r;
@@ -238,7 +262,7 @@ void TorchZipFile::place(const std::vector<PickledTensor>& pickled, caffe2::seri
     StoredTensor s;
     s.t = t;
     s.contiguous = row_major(t);
-    s.data_start = static_cast<int64_t>(zip_call(path_, "locating a storage", [&] { return zip.getRecordOffset(t.record); }));
+    s.data_start = static_cast<int64_t>(zip_call(*adapter_, "locating a storage", [&] { return zip.getRecordOffset(t.record); }));
     stored_.push_back(std::move(s));
     infos_.push_back(TensorInfo{t.name, t.dtype, t.shape});
   }
@@ -255,6 +279,8 @@ void TorchZipFile::find_aliases() {
 
 }  // namespace
 
-std::unique_ptr<TensorFile> open_torch_zip_file(const std::string& path) { return std::make_unique<TorchZipFile>(path); }
+std::unique_ptr<TensorFile> open_torch_zip_file(const std::string& path, std::shared_ptr<IoEngine> io) {
+  return std::make_unique<TorchZipFile>(path, std::move(io));
+}
 
 }  // namespace zeroshard

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "tensor_file_internal.h"
+#include "source_file.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard::detail {
@@ -27,9 +27,9 @@ uint64_t le(const std::string& b, size_t at, int n) {
   ZS_THROW(IoError, "'", path, "' is not a readable zip archive: ", what, " (the file is truncated or damaged)");
 }
 
-std::string read_at(int fd, int64_t offset, int64_t bytes, const std::string& path, const char* what) {
+std::string read_at(SourceFile& file, int64_t offset, int64_t bytes, const char* what) {
   std::string b(static_cast<size_t>(bytes), '\0');
-  pread_exact(fd, b.data(), bytes, offset, path, what);
+  file.read(b.data(), bytes, offset, what);
   return b;
 }
 
@@ -38,9 +38,9 @@ struct DirectoryPlace {
 };
 
 // The central directory's place, from the EOCD (and the ZIP64 EOCD when the EOCD's fields are full).
-DirectoryPlace find_directory(int fd, int64_t size, const std::string& path) {
+DirectoryPlace find_directory(SourceFile& file, int64_t size, const std::string& path) {
   const int64_t tail_bytes = std::min<int64_t>(size, kEocdBytes + 0xffff);
-  const std::string tail = read_at(fd, size - tail_bytes, tail_bytes, path, "the zip end record");
+  const std::string tail = read_at(file, size - tail_bytes, tail_bytes, "the zip end record");
   int64_t at = tail_bytes - kEocdBytes;
   while (at >= 0 && le(tail, static_cast<size_t>(at), 4) != kEocdSig) --at;
   if (at < 0) damaged(path, "no end-of-central-directory record");
@@ -49,11 +49,11 @@ DirectoryPlace find_directory(int fd, int64_t size, const std::string& path) {
   if (d.entries != 0xffff && d.offset != kFull32 && d.bytes != kFull32) return d;
   const int64_t locator = size - tail_bytes + at - kZip64LocatorBytes;
   if (locator < 0) damaged(path, "no ZIP64 end-of-central-directory locator");
-  const std::string loc = read_at(fd, locator, kZip64LocatorBytes, path, "the ZIP64 locator");
+  const std::string loc = read_at(file, locator, kZip64LocatorBytes, "the ZIP64 locator");
   if (le(loc, 0, 4) != kZip64LocatorSig) damaged(path, "no ZIP64 end-of-central-directory locator");
   const uint64_t eocd64 = le(loc, 8, 8);
   if (eocd64 > static_cast<uint64_t>(size - kZip64EocdBytes)) damaged(path, "the ZIP64 end record lies past the end");
-  const std::string r = read_at(fd, static_cast<int64_t>(eocd64), kZip64EocdBytes, path, "the ZIP64 end record");
+  const std::string r = read_at(file, static_cast<int64_t>(eocd64), kZip64EocdBytes, "the ZIP64 end record");
   if (le(r, 0, 4) != kZip64EocdSig) damaged(path, "no ZIP64 end-of-central-directory record");
   return {le(r, 32, 8), le(r, 48, 8), le(r, 40, 8)};
 }
@@ -76,14 +76,15 @@ void apply_zip64_extra(const std::string& extra, uint64_t& usize, uint64_t& csiz
 
 }  // namespace
 
-std::vector<ZipRecord> read_zip_directory(int fd, const std::string& path) {
-  const int64_t size = file_size(fd, path);
+std::vector<ZipRecord> read_zip_directory(SourceFile& file) {
+  const std::string& path = file.path();
+  const int64_t size = file.size();
   if (size < kEocdBytes) damaged(path, std::to_string(size) + " bytes, too short for a zip archive");
-  const DirectoryPlace d = find_directory(fd, size, path);
+  const DirectoryPlace d = find_directory(file, size, path);
   if (d.offset > static_cast<uint64_t>(size) || d.bytes > static_cast<uint64_t>(size) - d.offset) {
     damaged(path, "the central directory lies past the end of the file");
   }
-  const std::string dir = read_at(fd, static_cast<int64_t>(d.offset), static_cast<int64_t>(d.bytes), path,
+  const std::string dir = read_at(file, static_cast<int64_t>(d.offset), static_cast<int64_t>(d.bytes),
                                   "the zip central directory");
   std::vector<ZipRecord> records;
   size_t p = 0;

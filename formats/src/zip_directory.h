@@ -16,8 +16,10 @@ struct ZipRecord {
   int method = 0;    // 0: stored (uncompressed), 8: deflated, ...
 };
 
-// Every record of the zip archive open as `fd`, in central directory order. IoError naming `path`
+class SourceFile;
+
+// Every record of the zip archive `file`, in central directory order. IoError naming the file
 // when the end-of-central-directory record or an entry is missing or runs past the end of the file.
-std::vector<ZipRecord> read_zip_directory(int fd, const std::string& path);
+std::vector<ZipRecord> read_zip_directory(SourceFile& file);
 
 }  // namespace zeroshard::detail

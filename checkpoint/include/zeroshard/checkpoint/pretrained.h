@@ -2,7 +2,7 @@
 #pragma once
 // Pretrained weights into a sharded model: each rank reads, from the file, only the elements of
 // each tensor that fall into its own shards (and the buffers, which every rank keeps whole), so no
-// rank ever holds the whole model. Formats: whatever open_tensor_file reads (zeroshard/io/
+// rank ever holds the whole model. Formats: whatever open_tensor_file reads (zeroshard/formats/
 // tensor_file.h): Python's torch.save(model.state_dict()), safetensors, TorchScript/LibTorch
 // archives such as zeroshard-ckpt consolidate writes; or a Hugging Face model directory
 // (zeroshard/formats/tensor_dir.h: the weights of several files read as one).

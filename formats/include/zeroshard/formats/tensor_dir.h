@@ -26,7 +26,8 @@ namespace zeroshard {
 
 class TensorDirectory final : public TensorFile {
  public:
-  static std::unique_ptr<TensorDirectory> open(const std::string& dir);
+  // `io`: what every file is read through (open_tensor_file).
+  static std::unique_ptr<TensorDirectory> open(const std::string& dir, const std::shared_ptr<IoEngine>& io = nullptr);
   ~TensorDirectory() override;
 
   const std::string& path() const override { return dir_; }
@@ -44,7 +45,7 @@ class TensorDirectory final : public TensorFile {
 
  private:
   explicit TensorDirectory(std::string dir) : dir_(std::move(dir)) {}
-  void open_files(const std::vector<std::string>& names);
+  void open_files(const std::vector<std::string>& names, const std::shared_ptr<IoEngine>& io);
   void check_against_index(const std::vector<std::pair<std::string, std::string>>& weight_map);
 
   std::string dir_, index_;
@@ -55,6 +56,6 @@ class TensorDirectory final : public TensorFile {
 };
 
 // A tensor file, or a model directory (TensorDirectory) when `path` is a directory.
-std::unique_ptr<TensorFile> open_tensor_path(const std::string& path);
+std::unique_ptr<TensorFile> open_tensor_path(const std::string& path, std::shared_ptr<IoEngine> io = nullptr);
 
 }  // namespace zeroshard

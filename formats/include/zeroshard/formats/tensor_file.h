@@ -39,6 +39,8 @@
 
 namespace zeroshard {
 
+class IoEngine;
+
 struct TensorInfo {
   std::string name;
   c10::ScalarType dtype = c10::kFloat;
@@ -81,11 +83,14 @@ class TensorFile {
 
 // Opens `path`, detecting its format. IoError naming the file when it does not exist, cannot be
 // read, or is none of the three formats (naming what its first bytes look like).
-std::unique_ptr<TensorFile> open_tensor_file(const std::string& path);
+// Every read of the file, its header and index included, goes through `io` (null: an engine shared
+// by the process), the interface of the offload and checkpoint I/O: a FaultInjectingIo given here
+// makes a read fail as a failing disk would, and the error names the file and what was read.
+std::unique_ptr<TensorFile> open_tensor_file(const std::string& path, std::shared_ptr<IoEngine> io = nullptr);
 
 // The safetensors reader and the torch/torchscript zip reader, for callers that know the format.
-std::unique_ptr<TensorFile> open_safetensors_file(const std::string& path);
-std::unique_ptr<TensorFile> open_torch_zip_file(const std::string& path);
+std::unique_ptr<TensorFile> open_safetensors_file(const std::string& path, std::shared_ptr<IoEngine> io = nullptr);
+std::unique_ptr<TensorFile> open_torch_zip_file(const std::string& path, std::shared_ptr<IoEngine> io = nullptr);
 
 // Writes a safetensors file tensor by tensor, so the whole model never has to be in memory: the
 // header (every name, dtype, shape and offset) is written first from the declared list, then each
