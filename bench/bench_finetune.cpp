@@ -1,12 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_finetune: what fine-tuning a >= 100M-parameter GPT costs in memory and time, row by row,
-// in one run: full fine-tuning in fp32, bf16 compute, + activation checkpointing, + LoRA, + LoRA
-// with the optimizer state on NVMe, + LoRA over an NF4 base (QLoRA), + both. Every row starts
-// from the same pretrained weights, which the benchmark itself creates and exports first
-// (safetensors, loaded with load_pretrained; NF4 rows quantise each unit as it is loaded).
+// bench_finetune: what fine-tuning costs in memory and time, row by row, in one run: full
+// fine-tuning in fp32 (with the optimizer state in memory and on NVMe), bf16 compute, + activation
+// checkpointing, + LoRA, + LoRA with the optimizer state on NVMe, + LoRA over an NF4 base
+// (QLoRA), + both. Two models:
+//   --model gpt    the built-in GPT (default: 106M parameters). Every row starts from the same
+//                  pretrained weights, which the benchmark creates and exports first (safetensors,
+//                  loaded with load_pretrained; NF4 rows quantise each unit as it is loaded).
+//   --model llama  the Llama family (LlamaForCausalLM semantics; default: a 1.1B-parameter shape,
+//                  hidden 2048, 22 layers, 32 heads, 4 key/value heads, intermediate 5632, vocab
+//                  32000, untied head). Built sharded under a ShardedInit with one seed, so no rank
+//                  ever holds the whole model and every row starts from the same weights; LoRA on
+//                  all seven projections, NF4 on the frozen projections as each layer is built.
 //
-//   mpirun -n 2 build/bin/bench_finetune [--dim 768] [--layers 15] [--seq 64] [--batch 2] [--steps 4]
-//                                        [--lora-rank 8] [--dir DIR]
+//   mpirun -n 2 build/bin/bench_finetune [--model gpt|llama] [--dim D] [--layers L] [--seq 64]
+//                                        [--batch 2] [--steps 4] [--lora-rank 8] [--dir DIR]
 //
 // Peak memory per rank: the tracking CPU allocator's peak of live bytes during the training steps
 // (model state, gradients, optimizer state, activations; not the engine's own accounting), taken
@@ -39,6 +46,9 @@
 #include "zeroshard/adapt/lora.h"
 #include "zeroshard/adapt/nf4.h"
 #include "zeroshard/checkpoint/pretrained.h"
+#include "zeroshard/engine/sharded_init.h"
+#include "zeroshard/models/hf_checkpoint.h"
+#include "zeroshard/models/llama.h"
 
 namespace zs = zeroshard;
 namespace zm = zeroshard::models;
@@ -47,10 +57,14 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Args {
+  std::string model = "gpt";
   int64_t dim = 768, layers = 15, heads = 12, seq = 64, batch = 2;
+  int64_t kv_heads = 4, intermediate = 5632, vocab = 32000;  // --model llama
+  std::string compute = "bf16";  // the compute dtype of the rows after the first two
   int steps = 4;
   int64_t lora_rank = 8;
   std::string dir = ZS_BENCH_DEFAULT_DIR;
+  bool llama() const { return model == "llama"; }
 };
 
 std::optional<Args> parse(const std::vector<std::string>& argv, bool print) {
@@ -59,16 +73,29 @@ std::optional<Args> parse(const std::vector<std::string>& argv, bool print) {
                    "Memory and step time of fine-tuning a GPT from pretrained weights: fp32, bf16, + checkpointing, "
                    "+ LoRA, + NVMe optimizer state, + NF4 base, in one run. Final line: JSON.");
   app.usage("mpirun -n N bench_finetune [OPTIONS]");
-  app.add_int("--dim", &a.dim, "model width (default 768)", 1);
-  app.add_int("--layers", &a.layers, "blocks (default 15: 106M parameters at --dim 768)", 1);
-  app.add_int("--heads", &a.heads, "attention heads (default 12)", 1);
+  app.add_choice("--model", &a.model, {"gpt", "llama"}, "the model family (default gpt)");
+  app.add_int("--dim", &a.dim, "model width (default 768; llama: 2048)", 1);
+  app.add_int("--layers", &a.layers, "blocks (default 15: 106M parameters at --dim 768; llama: 22)", 1);
+  app.add_int("--heads", &a.heads, "attention heads (default 12; llama: 32)", 1);
+  app.add_int("--kv-heads", &a.kv_heads, "llama: key/value heads (default 4)", 1);
+  app.add_int("--intermediate", &a.intermediate, "llama: MLP width (default 5632)", 1);
+  app.add_int("--vocab", &a.vocab, "llama: vocabulary size (default 32000)", 1);
+  app.add_choice("--compute", &a.compute, {"bf16", "fp32"},
+                 "compute dtype of the rows after full fine-tuning (default bf16; fp32 on a CPU without native bf16, "
+                 "where bf16 products are emulated and slow, and drops the bf16-only row)");
   app.add_int("--seq", &a.seq, "tokens per sequence (default 64: model state dominates)", 1);
   app.add_int("--batch", &a.batch, "sequences per rank per step (default 2)", 1);
   app.add_int("--steps", &a.steps, "steps per row, the first not timed (default 4)", 2);
-  app.add_int("--lora-rank", &a.lora_rank, "LoRA rank on qkv, proj, fc and out (default 8)", 1);
+  app.add_int("--lora-rank", &a.lora_rank,
+              "LoRA rank on qkv, proj, fc and out (llama: the seven projections) (default 8)", 1);
   app.add_text("--dir", &a.dir, "where the pretrained weights and the NVMe state go (default: the build tree)", "DIR");
   app.add_config_options();
   if (!app.parse(argv, print)) return std::nullopt;
+  if (a.llama()) {  // the 1.1B shape, where not given
+    if (!app.given("--dim")) a.dim = 2048;
+    if (!app.given("--layers")) a.layers = 22;
+    if (!app.given("--heads")) a.heads = 32;
+  }
   return a;
 }
 
@@ -123,6 +150,19 @@ void export_base(zs::Session& s, const Args& a, const std::string& path) {
   s.world()->barrier("bench.finetune.export")->wait();
 }
 
+// AdamW; its state on NVMe in the rows that say so.
+std::unique_ptr<zs::ShardedOptimizer> make_row_optimizer(zs::Session& s, const Args& a, zs::ShardingEngine& engine,
+                                                        const Row& r) {
+  zs::OptimizerOptions oc;
+  oc.lr = 1e-4;
+  if (!r.nvme) return zs::make_optimizer(oc);
+  zs::OffloadOptions oo;
+  oo.target = zs::OffloadTarget::kNvme;
+  oo.nvme_path = a.dir + "/bench_finetune_nvme";
+  fs::create_directories(oo.nvme_path);
+  return std::make_unique<zs::OffloadedOptimizer>(oc, oo, s.rank(), &engine.memory());
+}
+
 void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   torch::manual_seed(2);
   zm::Gpt model(model_options(a, r.checkpointing));
@@ -141,18 +181,7 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   zs::PretrainedOptions po;
   po.not_required = {"*lora_A", "*lora_B"};
   zs::load_pretrained(engine, base, po);
-  zs::OptimizerOptions oc;  // AdamW
-  oc.lr = 1e-4;
-  std::unique_ptr<zs::ShardedOptimizer> opt;
-  if (r.nvme) {
-    zs::OffloadOptions oo;
-    oo.target = zs::OffloadTarget::kNvme;
-    oo.nvme_path = a.dir + "/bench_finetune_nvme";
-    fs::create_directories(oo.nvme_path);
-    opt = std::make_unique<zs::OffloadedOptimizer>(oc, oo, s.rank(), &engine.memory());
-  } else {
-    opt = zs::make_optimizer(oc);
-  }
+  std::unique_ptr<zs::ShardedOptimizer> opt = make_row_optimizer(s, a, engine, r);
   r.trainable = engine.num_trainable_params();
   zs::reset_host_memory_peak();
   std::vector<double> times;
@@ -161,6 +190,67 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
     const at::Tensor x = torch::randint(256, {a.batch, a.seq}, g), y = torch::randint(256, {a.batch, a.seq}, g);
     const double seconds = zs_bench::time_step(*s.world(), [&] {
       at::Tensor loss = engine.forward([&] { return zs_bench::lm_loss(model->forward(x).to(at::kFloat), y); });
+      loss.backward();
+      engine.clip_grad_norm(1.0);
+      engine.step(*opt);
+      engine.zero_grad();
+    });
+    if (step > 0) times.push_back(seconds);
+  }
+  r.peak_bytes = max_over_ranks(s, zs::host_memory_stats().peak, "bench.finetune.peak");
+  r.step_s = zs_bench::median(times);
+}
+
+// The Llama-family shape of the options (untied head, HF's initialisation).
+zm::LlamaConfig llama_config(const Args& a) {
+  zm::LlamaConfig c;
+  c.path = "bench_finetune --model llama";
+  c.model_type = "llama";
+  c.vocab_size = a.vocab;
+  c.hidden_size = a.dim;
+  c.intermediate_size = a.intermediate;
+  c.num_hidden_layers = a.layers;
+  c.num_attention_heads = a.heads;
+  c.num_key_value_heads = a.kv_heads;
+  c.head_dim = a.dim / a.heads;
+  c.max_position_embeddings = std::max<int64_t>(2048, a.seq);
+  c.rms_norm_eps = 1e-5;
+  return c;
+}
+
+int64_t llama_params(const zm::LlamaConfig& c) {
+  int64_t n = 0;
+  for (const zs::TensorInfo& t : zm::hf_tensors(c)) n += t.numel();
+  return n;
+}
+
+// One Llama row: the model built sharded (same seed every row), adapters as each layer is built.
+void run_llama_row(zs::Session& s, const Args& a, Row& r) {
+  const zm::LlamaConfig cfg = llama_config(a);
+  zs::ShardingOptions so;
+  so.param_dtype = r.dtype;
+  so.reduce_dtype = r.dtype;
+  if (r.lora) {
+    zs::lora::Options lo;
+    lo.rank = a.lora_rank;
+    lo.alpha = 2.0 * static_cast<double>(a.lora_rank);
+    lo.targets = {"*.q_proj", "*.k_proj", "*.v_proj", "*.o_proj", "*.gate_proj", "*.up_proj", "*.down_proj"};
+    so.unit_hooks.push_back(zs::lora::unit_hook(lo));
+  }
+  if (r.nf4) so.unit_hooks.push_back(zs::nf4::frozen_linear_hook());
+  torch::manual_seed(1);
+  zs::ShardedInit init(s, so);
+  zm::LlamaForCausalLM model(zm::LlamaOptions{cfg, s.device(), r.checkpointing});
+  zs::ShardingEngine engine(init, model.ptr());
+  std::unique_ptr<zs::ShardedOptimizer> opt = make_row_optimizer(s, a, engine, r);
+  r.trainable = engine.num_trainable_params();
+  zs::reset_host_memory_peak();
+  std::vector<double> times;
+  for (int step = 0; step < a.steps; ++step) {
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(100 * step + s.rank());
+    const at::Tensor ids = torch::randint(a.vocab, {a.batch, a.seq}, g);
+    const double seconds = zs_bench::time_step(*s.world(), [&] {
+      at::Tensor loss = engine.forward([&] { return zm::causal_lm_loss(model->forward(ids), ids); });
       loss.backward();
       engine.clip_grad_norm(1.0);
       engine.step(*opt);
@@ -186,24 +276,45 @@ int main(int argc, char** argv) {
     const Args& a = *parsed;
     fs::create_directories(a.dir);
     const std::string base = a.dir + "/bench_finetune_base.safetensors";
-    export_base(s, a, base);
+    if (!a.llama()) export_base(s, a, base);
+    const c10::ScalarType dt = a.compute == "fp32" ? c10::kFloat : c10::kBFloat16;
     std::vector<Row> rows = {
         {"full fine-tune, fp32", c10::kFloat, false, false, false},
-        {"bf16 compute", c10::kBFloat16, false, false, false},
-        {"+ activation checkpointing", c10::kBFloat16, true, false, false},
-        {"+ LoRA (rank " + std::to_string(a.lora_rank) + ")", c10::kBFloat16, true, true, false},
-        {"+ optimizer state on NVMe", c10::kBFloat16, true, true, true},
-        {"LoRA + NF4 base (QLoRA)", c10::kBFloat16, true, true, false, true},
-        {"LoRA + NF4 + optimizer on NVMe", c10::kBFloat16, true, true, true, true},
+        {"full, optimizer state on NVMe", c10::kFloat, false, false, true},
     };
-    for (Row& r : rows) run_row(s, a, base, r);
-    const int64_t params = model_options(a, false).num_params();
+    if (dt == c10::kBFloat16) rows.push_back({"bf16 compute", dt, false, false, false});
+    const std::vector<Row> adapted = {
+        {"+ activation checkpointing", dt, true, false, false},
+        {"+ LoRA (rank " + std::to_string(a.lora_rank) + ")", dt, true, true, false},
+        {"+ optimizer state on NVMe", dt, true, true, true},
+        {"LoRA + NF4 base (QLoRA)", dt, true, true, false, true},
+        {"LoRA + NF4 + optimizer on NVMe", dt, true, true, true, true},
+    };
+    rows.insert(rows.end(), adapted.begin(), adapted.end());
+    for (Row& r : rows) {
+      if (a.llama()) {
+        run_llama_row(s, a, r);
+      } else {
+        run_row(s, a, base, r);
+      }
+    }
+    const int64_t params = a.llama() ? llama_params(llama_config(a)) : model_options(a, false).num_params();
     if (s.rank() == 0) {
-      std::printf("bench_finetune: GPT d_model %lld, %lld layers, %lld heads, %.1fM parameters; %lld x %lld tokens per "
-                  "rank per step, AdamW, FULL_SHARD over %d rank(s); peak = allocator's live bytes during the steps, "
-                  "max over ranks\n",
-                  (long long)a.dim, (long long)a.layers, (long long)a.heads, params / 1e6, (long long)a.batch,
-                  (long long)a.seq, s.world_size());
+      if (a.llama()) {
+        std::printf("bench_finetune: Llama hidden %lld, %lld layers, %lld heads (%lld key/value), intermediate %lld, "
+                    "vocab %lld, %.1fM parameters; %lld x %lld tokens per rank per step, AdamW, FULL_SHARD over %d "
+                    "rank(s), %s compute after the first two rows; peak = allocator's live bytes during the steps, max over "
+                    "ranks\n",
+                    (long long)a.dim, (long long)a.layers, (long long)a.heads, (long long)a.kv_heads,
+                    (long long)a.intermediate, (long long)a.vocab, params / 1e6, (long long)a.batch, (long long)a.seq,
+                    s.world_size(), a.compute.c_str());
+      } else {
+        std::printf("bench_finetune: GPT d_model %lld, %lld layers, %lld heads, %.1fM parameters; %lld x %lld tokens "
+                    "per rank per step, AdamW, FULL_SHARD over %d rank(s), %s compute after the first two rows; peak = "
+                    "allocator's live bytes during the steps, max over ranks\n",
+                    (long long)a.dim, (long long)a.layers, (long long)a.heads, params / 1e6, (long long)a.batch,
+                    (long long)a.seq, s.world_size(), a.compute.c_str());
+      }
       std::printf("  %-32s %12s %14s %10s %10s\n", "row", "trainable", "peak MiB/rank", "saving", "step s");
       for (const Row& r : rows) {
         std::printf("  %-32s %12lld %14.1f %9.1f%% %10.2f\n", r.name.c_str(), (long long)r.trainable,
@@ -211,7 +322,8 @@ int main(int argc, char** argv) {
                     r.step_s);
       }
       std::ostringstream js;
-      js << "{\"bench\":\"finetune\",\"ranks\":" << s.world_size() << ",\"params\":" << params << ",\"rows\":[";
+      js << "{\"bench\":\"finetune\",\"model\":\"" << a.model << "\",\"ranks\":" << s.world_size()
+         << ",\"params\":" << params << ",\"rows\":[";
       for (size_t i = 0; i < rows.size(); ++i) {
         js << (i ? "," : "") << "{\"name\":\"" << rows[i].name << "\",\"trainable\":" << rows[i].trainable
            << ",\"peak_bytes\":" << rows[i].peak_bytes << ",\"step_s\":" << rows[i].step_s << "}";
@@ -220,7 +332,10 @@ int main(int argc, char** argv) {
       std::printf("%s\n", js.str().c_str());
     }
     s.world()->barrier("bench.finetune.end")->wait();
-    if (s.rank() == 0) fs::remove_all(a.dir + "/bench_finetune_nvme"), fs::remove(base);
+    if (s.rank() == 0) {
+      fs::remove_all(a.dir + "/bench_finetune_nvme");
+      if (!a.llama()) fs::remove(base);
+    }
     return 0;
   });
 }
