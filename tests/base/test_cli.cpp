@@ -25,8 +25,6 @@ std::string usage_error_of(const std::function<void()>& fn) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-#define EXPECT_CONTAINS(text, part) EXPECT_TRUE(contains((text), (part))) << "in: " << (text)
-
 // A program with one option of every kind.
 struct Prog {
   zc::App app{"prog", "A test program."};

@@ -27,6 +27,7 @@
 #include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
+using zs::test::message_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -92,17 +93,6 @@ double max_diff(const std::map<std::string, at::Tensor>& got, const State& expec
     }
   }
   return m;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const zs::CheckpointError& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("<not a CheckpointError: ") + e.what() + ">";
-  }
-  return "<no error>";
 }
 
 std::string failed_on_all_ranks() {
@@ -201,7 +191,7 @@ TEST(Pretrained, StrictErrorsListWhatDoesNotFitOnEveryRank) {
   write_file(dir + "/untied.safetensors", untied);
   Sharded m;
   const std::string all = failed_on_all_ranks();
-  auto fits = [&](const std::string& f) { return error_of([&] { zs::load_pretrained(*m.engine, dir + "/" + f); }); };
+  auto fits = [&](const std::string& f) { return message_of<zs::CheckpointError>([&] { zs::load_pretrained(*m.engine, dir + "/" + f); }); };
   EXPECT_EQ(fits("missing.safetensors"), all + "pretrained weights '" + dir +
                                              "/missing.safetensors' do not fit the model: 1 missing from the file "
                                              "(h1.fc.weight [48, 12]);" + kHint);
@@ -254,12 +244,12 @@ TEST(Pretrained, DamagedFilesNameTheFileAndTheTensor) {
   zs::test::barrier();
   Sharded m;
   const std::string all = failed_on_all_ranks();
-  std::string e = error_of([&] { zs::load_pretrained(*m.engine, dir + "/truncated.safetensors"); });
+  std::string e = message_of<zs::CheckpointError>([&] { zs::load_pretrained(*m.engine, dir + "/truncated.safetensors"); });
   EXPECT_EQ(e.rfind(all + "safetensors file '" + dir + "/truncated.safetensors' is truncated: tensor '", 0), 0u) << e;
   EXPECT_NE(e.find("' ends at data byte "), std::string::npos) << e;
-  e = error_of([&] { zs::load_pretrained(*m.engine, dir + "/notes.txt"); });
+  e = message_of<zs::CheckpointError>([&] { zs::load_pretrained(*m.engine, dir + "/notes.txt"); });
   EXPECT_EQ(e.rfind(all + "'" + dir + "/notes.txt' (22 bytes) is not a tensor file zeroshard reads", 0), 0u) << e;
-  e = error_of([&] { zs::load_pretrained(*m.engine, dir + "/absent.safetensors"); });
+  e = message_of<zs::CheckpointError>([&] { zs::load_pretrained(*m.engine, dir + "/absent.safetensors"); });
   EXPECT_EQ(e, all + "cannot open tensor file '" + dir + "/absent.safetensors': No such file or directory (errno 2)");
 }
 

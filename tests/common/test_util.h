@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/error_text.h"
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/core/session.h"
 
@@ -70,22 +71,6 @@ double nan_as_inf(double d);
 // Largest |a - b| over all elements, computed in double; +infinity when the shapes differ or any
 // element of either is NaN (or the two hold infinities that do not cancel).
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
-
-// what() of the `Err` that `fn` throws; "<no exception>", or "<not the expected type: ...>" for
-// another exception, so that an assertion on the text fails and shows what happened.
-template <typename Err>
-std::string error_text_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not the expected type: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace zeroshard::test
 

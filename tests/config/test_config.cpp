@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error_text.h"
 #include "zeroshard/config/config.h"
 #include "zeroshard/base/error.h"
 
@@ -23,26 +24,7 @@ namespace {
 
 using ::google::protobuf::util::MessageDifferencer;
 
-// EXPECT_CONTAINS(text, part): substring check with the whole text on failure, without gmock.
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' not found in:\n" << text;
-}
-#define EXPECT_CONTAINS(text, part) EXPECT_TRUE(Contains((text), (part)))
-
 const std::string kDataDir = std::string(ZS_SOURCE_DIR) + "/tests/data/config/";
-
-// Runs fn, which must throw ErrType; returns the error's message (without the rank prefix).
-template <typename ErrType = ConfigError>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const ErrType& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -169,13 +151,13 @@ TEST(Config, AcceptsEveryTextExtension) {
 
 TEST(Config, UnknownKeyInTextprotoNamesFileLineKeyAndChoices) {
   const std::string file = kDataDir + "unknown_key.textproto";
-  std::string msg = error_of([&] { load_config_file(file); });
+  std::string msg = test::message_of<ConfigError>([&] { load_config_file(file); });
   EXPECT_CONTAINS(msg, file + ":4:");
   EXPECT_CONTAINS(msg, "unknown key 'comm.timout'");
   EXPECT_CONTAINS(msg, "did you mean 'comm.timeout_s'");
   EXPECT_CONTAINS(msg, "valid keys in 'comm': timeout_s, abort_on_timeout");
 
-  msg = error_of([&] { load_config_file(kDataDir + "unknown_section.textproto"); });
+  msg = test::message_of<ConfigError>([&] { load_config_file(kDataDir + "unknown_section.textproto"); });
   EXPECT_CONTAINS(msg, "unknown key 'optimiser'");
   EXPECT_CONTAINS(msg, "did you mean 'optimizer'");
   EXPECT_CONTAINS(msg, "valid top-level keys: runtime, comm");
@@ -183,7 +165,7 @@ TEST(Config, UnknownKeyInTextprotoNamesFileLineKeyAndChoices) {
 
 TEST(Config, UnknownKeyInJsonNamesFileKeyAndChoices) {
   const std::string file = kDataDir + "unknown_key.json";
-  std::string msg = error_of([&] { load_config_file(file); });
+  std::string msg = test::message_of<ConfigError>([&] { load_config_file(file); });
   EXPECT_CONTAINS(msg, file + ":3:");
   EXPECT_CONTAINS(msg, "unknown key 'sharding.limit_allgathers'");
   EXPECT_CONTAINS(msg, "did you mean 'sharding.limit_all_gathers'");
@@ -192,53 +174,53 @@ TEST(Config, UnknownKeyInJsonNamesFileKeyAndChoices) {
 
 TEST(Config, WrongTypeNamesFileAndField) {
   std::string file = kDataDir + "wrong_type.textproto";
-  std::string msg = error_of([&] { load_config_file(file); });
+  std::string msg = test::message_of<ConfigError>([&] { load_config_file(file); });
   EXPECT_CONTAINS(msg, file + ":2:");
   EXPECT_CONTAINS(msg, "comm.timeout_s");
   EXPECT_CONTAINS(msg, "double");
 
   file = kDataDir + "wrong_type.json";
-  msg = error_of([&] { load_config_file(file); });
+  msg = test::message_of<ConfigError>([&] { load_config_file(file); });
   EXPECT_CONTAINS(msg, file);
   EXPECT_CONTAINS(msg, "sharding.forward_prefetch expects a bool");
 
-  msg = error_of([&] { parse_config_json(R"({"comm": 5})", "inline.json"); });
+  msg = test::message_of<ConfigError>([&] { parse_config_json(R"({"comm": 5})", "inline.json"); });
   EXPECT_CONTAINS(msg, "comm expects an object");
   msg =
-      error_of([&] { parse_config_json(R"({"sharding": {"limit_all_gathers": 2.5}})", "x.json"); });
+      test::message_of<ConfigError>([&] { parse_config_json(R"({"sharding": {"limit_all_gathers": 2.5}})", "x.json"); });
   EXPECT_CONTAINS(msg, "sharding.limit_all_gathers expects an integer");
 }
 
 TEST(Config, BadEnumListsAllowedNames) {
-  std::string msg = error_of([&] { load_config_file(kDataDir + "bad_enum.textproto"); });
+  std::string msg = test::message_of<ConfigError>([&] { load_config_file(kDataDir + "bad_enum.textproto"); });
   EXPECT_CONTAINS(msg, "sharding.strategy");
   EXPECT_CONTAINS(msg, "ZERO3");
   EXPECT_CONTAINS(msg, "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD");
 
-  msg = error_of([&] { load_config_file(kDataDir + "bad_enum.json"); });
+  msg = test::message_of<ConfigError>([&] { load_config_file(kDataDir + "bad_enum.json"); });
   EXPECT_CONTAINS(msg, "precision.param_dtype expects one of FP32, BF16, FP16");
 
   Config c;
-  msg = error_of([&] { apply_override(c, "offload.io_backend=uring"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "offload.io_backend=uring"); });
   EXPECT_CONTAINS(msg, "--set offload.io_backend=uring");
   EXPECT_CONTAINS(msg, "AUTO, IO_URING, LIBAIO, THREADS");
 }
 
 TEST(Config, FileErrors) {
   std::string missing = kDataDir + "does_not_exist.textproto";
-  std::string msg = error_of([&] { load_config_file(missing); });
+  std::string msg = test::message_of<ConfigError>([&] { load_config_file(missing); });
   EXPECT_CONTAINS(msg, missing);
   EXPECT_CONTAINS(msg, "cannot read");
 
-  msg = error_of([&] { load_config_file(kDataDir + "wrong_extension.yaml"); });
+  msg = test::message_of<ConfigError>([&] { load_config_file(kDataDir + "wrong_extension.yaml"); });
   EXPECT_CONTAINS(msg, "wrong_extension.yaml");
   EXPECT_CONTAINS(msg, ".textproto");
   EXPECT_CONTAINS(msg, ".json");
 
-  msg = error_of([&] { load_config_file(kDataDir + "syntax_error.json"); });
+  msg = test::message_of<ConfigError>([&] { load_config_file(kDataDir + "syntax_error.json"); });
   EXPECT_CONTAINS(msg, "syntax_error.json");
 
-  msg = error_of([&] { parse_config_textproto("comm { timeout_s: 1 ", "broken.textproto"); });
+  msg = test::message_of<ConfigError>([&] { parse_config_textproto("comm { timeout_s: 1 ", "broken.textproto"); });
   EXPECT_CONTAINS(msg, "broken.textproto:1:");
 }
 
@@ -272,30 +254,30 @@ TEST(Config, OverridesEachType) {
 
 TEST(Config, OverrideErrors) {
   Config c;
-  std::string msg = error_of([&] { apply_override(c, "comm.timeot_s=3"); });
+  std::string msg = test::message_of<ConfigError>([&] { apply_override(c, "comm.timeot_s=3"); });
   EXPECT_CONTAINS(msg, "--set comm.timeot_s=3");
   EXPECT_CONTAINS(msg, "unknown key 'comm.timeot_s'");
   EXPECT_CONTAINS(msg, "did you mean 'comm.timeout_s'");
   EXPECT_CONTAINS(msg, "valid keys in 'comm':");
   // A leaf written without its section: suggested by its full path.
-  msg = error_of([&] { apply_override(c, "limit_all_gathers=3"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "limit_all_gathers=3"); });
   EXPECT_CONTAINS(msg, "did you mean 'sharding.limit_all_gathers'");
-  msg = error_of([&] { apply_override(c, "comm=1"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "comm=1"); });
   EXPECT_CONTAINS(msg, "'comm' is a section");
   EXPECT_CONTAINS(msg, "comm.timeout_s");
-  msg = error_of([&] { apply_override(c, "comm.timeout_s.x=1"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "comm.timeout_s.x=1"); });
   EXPECT_CONTAINS(msg, "not a section");
-  msg = error_of([&] { apply_override(c, "comm.timeout_s=abc"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "comm.timeout_s=abc"); });
   EXPECT_CONTAINS(msg, "comm.timeout_s expects a number (double), got 'abc'");
-  msg = error_of([&] { apply_override(c, "sharding.limit_all_gathers=3000000000"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "sharding.limit_all_gathers=3000000000"); });
   EXPECT_CONTAINS(msg, "expects an int32");
-  msg = error_of([&] { apply_override(c, "sharding.limit_all_gathers=2.5"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "sharding.limit_all_gathers=2.5"); });
   EXPECT_CONTAINS(msg, "expects an int32");
-  msg = error_of([&] { apply_override(c, "runtime.seed=-1"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "runtime.seed=-1"); });
   EXPECT_CONTAINS(msg, "expects a uint64");
-  msg = error_of([&] { apply_override(c, "comm.abort_on_timeout=yes"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "comm.abort_on_timeout=yes"); });
   EXPECT_CONTAINS(msg, "expects a bool (true, false, 1, 0)");
-  msg = error_of([&] { apply_override(c, "comm.timeout_s"); });
+  msg = test::message_of<ConfigError>([&] { apply_override(c, "comm.timeout_s"); });
   EXPECT_CONTAINS(msg, "expected key=value");
   // A failed override leaves the value as it was.
   EXPECT_DOUBLE_EQ(c.comm().timeout_s(), 600.0);
@@ -303,26 +285,26 @@ TEST(Config, OverrideErrors) {
 
 TEST(Config, RangeErrorsNameFieldValueAndRange) {
   Config c = load_config_file(kDataDir + "out_of_range.textproto");
-  std::string msg = error_of([&] { validate_config(c); });
+  std::string msg = test::message_of<ConfigError>([&] { validate_config(c); });
   EXPECT_CONTAINS(msg, "comm.timeout_s = -1 is out of range; allowed: [0.1, 86400]");
 
   Config d;
   apply_override(d, "precision.loss_scale.backoff_factor=1");  // open bound
-  msg = error_of([&] { validate_config(d); });
+  msg = test::message_of<ConfigError>([&] { validate_config(d); });
   EXPECT_CONTAINS(msg, "precision.loss_scale.backoff_factor = 1 is out of range; allowed: (0, 1)");
   apply_override(d, "precision.loss_scale.backoff_factor=0.999");
   EXPECT_NO_THROW(validate_config(d));
 
   apply_override(d, "offload.block_size=10000");
-  msg = error_of([&] { validate_config(d); });
+  msg = test::message_of<ConfigError>([&] { validate_config(d); });
   EXPECT_CONTAINS(msg, "multiple of 4096");
   apply_override(d, "offload.block_size=8192");
   apply_override(d, "sharding.limit_all_gathers=17");
-  msg = error_of([&] { validate_config(d); });
+  msg = test::message_of<ConfigError>([&] { validate_config(d); });
   EXPECT_CONTAINS(msg, "sharding.limit_all_gathers = 17 is out of range; allowed: [1, 16]");
   apply_override(d, "sharding.limit_all_gathers=16");
   apply_override(d, "optimizer.lr=nan");
-  msg = error_of([&] { validate_config(d); });
+  msg = test::message_of<ConfigError>([&] { validate_config(d); });
   EXPECT_CONTAINS(msg, "optimizer.lr = nan is not a finite number");
   apply_override(d, "optimizer.lr=0.1");
   EXPECT_NO_THROW(validate_config(d));
@@ -344,21 +326,21 @@ TEST(Config, ParseCommandLine) {
   EXPECT_TRUE(cl.overrides.empty());
   EXPECT_EQ(cl.rest, (std::vector<std::string>{"prog"}));
 
-  EXPECT_CONTAINS(error_of<UsageError>([] {
+  EXPECT_CONTAINS(test::message_of<UsageError>([] {
                     parse({"prog", "--config"});
                   }),
                   "--config needs a value");
-  EXPECT_CONTAINS(error_of<UsageError>([] { parse({"prog", "--set"}); }), "--set needs a value");
-  EXPECT_CONTAINS(error_of<UsageError>([] {
+  EXPECT_CONTAINS(test::message_of<UsageError>([] { parse({"prog", "--set"}); }), "--set needs a value");
+  EXPECT_CONTAINS(test::message_of<UsageError>([] {
                     parse({"prog", "--set", "--config", "a.json"});
                   }),
                   "--set needs a value");
-  EXPECT_CONTAINS(error_of<UsageError>([] { parse({"prog", "--config="}); }), "non-empty");
-  EXPECT_CONTAINS(error_of<UsageError>([] {
+  EXPECT_CONTAINS(test::message_of<UsageError>([] { parse({"prog", "--config="}); }), "non-empty");
+  EXPECT_CONTAINS(test::message_of<UsageError>([] {
                     parse({"prog", "--config=a.json", "--config", "b.json"});
                   }),
                   "--config given twice");
-  EXPECT_CONTAINS(error_of<UsageError>([] {
+  EXPECT_CONTAINS(test::message_of<UsageError>([] {
                     parse({"prog", "--set", "comm.timeout_s"});
                   }),
                   "expected key=value");
@@ -384,10 +366,10 @@ TEST(Config, BuildConfigReadsZsConfigOnlyWithoutConfigFlag) {
   EXPECT_EQ(build_config(CommandLine{}).runtime().seed(), 42u);
   CommandLine cl;
   cl.config_path = kDataDir + "out_of_range.textproto";
-  std::string msg = error_of([&] { build_config(cl); });  // --config wins over ZS_CONFIG
+  std::string msg = test::message_of<ConfigError>([&] { build_config(cl); });  // --config wins over ZS_CONFIG
   EXPECT_CONTAINS(msg, "comm.timeout_s = -1");
   ScopedEnv missing("ZS_CONFIG", (kDataDir + "nope.json").c_str());
-  EXPECT_CONTAINS(error_of([&] { build_config(CommandLine{}); }), "nope.json");
+  EXPECT_CONTAINS(test::message_of<ConfigError>([&] { build_config(CommandLine{}); }), "nope.json");
 }
 
 TEST(Config, BuildConfigSaysWhereBadValuesCameFrom) {
@@ -395,7 +377,7 @@ TEST(Config, BuildConfigSaysWhereBadValuesCameFrom) {
   CommandLine cl;
   cl.config_path = kDataDir + "out_of_range.textproto";
   cl.overrides = {"comm.backend=NCCL", "runtime.device=CPU"};
-  std::string msg = error_of([&] { build_config(cl); });
+  std::string msg = test::message_of<ConfigError>([&] { build_config(cl); });
   EXPECT_CONTAINS(msg, "2 problems");
   EXPECT_CONTAINS(msg, "comm.timeout_s from config file " + cl.config_path);
   EXPECT_CONTAINS(msg, "comm.backend from --set comm.backend=NCCL");

@@ -57,14 +57,4 @@ inline std::string run_command(const std::string& command, int* status) {
   return out;
 }
 
-// The message (without rank and location) of the zeroshard::Error `fn` throws, or "<no exception>".
-inline std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  return "<no exception>";
-}
-
 }  // namespace zeroshard::test

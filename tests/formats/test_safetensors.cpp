@@ -13,7 +13,7 @@
 #include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
-using zs::test::error_of;
+using zs::test::error_text_of;
 using zs::test::same_elements;
 
 namespace {
@@ -101,9 +101,9 @@ TEST(Safetensors, RangesConversionAndAliases) {
   EXPECT_EQ(f->bytes_read(), 77 * 4);
   EXPECT_TRUE(same_elements(zs::test::read_all(*f, "ln.bias", at::kFloat), b.to(at::kFloat)));
   EXPECT_TRUE(same_elements(zs::test::read_all(*f, "wte.weight", at::kBFloat16), w.to(at::kBFloat16)));
-  const std::string e = error_of<zs::UsageError>([&] { zs::test::read_all(*f, "ln.bias", at::kInt); });
+  const std::string e = error_text_of<zs::UsageError>([&] { zs::test::read_all(*f, "ln.bias", at::kInt); });
   EXPECT_CONTAINS(e, "tensor 'ln.bias' in '" + path + "' is BFloat16 and cannot be read as Int");
-  EXPECT_CONTAINS(error_of<zs::UsageError>([&] { zs::test::read_range(*f, "ln.bias", 10, 8); }),
+  EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { zs::test::read_range(*f, "ln.bias", 10, 8); }),
                   "reading elements [10, 18) of tensor 'ln.bias' in '" + path + "': it has 17 elements");
 }
 
@@ -114,16 +114,16 @@ TEST(Safetensors, WriterRefusals) {
   {
     zs::SafetensorsWriter w(path, {{"a", at::kFloat, {2, 3}}, {"b", at::kInt, {4}}});
     EXPECT_TRUE(exists(tmp));
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("c", at::randn({2, 3})); }),
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.write("c", at::randn({2, 3})); }),
                     "SafetensorsWriter '" + path + "': tensor 'c' was not declared");
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("a", at::randn({3, 2})); }),
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.write("a", at::randn({3, 2})); }),
                     "SafetensorsWriter '" + path + "': tensor 'a' was declared Float [2, 3] on cpu, got Float [3, 2]");
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("b", at::randn({4})); }),
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.write("b", at::randn({4})); }),
                     "tensor 'b' was declared Int [4] on cpu, got Float [4]");
     w.write("a", at::randn({2, 3}));
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("a", at::randn({2, 3})); }),
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.write("a", at::randn({2, 3})); }),
                     "SafetensorsWriter '" + path + "': tensor 'a' written twice");
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.finish(); }),
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.finish(); }),
                     "SafetensorsWriter '" + path + "': tensor 'b' was declared but never written");
   }
   EXPECT_FALSE(exists(tmp));  // the destructor removed the unfinished file
@@ -132,16 +132,16 @@ TEST(Safetensors, WriterRefusals) {
     zs::SafetensorsWriter w(path, {{"a", at::kFloat, {1}}});
     w.write("a", at::ones({1}));
     w.finish();
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.finish(); }), "SafetensorsWriter '" + path + "': finish() called twice");
-    EXPECT_CONTAINS(error_of<zs::UsageError>([&] { w.write("a", at::ones({1})); }),
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.finish(); }), "SafetensorsWriter '" + path + "': finish() called twice");
+    EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { w.write("a", at::ones({1})); }),
                     "SafetensorsWriter '" + path + "': tensor 'a' written after finish()");
   }
   EXPECT_TRUE(exists(path));  // a finished file stays
-  EXPECT_CONTAINS(error_of<zs::UsageError>([&] { zs::SafetensorsWriter(path, {{"__metadata__", at::kFloat, {1}}}); }),
+  EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { zs::SafetensorsWriter(path, {{"__metadata__", at::kFloat, {1}}}); }),
                   "a tensor cannot be named \"__metadata__\"");
-  EXPECT_CONTAINS(error_of<zs::UsageError>([&] { zs::SafetensorsWriter(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {2}}}); }),
+  EXPECT_CONTAINS(error_text_of<zs::UsageError>([&] { zs::SafetensorsWriter(path, {{"a", at::kFloat, {1}}, {"a", at::kFloat, {2}}}); }),
                   "SafetensorsWriter '" + path + "': tensor 'a' declared twice");
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::SafetensorsWriter(dir.file("no/such/dir/x.safetensors"), {}); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::SafetensorsWriter(dir.file("no/such/dir/x.safetensors"), {}); }),
                   "cannot create '" + dir.file("no/such/dir/x.safetensors.tmp") + "'");
 }
 
@@ -160,7 +160,7 @@ TEST(Safetensors, ReaderErrors) {
   const std::string p = dir.file("bad.safetensors");
   auto error = [&](const std::string& header, const std::string& data, int64_t len = -1) {
     write_safetensors(p, header, data, len);
-    return error_of<zs::IoError>([&] { zs::open_tensor_file(p); });
+    return error_text_of<zs::IoError>([&] { zs::open_tensor_file(p); });
   };
   const std::string good = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
   write_safetensors(p, good, std::string(16, '\0'));
@@ -183,7 +183,7 @@ TEST(Safetensors, ReaderErrors) {
   EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[-2],"data_offsets":[0,0]}})", ""),
                   "tensor 'w' has a shape entry that is not a whole number >= 0");
   write_safetensors(p, "", "", 0);  // not even '{' at byte 8: no format
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(p); }), "is not a tensor file zeroshard reads");
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(p); }), "is not a tensor file zeroshard reads");
 }
 
 // Headers whose fields would make a reader index outside the file or two tensors share bytes.
@@ -197,7 +197,7 @@ TEST(Safetensors, ReaderRefusesCraftedLayouts) {
   const std::string p = dir.file("crafted.safetensors");
   auto error = [&](const std::string& header, const std::string& data, int64_t len = -1) {
     write_safetensors(p, header, data, len);
-    return error_of<zs::IoError>([&] { zs::open_tensor_file(p); });
+    return error_text_of<zs::IoError>([&] { zs::open_tensor_file(p); });
   };
   const std::string prefix = "'" + p + "' is not a valid safetensors file: ";
   EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),

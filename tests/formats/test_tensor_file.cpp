@@ -20,7 +20,7 @@
 #include "zeroshard/base/error.h"
 
 namespace zs = zeroshard;
-using zs::test::error_of;
+using zs::test::error_text_of;
 using zs::test::same_elements;
 using namespace std::string_literals;  // "..."s keeps the NUL bytes of hand-written pickles
 
@@ -145,7 +145,7 @@ TEST(TorchZip, DtypeConversion) {
                             zs::test::read_all(*ref, "transposed").to(at::kHalf)));
   EXPECT_TRUE(same_elements(zs::test::read_all(*f, "fp16", at::kDouble),
                             zs::test::read_all(*ref, "fp16").to(at::kDouble)));
-  const std::string w = error_of<zs::UsageError>([&] { zs::test::read_all(*f, "int64", at::kFloat); });
+  const std::string w = error_text_of<zs::UsageError>([&] { zs::test::read_all(*f, "int64", at::kFloat); });
   EXPECT_CONTAINS(w, "tensor 'int64' in '" + file + "' is Long and cannot be read as Float");
 }
 
@@ -232,11 +232,11 @@ TEST(TorchZipErrors, UnknownNameAndRange) {
   ASSERT_FALSE(file.empty());
   auto f = zs::open_tensor_file(file);
   at::Tensor dst = at::empty({4});
-  std::string w = error_of<zs::UsageError>([&] { f->read("fp33", 0, 4, dst); });
+  std::string w = error_text_of<zs::UsageError>([&] { f->read("fp33", 0, 4, dst); });
   EXPECT_CONTAINS(w, "tensor file '" + file + "' has no tensor 'fp33' (it has 17 tensors)");
-  w = error_of<zs::UsageError>([&] { f->read("fp32", 28, 4, dst); });
+  w = error_text_of<zs::UsageError>([&] { f->read("fp32", 28, 4, dst); });
   EXPECT_CONTAINS(w, "reading elements [28, 32) of tensor 'fp32' in '" + file + "': it has 30 elements");
-  w = error_of<zs::UsageError>([&] { f->read("fp32", 0, 3, dst); });
+  w = error_text_of<zs::UsageError>([&] { f->read("fp32", 0, 3, dst); });
   EXPECT_CONTAINS(w, "reading tensor 'fp32' from '" + file + "': the destination must be a contiguous CPU tensor of 3");
 }
 
@@ -248,7 +248,7 @@ TEST(TorchZipErrors, TruncatedZip) {
   for (int64_t keep : {int64_t{100000}, int64_t{40}, static_cast<int64_t>(zs::test::read_file(file).size()) - 10}) {
     zs::test::copy_file(file, cut);
     zs::test::truncate_file(cut, keep);
-    const std::string w = error_of<zs::IoError>([&] { zs::open_tensor_file(cut); });
+    const std::string w = error_text_of<zs::IoError>([&] { zs::open_tensor_file(cut); });
     EXPECT_CONTAINS(w, "'" + cut + "' is not a readable torch zip archive (opening it failed; is it truncated or damaged?)");
   }
 }
@@ -263,12 +263,12 @@ TEST(TorchZipErrors, StorageShorterThanTensor) {
     if (name == "data/0") bytes.resize(100);
     return true;
   });
-  const std::string w = error_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
+  const std::string w = error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
   EXPECT_CONTAINS(w, "'" + bad + "': tensor 'fp32' needs 120 bytes of storage record 'short/data/0', which holds only "
                      "100 bytes (the archive is truncated or damaged)");
   // A storage record that is missing altogether.
   rewrite_archive(file, bad, [](const std::string& name, std::string&) { return name != "data/1"; });
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
                   "tensor 'bf16' refers to storage record 'short/data/1', which the archive does not have");
 }
 
@@ -276,15 +276,15 @@ TEST(TorchZipErrors, NotATensorFile) {
   zs::test::TempDir dir;
   const std::string text = dir.file("notes.txt");
   zs::test::write_file(text, "just some text, long enough\n");
-  std::string w = error_of<zs::IoError>([&] { zs::open_tensor_file(text); });
+  std::string w = error_text_of<zs::IoError>([&] { zs::open_tensor_file(text); });
   EXPECT_CONTAINS(w, "'" + text + "' (28 bytes) is not a tensor file zeroshard reads");
   EXPECT_CONTAINS(w, "its first bytes are 6a75737420736f6d");
   zs::test::write_file(dir.file("legacy.pt"), "\x80\x02\x8a\x0al\xfc\x9c" "F\xf9 j\xa8P\x19.");
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(dir.file("legacy.pt")); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(dir.file("legacy.pt")); }),
                   "its first bytes are 80028a0a6cfc9c46 (a pickle: torch.save's legacy format");
-  w = error_of<zs::IoError>([&] { zs::open_torch_zip_file(text); });
+  w = error_text_of<zs::IoError>([&] { zs::open_torch_zip_file(text); });
   EXPECT_CONTAINS(w, "'" + text + "' is not a readable torch zip archive (opening it failed");
-  w = error_of<zs::IoError>([&] { zs::open_tensor_file(dir.file("missing.pt")); });
+  w = error_text_of<zs::IoError>([&] { zs::open_tensor_file(dir.file("missing.pt")); });
   EXPECT_CONTAINS(w, "cannot open tensor file '" + dir.file("missing.pt") + "'");
 }
 
@@ -294,7 +294,7 @@ TEST(TorchZipErrors, ZipWithoutDataPkl) {
   zs::test::TempDir dir;
   const std::string bad = dir.file("nopickle.pt");
   rewrite_archive(file, bad, [](const std::string& name, std::string&) { return name != "data.pkl"; });
-  const std::string err = error_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
+  const std::string err = error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
   EXPECT_CONTAINS(err, "'" + bad + "' is a zip archive without a data.pkl record, so not a torch.save or TorchScript "
                        "archive (its records: ");
   EXPECT_CONTAINS(err, "data/0, data/1");  // after "byteorder, " where PyTorch 2.x wrote the fixture
@@ -307,14 +307,14 @@ TEST(TorchZipErrors, BigEndianCompressedAndBadPickles) {
   const std::string bad = dir.file("bad.pt");
   auto keep = [](const std::string&, std::string&) { return true; };
   rewrite_archive(file, bad, keep, {{"byteorder", "big"}});
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
                   "'" + bad + "' was written on a machine of byte order 'big' (its byteorder record); zeroshard reads "
                   "little-endian archives only");
   rewrite_archive(file, bad, keep, {{"byteorder", "little"}});
   EXPECT_EQ(zs::open_tensor_file(bad)->tensors().size(), 17u);
 
   const std::string deflated = fixture_file("state_dict_deflated.pt");
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(deflated); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(deflated); }),
                   "'" + deflated + "': storage record 'state_dict/data/0' of tensor 'fp32' is compressed (zip method 8)");
 
   auto with_pickle = [&](const std::string& pickle) {
@@ -322,7 +322,7 @@ TEST(TorchZipErrors, BigEndianCompressedAndBadPickles) {
       if (name == "data.pkl") bytes = pickle;
       return true;
     });
-    return error_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
+    return error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); });
   };
   EXPECT_CONTAINS(with_pickle("\x80\x02}q\x00\xff."s),
                   "'" + bad + "': data.pkl: unsupported pickle opcode 0xff at offset 5");
@@ -384,7 +384,7 @@ TEST_F(TorchZipCraftedPickles, SharedListsNamingTooManyTensors) {
   std::string at;
   for (int i = 0; i < 43; ++i) at += "0.";
   at += "1";
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
             "'" + bad + "': data.pkl: more than 1048576 tensor names (containers shared under too many "
             "paths, at '" + at + "'): not a file torch writes");
 }
@@ -406,7 +406,7 @@ TEST_F(TorchZipCraftedPickles, DeepNestingRefused) {
   const std::string bad = archive_with("\x80\x02"s + std::string(n, ']') + std::string(n - 1, 'a') + ".");
   std::string where = "0";
   for (int i = 1; i < 1000; ++i) where += ".0";
-  EXPECT_CONTAINS(error_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
+  EXPECT_CONTAINS(error_text_of<zs::IoError>([&] { zs::open_tensor_file(bad); }),
             "'" + bad + "': data.pkl: values nested deeper than 1000 containers (at '" + where +
                 "'): not a file torch writes");
 }

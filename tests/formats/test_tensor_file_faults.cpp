@@ -17,7 +17,7 @@
 #include "zeroshard/io/fault_io.h"
 
 namespace zs = zeroshard;
-using zs::test::error_of;
+using zs::test::error_text_of;
 using zs::test::same_elements;
 
 namespace {
@@ -46,7 +46,7 @@ TEST(TensorFileFaults, AFailedTensorReadNamesTheFileAndTheTensorAndTheReaderReco
   auto f = zs::open_tensor_file(path, io);
   io->fail_read_number(1);
   at::Tensor part = at::empty({100}, at::kFloat);
-  const std::string err = error_of<zs::IoError>([&] { f->read("a", 200, 100, part); });
+  const std::string err = error_text_of<zs::IoError>([&] { f->read("a", 200, 100, part); });
   EXPECT_CONTAINS(err, "reading tensor 'a' from '" + path + "' at offset ");
   EXPECT_CONTAINS(err, "failed: read of 400 bytes at offset ");
   EXPECT_CONTAINS(err, "Input/output error (errno 5)");
@@ -64,12 +64,12 @@ TEST(TensorFileFaults, AFailedHeaderReadFailsTheOpenNamingWhatWasRead) {
   auto io = faulty();
   // Reads at open: the format sniff (1), the header length (2), the JSON header (3).
   io->fail_read_number(3, EIO);
-  std::string err = error_of<zs::IoError>([&] { zs::open_tensor_file(path, io); });
+  std::string err = error_text_of<zs::IoError>([&] { zs::open_tensor_file(path, io); });
   EXPECT_CONTAINS(err, "reading the JSON header from '" + path + "' at offset 8 failed: ");
   EXPECT_CONTAINS(err, "(injected by FaultInjectingIo)");
   io->clear();
   io->short_reads(4);  // the sniff reads 9 bytes: cut to 4, as a file truncated under the reader
-  err = error_of<zs::IoError>([&] { zs::open_tensor_file(path, io); });
+  err = error_text_of<zs::IoError>([&] { zs::open_tensor_file(path, io); });
   EXPECT_CONTAINS(err, "reading the first bytes from '" + path + "' at offset 0 failed: ");
   EXPECT_CONTAINS(err, "is shorter than expected: read 4 of 9 bytes at offset 0");
   io->clear();
@@ -86,7 +86,7 @@ TEST(TensorFileFaults, ATorchArchiveReadThroughLibTorchsZipReaderReportsTheEngin
   auto io = faulty();
   io->fail_read_number(2);  // after the sniff: the first read of LibTorch's zip reader (its magic number,
                             // whose result it does not check)
-  const std::string err = error_of<zs::IoError>([&] { zs::open_tensor_file(path, io); });
+  const std::string err = error_text_of<zs::IoError>([&] { zs::open_tensor_file(path, io); });
   EXPECT_CONTAINS(err, "reading the zip archive from '" + path + "' at offset 0 failed: read of 8 bytes");
   EXPECT_CONTAINS(err, "(injected by FaultInjectingIo)");
   io->clear();
@@ -94,7 +94,7 @@ TEST(TensorFileFaults, ATorchArchiveReadThroughLibTorchsZipReaderReportsTheEngin
   EXPECT_TRUE(same_elements(zs::test::read_all(*f, "weight"), w));
   // A storage read that fails names the tensor.
   io->fail_reads();
-  const std::string read_err = error_of<zs::IoError>([&] { zs::test::read_all(*f, "weight"); });
+  const std::string read_err = error_text_of<zs::IoError>([&] { zs::test::read_all(*f, "weight"); });
   EXPECT_CONTAINS(read_err, "reading tensor 'weight' from '" + path + "' at offset ");
 }
 
@@ -105,7 +105,7 @@ TEST(TensorFileFaults, AModelDirectoryReadsEveryShardThroughTheEngineItWasGiven)
   auto d = zs::TensorDirectory::open(dir.path(), io);
   io->fail_reads(EIO);
   at::Tensor part = at::empty({10}, at::kFloat);
-  const std::string err = error_of<zs::IoError>([&] { d->read("a", 0, 10, part); });
+  const std::string err = error_text_of<zs::IoError>([&] { d->read("a", 0, 10, part); });
   EXPECT_CONTAINS(err, "reading tensor 'a' from '" + dir.file("model.safetensors") + "' at offset ");
   EXPECT_GE(io->injected(), 1);
 }

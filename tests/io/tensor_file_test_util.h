@@ -9,10 +9,8 @@
 #include <functional>
 #include <string>
 
+#include "common/error_text.h"
 #include "zeroshard/formats/tensor_file.h"
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
 
 namespace zeroshard::test {
 
@@ -37,15 +35,4 @@ void write_file(const std::string& path, const std::string& bytes);
 std::string read_file(const std::string& path);
 
 // The what() of the `Err` that `fn` throws; a test failure (and "") when it throws none.
-template <class Err>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return "";
-}
-
 }  // namespace zeroshard::test

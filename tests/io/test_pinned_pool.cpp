@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error_text.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/io/pinned_pool.h"
 #include "zeroshard/core/memory_stats.h"
@@ -36,9 +37,6 @@ namespace zs = zeroshard;
 namespace {
 
 constexpr int64_t kKiB = 1024, kMiB = 1024 * 1024;
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
 
 template <class Err>
 std::string error_message(const std::function<void()>& fn) {

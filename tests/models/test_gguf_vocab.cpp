@@ -17,6 +17,7 @@
 #include <regex>
 #include <sstream>
 
+#include "common/error_text.h"
 #include "models/llama_test_util.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/json.h"
@@ -25,6 +26,7 @@
 #include "zeroshard/text/tokenizer.h"
 
 namespace zs = zeroshard;
+using zs::test::message_of;
 namespace zm = zeroshard::models;
 namespace fs = std::filesystem;
 
@@ -156,15 +158,6 @@ void check_against_llama_cpp(const std::string& name, const std::string& tokeniz
   if (adds_bos) EXPECT_EQ(got["bos"].get<int32_t>(), full.front()) << name;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const zs::Error& e) {
-    return e.message();
-  }
-  return "(no error)";
-}
-
 }  // namespace
 
 // Padded: the model has 16 more ids than the tokenizer.
@@ -197,36 +190,36 @@ TEST(GgufVocabulary, PaddingTokensAreUnused) {
 
 TEST(GgufVocabulary, Refusals) {
   const std::string t = tokenizers();
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/llama2", 31000); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(t + "/llama2", 31000); }),
             t + "/llama2/tokenizer.json: the tokenizer has 32000 tokens, more than the model's vocab_size 31000");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/o200k", 200019); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(t + "/o200k", 200019); }),
             t + "/o200k/tokenizer.json: the pre-tokenizer splits by '" +
                 nlohmann::json::parse(std::ifstream(t + "/o200k/tokenizer.json"))["pre_tokenizer"]["pretokenizers"][0]
                                      ["pattern"]["Regex"]
                                          .get<std::string>() +
                 "', which matches none of the llama.cpp pre-tokenizers this export knows (gpt-2: GPT-2's ByteLevel "
                 "regex, llama-bpe: Llama 3's, qwen2: Qwen2's)");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/llama2-metaspace", 32000); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(t + "/llama2-metaspace", 32000); }),
             t + "/llama2-metaspace/tokenizer.json: pre_tokenizer: a Metaspace pre-tokenizer with prepend_scheme 'first' "
                 "cannot be written to GGUF (its SentencePiece tokenizer prepends '\xE2\x96\x81' to every text and after "
                 "every special token); export the model's SentencePiece tokenizer.model instead");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/spm-bpe-nfkc", 400); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(t + "/spm-bpe-nfkc", 400); }),
             t + "/spm-bpe-nfkc/tokenizer.model: a SentencePiece model with normalization 'nmt_nfkc' that removes extra "
                 "whitespace cannot be written to GGUF (llama.cpp's SentencePiece tokenizer does neither; supported: "
                 "normalization 'identity' keeping whitespace, as Llama and Mistral use)");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/spm-unigram", 60); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(t + "/spm-unigram", 60); }),
             t + "/spm-unigram/tokenizer.model: a SentencePiece Unigram model cannot be written to GGUF (supported: "
                 "SentencePiece BPE, as Llama and Mistral use)");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(t + "/llama3-original", 128256); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(t + "/llama3-original", 128256); }),
             t + "/llama3-original/tokenizer.model: a tiktoken rank file cannot be written to GGUF (supported: "
                 "tokenizer.json, SentencePiece BPE tokenizer.model)");
   const std::string wordpiece = kWork + "/wordpiece";
   fs::create_directories(wordpiece);
   write_file(wordpiece + "/tokenizer.json",
              R"({"model": {"type": "WordPiece", "vocab": {"[UNK]": 0, "a": 1}, "unk_token": "[UNK]"}})");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(wordpiece, 2); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(wordpiece, 2); }),
             wordpiece + "/tokenizer.json: the tokenizer model type 'WordPiece' cannot be written to GGUF (supported: "
                         "BPE, byte-level or SentencePiece-style with byte_fallback)");
-  EXPECT_EQ(error_of([&] { zm::gguf_vocabulary(kWork, 2); }),
+  EXPECT_EQ(message_of([&] { zm::gguf_vocabulary(kWork, 2); }),
             kWork + ": no tokenizer.json or tokenizer.model in this directory");
 }

@@ -25,6 +25,7 @@
 #include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
+using zs::test::message_of;
 namespace zm = zeroshard::models;
 namespace fs = std::filesystem;
 using zs_llama_test::State;
@@ -39,18 +40,6 @@ std::string config_error(const std::string& json) {
     return e.message();
   } catch (const std::exception& e) {
     return std::string("<not a ConfigError: ") + e.what() + ">";
-  }
-  return "<no error>";
-}
-
-template <typename Err>
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("<not the expected type: ") + e.what() + ">";
   }
   return "<no error>";
 }

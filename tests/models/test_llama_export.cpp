@@ -46,6 +46,7 @@
 #include "zeroshard/models/peft_adapter.h"
 
 namespace zs = zeroshard;
+using zs::test::message_of;
 namespace zm = zeroshard::models;
 namespace fs = std::filesystem;
 using zs_llama_test::TinySpec;
@@ -153,18 +154,6 @@ std::vector<double> hf_nll(const std::string& dir) {
 void run(const std::string& command) {
   const int rc = std::system((command + " 2>" + kWork + "/last-command.stderr").c_str());
   ASSERT_EQ(rc, 0) << command << "\n" << text_of(kWork + "/last-command.stderr");
-}
-
-template <typename Err>
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("<not the expected type: ") + e.what() + ">";
-  }
-  return "<no error>";
 }
 
 // A few optimizer steps of LoRA on the fixture's ids (each rank its half), then a checkpoint that

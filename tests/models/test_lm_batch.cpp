@@ -21,6 +21,7 @@ namespace zm = zeroshard::models;
 namespace zd = zeroshard::data;
 
 namespace {
+using zeroshard::test::message_of;
 
 // Two rows of four: row 0 holds two documents (a boundary after position 1), row 1 one with its
 // prompt untrained.
@@ -34,18 +35,6 @@ zd::SampleBatch two_rows() {
   b.doc_ids = {0, 0, 1, 1, 0, 0, 0, 0};
   b.positions = {0, 1, 0, 1, 0, 1, 2, 3};
   return b;
-}
-
-template <typename Err>
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("<not the expected type: ") + e.what() + ">";
-  }
-  return "<no error>";
 }
 
 std::vector<int64_t> values(const at::Tensor& t) {

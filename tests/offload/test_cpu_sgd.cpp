@@ -44,9 +44,6 @@ std::string error_message(const std::function<void()>& fn) {
   return "";
 }
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (part) << "' not in: " << (text)
-
 // max over elements of |a - b| / max(|b|, floor): relative, except that values near 0 (results of
 // cancellation, whose rounding error scales with the operands, not the result) count absolutely.
 double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b, double floor = 1e-3) {

@@ -32,6 +32,7 @@
 #include "zeroshard/store/shard_store.h"
 
 namespace zs = zeroshard;
+using zs::test::error_text_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -53,11 +54,6 @@ zs::OptimizerOptions sgd_config() { return zs_test::trainer_sgd_options(); }
 // Gradients at `grads`, parameters at `params` (the shared helper takes them the other way round).
 zs::ShardingOptions offloaded(zs::OffloadTarget grads, zs::OffloadTarget params, const std::string& dir) {
   return zs_test::offload_placement(params, grads, dir);
-}
-
-template <typename Err>
-std::string error_of(const std::function<void()>& fn) {
-  return zs::test::error_text_of<Err>(fn);
 }
 
 std::string any_error_of(const std::function<void()>& fn) {
@@ -214,7 +210,7 @@ TEST(OffloadGrads, AccumulationUnscaleAndClipBitwiseAsResident) {
 
   t.forward_backward(3);
   zs::GradScaler other = static_scaler();
-  const std::string err = error_of<zs::UsageError>([&] { other.unscale_and_check(t.engine->param_shards()); });
+  const std::string err = error_text_of<zs::UsageError>([&] { other.unscale_and_check(t.engine->param_shards()); });
   EXPECT_TRUE(contains(err, "is offloaded (offload.grads): call unscale_and_check(engine.gradients())")) << err;
 }
 
@@ -268,7 +264,7 @@ TEST(OffloadGrads, CorruptedGradientFileBeforeTheStepIsNamed) {
   const std::string file = victim->grad_file();
   t.forward_backward(2);  // clipped once: the factor waits for the next load
   flip_byte(file, 4096 + 33);
-  const std::string err = error_of<zs::IoError>([&] { t.engine->clip_grad_norm(1.0); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->clip_grad_norm(1.0); });
   EXPECT_TRUE(contains(err, file)) << err;
   EXPECT_TRUE(contains(err, "chunk 1 at offset 4096")) << err;
   EXPECT_TRUE(contains(err, "gradient shard of unit '" + victim->name() + "'")) << err;
@@ -298,7 +294,7 @@ TEST(OffloadGrads, CorruptedGradientFileDuringTheStepRollsBack) {
   zs::FlatParam* victim = large_trainable(*t.engine);
   ASSERT_NE(victim, nullptr);
   flip_byte(victim->grad_file(), 7);
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "step 3 failed")) << err;
   EXPECT_TRUE(contains(err, victim->grad_file())) << err;
   EXPECT_TRUE(contains(err, "chunk 0 at offset 0")) << err;
@@ -359,7 +355,7 @@ TEST(OffloadGrads, WriteBehindKeepsFailedValuesAndFlushNamesTheFile) {
   faulty->fail_writes_after_bytes(0);
   store.save_async(slot, values);
   EXPECT_EQ(mem.current(zs::MemCategory::kGradShards), 3000 * 4) << "held until the write lands";
-  const std::string err = error_of<zs::IoError>([&] { store.flush(); });
+  const std::string err = error_text_of<zs::IoError>([&] { store.flush(); });
   EXPECT_TRUE(contains(err, "disk full")) << err;
   EXPECT_TRUE(contains(err, file)) << err;
   EXPECT_TRUE(contains(err, "stay in memory")) << err;
@@ -385,12 +381,12 @@ TEST(OffloadGrads, UsageErrors) {
   t.forward_backward(0);
   // A device-state optimizer cannot step offloaded gradients.
   auto dev = zs::make_optimizer(adamw_config());
-  err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
+  err = error_text_of<zs::UsageError>([&] { t.engine->step(*dev); });
   EXPECT_TRUE(contains(err, "cannot step offloaded parameter or gradient shards")) << err;
   // param_shards() hands out placeholders: a step that bypasses the engine is refused by name.
   zs::OffloadedOptimizer opt(adamw_config(), offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
                              zs::test::rank());
-  err = error_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
+  err = error_text_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
   EXPECT_TRUE(contains(err, "is offloaded (offload.grads)")) << err;
   EXPECT_TRUE(contains(err, "engine.step(optimizer)")) << err;
   t.engine->step(opt);  // through the engine it works

@@ -25,6 +25,7 @@
 #include "zeroshard/engine/engine.h"
 
 namespace zs = zeroshard;
+using zs::test::error_text_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -120,11 +121,6 @@ std::shared_ptr<FaultyIo> faulty_io(const zs::OffloadOptions& o) {
 
 using zs::test::contains;
 
-template <typename Err>
-std::string error_of(const std::function<void()>& fn) {
-  return zs::test::error_text_of<Err>(fn);
-}
-
 }  // namespace
 
 TEST(OffloadedOptimizer, CpuStateEqualsDeviceStateBitwise) {
@@ -180,7 +176,7 @@ TEST(OffloadedOptimizer, FilesAreCreatedLockedAndRemoved) {
     for (const auto& e : fs::directory_iterator(rank_dir)) state_files += contains(e.path().string(), ".state.");
     EXPECT_EQ(state_files, 2 * static_cast<int>(t.engine->param_shards().size()));
     // A second optimizer on the same directory is refused while the first holds it.
-    const std::string err = error_of<zs::IoError>(
+    const std::string err = error_text_of<zs::IoError>(
         [&] { zs::OffloadedOptimizer second(adamw_config(), nvme_options(dir.path), zs::test::rank()); });
     EXPECT_TRUE(contains(err, "in use by another process")) << err;
   }
@@ -189,18 +185,18 @@ TEST(OffloadedOptimizer, FilesAreCreatedLockedAndRemoved) {
 
 TEST(OffloadedOptimizer, BadPathsFailAtConstruction) {
   const std::string missing = (fs::current_path() / "no_such_offload_dir").string();
-  std::string err = error_of<zs::IoError>(
+  std::string err = error_text_of<zs::IoError>(
       [&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options(missing), zs::test::rank()); });
   EXPECT_TRUE(contains(err, "offload.nvme_path '" + missing + "'")) << err;
   EXPECT_TRUE(contains(err, "No such file")) << err;
   // /proc: a directory nobody can create files in, even root.
-  err = error_of<zs::IoError>([&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options("/proc"), zs::test::rank()); });
+  err = error_text_of<zs::IoError>([&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options("/proc"), zs::test::rank()); });
   EXPECT_TRUE(contains(err, "/proc")) << err;
   // A file, not a directory.
   TempDir dir("notdir");
   const std::string file = dir.path + "/plain";
   { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
-  err = error_of<zs::IoError>([&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options(file), zs::test::rank()); });
+  err = error_text_of<zs::IoError>([&] { zs::OffloadedOptimizer o(adamw_config(), nvme_options(file), zs::test::rank()); });
   EXPECT_TRUE(contains(err, "is not a directory")) << err;
 }
 
@@ -209,27 +205,27 @@ TEST(OffloadedOptimizer, UsageErrors) {
   // OptimizerOptions are checked as make_optimizer() checks them, SGD's fields too.
   auto sgd = sgd_config(-0.5, false);
   zs::OffloadOptions o;
-  std::string err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(sgd, o, 0); });
+  std::string err = error_text_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(sgd, o, 0); });
   EXPECT_TRUE(contains(err, "OptimizerOptions.momentum = -0.5")) << err;
   auto adam_momentum = adamw_config();
   adam_momentum.momentum = 0.9;
-  err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adam_momentum, o, 0); });
+  err = error_text_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adam_momentum, o, 0); });
   EXPECT_TRUE(contains(err, "apply only to type SGD")) << err;
   // OffloadOptions out of what the optimizer can do: named by field.
   zs::OffloadOptions three = o;
   three.target = zs::OffloadTarget::kCpu;
   three.nvme_generations = 3;
-  err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adamw_config(), three, 0); });
+  err = error_text_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adamw_config(), three, 0); });
   EXPECT_TRUE(contains(err, "OffloadOptions.nvme_generations = 3 must be 1 or 2")) << err;
   zs::OffloadOptions device = o;
   device.target = zs::OffloadTarget::kDevice;
-  err = error_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adamw_config(), device, 0); });
+  err = error_text_of<zs::UsageError>([&] { zs::OffloadedOptimizer opt(adamw_config(), device, 0); });
   EXPECT_TRUE(contains(err, "OffloadedOptimizer needs OffloadOptions.target = CPU or NVME, got DEVICE")) << err;
   // State of the wrong optimizer (Adam's two moments into SGD) is refused, naming what fits.
   zs::OffloadedOptimizer sgd_opt(sgd_config(0.9, false), o, 0);
   std::vector<zs::ShardOptimizerState> adam_state(1);
   adam_state[0].tensors = {at::zeros({4}), at::zeros({4})};
-  err = error_of<zs::UsageError>([&] { sgd_opt.import_state(adam_state, 1); });
+  err = error_text_of<zs::UsageError>([&] { sgd_opt.import_state(adam_state, 1); });
   EXPECT_TRUE(contains(err, "position 0 has 2 state tensors; expected none or 1 (momentum_buffer)")) << err;
   // make_engine_optimizer: the offloaded optimizer for CPU / NVME, make_optimizer's for DEVICE.
   zs::OffloadOptions on_cpu;
@@ -317,7 +313,7 @@ TEST(OffloadedOptimizer, SgdFailedFirstStepOnNvmeRollsBack) {
   int64_t records = 0;
   for (const auto& s : t.engine->param_shards()) records += (s.param.numel() + 1023) / 1024;
   faulty->writes_before_failure = static_cast<int>(records) + 2;
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "step 1 failed")) << err;
   EXPECT_TRUE(same_shards(before, shard_values(*t.engine))) << "a failed step changed the parameters";
   faulty->fail_writes = false;
@@ -341,7 +337,7 @@ TEST(OffloadedOptimizer, DiskFullMidStepRollsBackAndRetrySucceeds) {
   const auto before = shard_values(*t.engine);
   faulty->fail_writes = true;
   faulty->writes_before_failure = 5;  // fail in the middle of the step
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "disk full")) << err;
   EXPECT_TRUE(contains(err, "step 4 failed")) << err;
   EXPECT_TRUE(contains(err, "as before this step")) << err;
@@ -390,14 +386,14 @@ TEST(OffloadedOptimizer, OneGenerationFailedStepAsksForARestart) {
   t.forward_backward(2);
   faulty->fail_writes = true;
   faulty->writes_before_failure = 3;
-  std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "step 3 failed")) << err;
   EXPECT_TRUE(contains(err, "nvme_generations = 1")) << err;
   EXPECT_TRUE(contains(err, "restart from the last checkpoint")) << err;
   faulty->fail_writes = false;
-  err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "an earlier step 3 failed")) << err;
-  err = error_of<zs::IoError>([&] { (void)opt.export_state(); });
+  err = error_text_of<zs::IoError>([&] { (void)opt.export_state(); });
   EXPECT_TRUE(contains(err, "cannot export")) << err;
   t.engine->zero_grad();
 }
@@ -422,7 +418,7 @@ TEST(OffloadedOptimizer, CorruptedOrTruncatedStateFileIsNamed) {
     }
     t.forward_backward(2);
     const auto before = shard_values(*t.engine);
-    const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+    const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
     EXPECT_TRUE(contains(err, victim)) << err;
     if (truncate) {
       EXPECT_TRUE(contains(err, "shorter than expected") || contains(err, "truncated")) << err;

@@ -40,6 +40,7 @@
 #include "zeroshard/engine/sharded_init.h"
 
 namespace zs = zeroshard;
+using zs::test::error_text_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -96,11 +97,6 @@ zs_test::GptConfig deeper_gpt() {
 }
 
 using zs::test::contains;
-
-template <typename Err>
-std::string error_of(const std::function<void()>& fn) {
-  return zs::test::error_text_of<Err>(fn);
-}
 
 // The last trainable flat parameter: the last shard an optimizer step updates.
 zs::FlatParam* last_trainable(zs::ShardingEngine& e) {
@@ -413,7 +409,7 @@ TEST(OffloadParams, AsyncSaveOfStateOnNvmeIsRefused) {
   zs::Checkpointer ckpt(*t.engine, co);
   zs::TrainingState st;
   st.step = 1;
-  const std::string err = error_of<zs::UsageError>([&] { ckpt.save(opt, st); });
+  const std::string err = error_text_of<zs::UsageError>([&] { ckpt.save(opt, st); });
   EXPECT_TRUE(contains(err, "checkpoint.async_save copies this rank's optimizer state into host memory")) << err;
   EXPECT_TRUE(contains(err, "save synchronously (checkpoint.async_save = false)")) << err;
   EXPECT_FALSE(fs::exists(co.dir + "/" + zs::ckpt::step_dir_name(1)));
@@ -437,7 +433,7 @@ TEST(OffloadParams, CorruptedParameterFileIsNamed) {
   const char junk = 0x5a;
   ASSERT_EQ(::pwrite(fd, &junk, 1, 4096 + 33), 1);  // inside chunk 1
   ::close(fd);
-  const std::string err = error_of<zs::IoError>([&] { t.forward_backward(2); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.forward_backward(2); });
   EXPECT_TRUE(contains(err, file)) << err;
   EXPECT_TRUE(contains(err, "chunk 1 at offset 4096")) << err;
   EXPECT_TRUE(contains(err, "unit '" + victim->name() + "'")) << err;
@@ -475,7 +471,7 @@ TEST(OffloadParams, CorruptedFileMidStepThenRetryCompletesTheStep) {
   ASSERT_EQ(::pread(fd, &saved, 1, 5), 1);
   const char junk = static_cast<char>(saved ^ 0x40);
   ASSERT_EQ(::pwrite(fd, &junk, 1, 5), 1);
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "step 3 failed")) << err;
   EXPECT_TRUE(contains(err, file)) << err;
   EXPECT_TRUE(contains(err, "chunk 0 at offset 0")) << err;
@@ -508,13 +504,13 @@ TEST(OffloadParams, PartialStepRefusesOtherGradients) {
   ASSERT_EQ(::pread(fd, &saved, 1, 9), 1);
   const char junk = static_cast<char>(saved ^ 0x11);
   ASSERT_EQ(::pwrite(fd, &junk, 1, 9), 1);
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "step 2 failed")) << err;
   ASSERT_EQ(::pwrite(fd, &saved, 1, 9), 1);  // repaired
   ::close(fd);
   t.engine->zero_grad();
   t.forward_backward(2);  // other gradients
-  const std::string err2 = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err2 = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err2, "was partly applied")) << err2;
   EXPECT_TRUE(contains(err2, "only a retry with the same gradients")) << err2;
   EXPECT_EQ(opt.steps(), 1);
@@ -554,7 +550,7 @@ TEST(OffloadParams, DiskFullOnOneRankFailsTheStepOnEveryRank) {
     t.train(opt, 0, 2);
     t.forward_backward(2);
     if (zs::test::rank() == victim) faulty->fail_writes_after_bytes(4096);
-    const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+    const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
     EXPECT_TRUE(contains(err, "disk full")) << err;
     if (zs::test::rank() == victim) {
       EXPECT_TRUE(contains(err, "offloaded optimizer step 3 failed on rank " + std::to_string(victim))) << err;
@@ -594,7 +590,7 @@ TEST(OffloadParams, DiskFullOnWriteBackKeepsStateAndRetrySucceeds) {
   t.train(opt, 0, 2);
   t.forward_backward(2);
   faulty->fail_writes_after_bytes(4096);  // the second shard written back finds the disk full
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "disk full")) << err;
   EXPECT_TRUE(contains(err, ".param")) << err;
   EXPECT_TRUE(contains(err, "step 3 failed")) << err;
@@ -633,7 +629,7 @@ TEST(OffloadParams, CpuStateStepWithFailedWriteBackIsAppliedOnce) {
   t.train(opt, 0, 2);
   t.forward_backward(2);
   faulty->fail_writes_after_bytes(4096);
-  const std::string err = error_of<zs::IoError>([&] { t.engine->step(opt); });
+  const std::string err = error_text_of<zs::IoError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, "offloaded optimizer step 3 was applied")) << err;
   EXPECT_TRUE(contains(err, "disk full")) << err;
   EXPECT_TRUE(contains(err, "do not repeat the step")) << err;
@@ -658,11 +654,11 @@ WrapErrors wrap_errors_on(const std::string& drive) {
   zs_test::GptConfig big = zs_test::trainer_gpt_config();
   big.dim = 64, big.layers = 4;
   WrapErrors e;
-  e.params = error_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, drive), 11, big); });
+  e.params = error_text_of<zs::IoError>([&] { Trainer t(offloaded(zs::OffloadTarget::kNvme, drive), 11, big); });
   // The gradient shards' store (parameters resident) reserves its space at the same point.
   zs::ShardingOptions grads;
   grads.offload_grads = offloaded(zs::OffloadTarget::kNvme, drive).offload_params;
-  e.grads = error_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
+  e.grads = error_text_of<zs::IoError>([&] { Trainer t(grads, 11, big); });
   return e;
 }
 
@@ -715,7 +711,7 @@ TEST(OffloadParams, DriveTooSmallOnOneRankFailsTheWrapOnEveryRank) {
     GTEST_SKIP() << "rank 1 cannot mount a 128 KiB tmpfs: needs root with CAP_SYS_ADMIN";
   }
   const auto [err, grad_err] = wrap_errors_on(drive);
-  const std::string init_err = error_of<zs::IoError>([&] {
+  const std::string init_err = error_text_of<zs::IoError>([&] {
     zs_test::GptConfig big = zs_test::trainer_gpt_config();
     big.dim = 64, big.layers = 4;
     zs::ShardedInit init(zs::test::session(), offloaded(zs::OffloadTarget::kNvme, drive));
@@ -748,20 +744,20 @@ TEST(OffloadParams, UsageErrors) {
     Trainer t(offloaded(zs::OffloadTarget::kNvme, dir.path));
     auto dev = zs::make_optimizer(adamw_config());
     t.forward_backward(0);
-    err = error_of<zs::UsageError>([&] { t.engine->step(*dev); });
+    err = error_text_of<zs::UsageError>([&] { t.engine->step(*dev); });
     EXPECT_TRUE(contains(err, "cannot step offloaded parameter or gradient shards: step them with an offloaded "
                               "optimizer (make_engine_optimizer with OffloadOptions.target = CPU or NVME)"))
         << err;
     // param_shards() hands out no values: a step that bypasses the engine is refused by name.
     zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
-    err = error_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
+    err = error_text_of<zs::UsageError>([&] { opt.step(t.engine->param_shards()); });
     EXPECT_TRUE(contains(err, "engine.step(optimizer)")) << err;
   }
   // An optimizer made for offloaded parameters, stepped over an engine that keeps them resident.
   Trainer t;
   zs::OffloadedOptimizer opt(adamw_config(), optimizer_options(zs::OffloadTarget::kCpu, dir.path), zs::test::rank());
   t.forward_backward(0);
-  err = error_of<zs::UsageError>([&] { t.engine->step(opt); });
+  err = error_text_of<zs::UsageError>([&] { t.engine->step(opt); });
   EXPECT_TRUE(contains(err, " was made for offloaded parameter shards (OffloadOptions.params = CPU or NVME), but "
                             "this engine keeps them on the device (ShardingOptions.offload_params.target = DEVICE): "
                             "build both from the same RunOptions (resolve(), run.sharding and run.offload)"))

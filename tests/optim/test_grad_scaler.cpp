@@ -25,6 +25,7 @@
 #include "zeroshard/optim/optimizer.h"
 
 namespace zs = zeroshard;
+using zs::test::error_text_of;
 using LossScale = zs::LossScaleOptions;
 using Mode = zs::LossScaleMode;
 
@@ -84,18 +85,6 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 // Message of the `Err` that fn throws, or a description of what happened instead. Never throws,
 // so every rank reaches the next collective.
-template <typename Err>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<other exception: ") + e.what() + ">";
-  }
-  return "<no exception>";
-}
-
 // Engine registry of declared units is keyed by module address (see engine_test_util.h's
 // keep_alive): keep every model alive until the process ends.
 template <typename Holder>
@@ -237,7 +226,7 @@ TEST(GradScaler, OverflowAtMinScaleIsAClearErrorNamingTheStep) {
   EXPECT_EQ(scaler.scale(), 2.0);
   EXPECT_FALSE(run_step(scaler, true));
   EXPECT_EQ(scaler.scale(), 1.0);
-  std::string msg = error_of<zs::LossScaleError>([&] { run_step(scaler, true); });
+  std::string msg = error_text_of<zs::LossScaleError>([&] { run_step(scaler, true); });
   EXPECT_TRUE(contains(msg, "loss scale error")) << msg;
   EXPECT_TRUE(contains(msg, "fp16 gradients keep overflowing at the minimum loss scale 1 at step 3")) << msg;
   EXPECT_TRUE(contains(msg, "lower the learning rate, use bf16, or check the model for infinities")) << msg;
@@ -245,7 +234,7 @@ TEST(GradScaler, OverflowAtMinScaleIsAClearErrorNamingTheStep) {
   EXPECT_EQ(scaler.skipped_steps(), 3);
   // A finite step after the error works; another overflow at the minimum is the same error.
   EXPECT_TRUE(run_step(scaler, false));
-  msg = error_of<zs::LossScaleError>([&] { run_step(scaler, true); });
+  msg = error_text_of<zs::LossScaleError>([&] { run_step(scaler, true); });
   EXPECT_TRUE(contains(msg, "at step 5")) << msg;
 
   // With hysteresis 2 the minimum tolerates one more overflow before the error; a min_scale that
@@ -255,7 +244,7 @@ TEST(GradScaler, OverflowAtMinScaleIsAClearErrorNamingTheStep) {
   run_step(h2, true);
   EXPECT_EQ(h2.scale(), 3.0);
   EXPECT_FALSE(run_step(h2, true));
-  msg = error_of<zs::LossScaleError>([&] { run_step(h2, true); });
+  msg = error_text_of<zs::LossScaleError>([&] { run_step(h2, true); });
   EXPECT_TRUE(contains(msg, "minimum loss scale 3 at step 4")) << msg;
 }
 
@@ -291,7 +280,7 @@ TEST(GradScaler, BadStateIsRejectedNamingTheField) {
   auto with = [&](const std::function<void(zs::GradScalerState&)>& change) {
     zs::GradScalerState s = good;
     change(s);
-    return error_of<zs::UsageError>([&] { scaler.load_state(s); });
+    return error_text_of<zs::UsageError>([&] { scaler.load_state(s); });
   };
   EXPECT_TRUE(contains(with([](auto& s) { s.scale = 0; }), "scale = 0 must be finite and > 0"));
   EXPECT_TRUE(contains(with([](auto& s) { s.scale = -2; }), "scale = -2"));
@@ -307,7 +296,7 @@ TEST(GradScaler, BadStateIsRejectedNamingTheField) {
   auto fixed = make_scaler(make_cfg(Mode::kStatic, 128));
   zs::GradScalerState s = fixed.state();
   s.scale = 64;
-  std::string msg = error_of<zs::UsageError>([&] { fixed.load_state(s); });
+  std::string msg = error_text_of<zs::UsageError>([&] { fixed.load_state(s); });
   EXPECT_TRUE(contains(msg, "scale = 64 differs from the STATIC scale 128")) << msg;
 }
 
@@ -362,28 +351,28 @@ TEST(GradScaler, DisabledHasScaleOneAndStillSkipsNonFiniteSteps) {
 
 TEST(GradScaler, MisuseAndBadOptionsAreClearErrors) {
   auto scaler = make_scaler(make_cfg(Mode::kDynamic));
-  std::string msg = error_of<zs::UsageError>([&] { scaler.update(); });
+  std::string msg = error_text_of<zs::UsageError>([&] { scaler.update(); });
   EXPECT_TRUE(contains(msg, "update without unscale_and_check")) << msg;
   Shards s = make_shards(scaler.scale());
   EXPECT_TRUE(scaler.unscale_and_check(s.list));
-  msg = error_of<zs::UsageError>([&] { scaler.unscale_and_check(s.list); });
+  msg = error_text_of<zs::UsageError>([&] { scaler.unscale_and_check(s.list); });
   EXPECT_TRUE(contains(msg, "called twice for one step")) << msg;
-  msg = error_of<zs::UsageError>([&] { scaler.load_state(scaler.state()); });
+  msg = error_text_of<zs::UsageError>([&] { scaler.load_state(scaler.state()); });
   EXPECT_TRUE(contains(msg, "between unscale_and_check and update")) << msg;
   scaler.update();
   Shards half = make_shards(1.0);
   half.list[0].grad = half.list[0].grad.to(at::kHalf);
-  msg = error_of<zs::UsageError>([&] { scaler.unscale_and_check(half.list); });
+  msg = error_text_of<zs::UsageError>([&] { scaler.unscale_and_check(half.list); });
   EXPECT_TRUE(contains(msg, "gradient of shard 0 ('unit0') must be fp32, got Half")) << msg;
 
   LossScale c = make_cfg(Mode::kDynamic);
   c.backoff_factor = 1;
-  msg = error_of<zs::UsageError>([&] { make_scaler(c); });
+  msg = error_text_of<zs::UsageError>([&] { make_scaler(c); });
   EXPECT_TRUE(contains(msg, "LossScaleOptions.backoff_factor = 1 is out of range; allowed: (0, 1)")) << msg;
   c = make_cfg(Mode::kDynamic, 8, 3, 1, /*min_scale=*/16);
-  msg = error_of<zs::UsageError>([&] { make_scaler(c); });
+  msg = error_text_of<zs::UsageError>([&] { make_scaler(c); });
   EXPECT_TRUE(contains(msg, "LossScaleOptions.min_scale = 16 exceeds initial_scale = 8")) << msg;
-  msg = error_of<zs::UsageError>([&] { zs::GradScaler(make_cfg(Mode::kDynamic), true, nullptr); });
+  msg = error_text_of<zs::UsageError>([&] { zs::GradScaler(make_cfg(Mode::kDynamic), true, nullptr); });
   EXPECT_TRUE(contains(msg, "got null")) << msg;
 }
 
@@ -499,7 +488,7 @@ TEST(GradScaler, DisabledDecidesFromTheGlobalNorm) {
   scaler.update();
   EXPECT_TRUE(scaler.last_step_skipped());
   EXPECT_FALSE(scaler.check_norm(std::nan("")));
-  const std::string twice = error_of<zs::UsageError>([&] { scaler.check_norm(1.0); });
+  const std::string twice = error_text_of<zs::UsageError>([&] { scaler.check_norm(1.0); });
   EXPECT_TRUE(contains(twice, "check_norm called twice")) << twice;
   scaler.update();
   EXPECT_EQ(scaler.steps(), 3);
@@ -507,7 +496,7 @@ TEST(GradScaler, DisabledDecidesFromTheGlobalNorm) {
   EXPECT_EQ(scaler.scale(), 1.0);
   for (auto mode : {Mode::kDynamic, Mode::kStatic}) {
     auto scaling = make_scaler(make_cfg(mode, 1024));
-    const std::string e = error_of<zs::UsageError>([&] { scaling.check_norm(1.0); });
+    const std::string e = error_text_of<zs::UsageError>([&] { scaling.check_norm(1.0); });
     EXPECT_TRUE(contains(e, "call unscale_and_check")) << e;
   }
 }

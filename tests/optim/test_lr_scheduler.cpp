@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "common/error_text.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/optim/lr_scheduler.h"
 
@@ -38,9 +39,6 @@ std::string usage_error(const Sched& c, double lr = kLr) {
   ADD_FAILURE() << "expected a UsageError";
   return "";
 }
-
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
 
 TEST(LrScheduler, DefaultOptionsAreConstant) {
   zs::LrScheduler s(zs::LrScheduleOptions{}, kLr);

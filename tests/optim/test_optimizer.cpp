@@ -189,9 +189,6 @@ std::string error_message(F&& f) {
   return "";
 }
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "'" << (text) << "' lacks '" << (part) << "'"
-
 class OptimizerMatchesTorch : public ::testing::TestWithParam<Case> {};
 
 // 20 steps, lr halved at step 10 (as a scheduler would), two shards split mid-parameter with a

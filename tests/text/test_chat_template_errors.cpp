@@ -6,9 +6,11 @@
 
 #include <functional>
 
+#include "common/error_text.h"
 #include "zeroshard/text/chat_template.h"
 
 namespace {
+using zeroshard::test::message_of;
 
 namespace zt = zeroshard::text;
 
@@ -22,24 +24,12 @@ const char* const kTests =
 const char* const kTags = "if/elif/else, for/else, set, macro, filter, break, continue, raw, generation";
 
 // The message of the zeroshard error `fn` throws, with its kind checked.
-template <typename Error>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  } catch (const std::exception& e) {
-    return std::string("wrong error type: ") + e.what();
-  }
-  return "no error";
-}
-
 std::string parse_error(const std::string& source) {
-  return error_of<zeroshard::ConfigError>([&] { zt::ChatTemplate(source, "bad.jinja"); });
+  return message_of<zeroshard::ConfigError>([&] { zt::ChatTemplate(source, "bad.jinja"); });
 }
 
 std::string render_error(const std::string& source, const std::vector<zt::ChatMessage>& messages) {
-  return error_of<zeroshard::ConfigError>([&] { zt::ChatTemplate(source, "bad.jinja").render(messages, false); });
+  return message_of<zeroshard::ConfigError>([&] { zt::ChatTemplate(source, "bad.jinja").render(messages, false); });
 }
 
 const std::vector<zt::ChatMessage> kTwo = {{"user", "hi"}, {"assistant", "hello"}};
@@ -109,7 +99,7 @@ TEST(ChatTemplateErrors, RaiseExceptionCarriesTheTemplatesMessage) {
       "{% endif %}{{ m.content }}{% endfor %}";
   const zt::ChatTemplate tmpl(source, "mistral.jinja");
   EXPECT_EQ(tmpl.render(kTwo, false), "hihello");
-  const std::string message = error_of<zt::ChatTemplateError>(
+  const std::string message = message_of<zt::ChatTemplateError>(
       [&] { tmpl.render({{"user", "a"}, {"user", "b"}}, false); });
   EXPECT_EQ(message, "mistral.jinja:2: the template raised an error: Conversation roles must alternate "
                      "user/assistant/user/assistant/...");
@@ -136,24 +126,24 @@ TEST(ChatTemplateErrors, RenderErrorsNameTheLineAndWhatPythonWouldSay) {
 
 TEST(ChatTemplateErrors, BadConversationsAndVariables) {
   const zt::ChatTemplate tmpl("{% for m in messages %}{{ m.content }}{% endfor %}", "ok.jinja");
-  EXPECT_EQ(error_of<zeroshard::ConfigError>([&] { tmpl.render_json(R"({"messages": 3})", {}); }),
+  EXPECT_EQ(message_of<zeroshard::ConfigError>([&] { tmpl.render_json(R"({"messages": 3})", {}); }),
             "conversation JSON: expected an object with a \"messages\" list");
-  EXPECT_EQ(error_of<zeroshard::ConfigError>([&] { tmpl.render_json(R"({"messages": ["hi"]})", {}); }),
+  EXPECT_EQ(message_of<zeroshard::ConfigError>([&] { tmpl.render_json(R"({"messages": ["hi"]})", {}); }),
             "conversation JSON: messages[0] is not an object");
-  EXPECT_EQ(error_of<zeroshard::ConfigError>([&] { tmpl.render_json(R"({"messages": [}")", {}); })
+  EXPECT_EQ(message_of<zeroshard::ConfigError>([&] { tmpl.render_json(R"({"messages": [}")", {}); })
                 .rfind("conversation JSON: not valid JSON: ", 0),
             0u);
-  EXPECT_EQ(error_of<zeroshard::UsageError>([&] { tmpl.render({{"user", "ab\xc3"}}, false); }),
+  EXPECT_EQ(message_of<zeroshard::UsageError>([&] { tmpl.render({{"user", "ab\xc3"}}, false); }),
             "the content of message 0 is not valid UTF-8 (byte 2)");
   zt::RenderOptions options;
   options.variables = {{"tools", "x"}};
   options.json_variables = R"({"tools": []})";
-  EXPECT_EQ(error_of<zeroshard::UsageError>([&] { tmpl.render(kTwo, options); }),
+  EXPECT_EQ(message_of<zeroshard::UsageError>([&] { tmpl.render(kTwo, options); }),
             "chat template variable 'tools' is given twice (messages and add_generation_prompt come from the render "
             "call; the others from RenderOptions and the conversation)");
   options = {};
   options.variables = {{"messages", "x"}};
-  EXPECT_EQ(error_of<zeroshard::UsageError>([&] { tmpl.render(kTwo, options); }),
+  EXPECT_EQ(message_of<zeroshard::UsageError>([&] { tmpl.render(kTwo, options); }),
             "chat template variable 'messages' is given twice (messages and add_generation_prompt come from the "
             "render call; the others from RenderOptions and the conversation)");
 }
@@ -164,7 +154,7 @@ TEST(ChatTemplateErrors, TemplatesWhosePrefixesDoNotNestHaveNoSpans) {
       "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"
       "{% if add_generation_prompt %}<bot>{% endif %}",
       "prompt.jinja");
-  EXPECT_EQ(error_of<zeroshard::ConfigError>([&] { prompt_differs.render_for_training(kTwo, {}); }),
+  EXPECT_EQ(message_of<zeroshard::ConfigError>([&] { prompt_differs.render_for_training(kTwo, {}); }),
             "prompt.jinja: assistant message 1: the render of messages[:1] with add_generation_prompt=true is not a "
             "prefix of the render of messages[:2] (at byte 13: 'bot>' against 'assistant>hello</s>'): the template "
             "changes what precedes an assistant message once the message is there (a generation prompt unlike the "
@@ -179,7 +169,7 @@ TEST(ChatTemplateErrors, TemplatesWhosePrefixesDoNotNestHaveNoSpans) {
       "{{- '[INST] ' + m.content + '[/INST]' }}{%- endif %}{%- else %}{{- ' ' + m.content + '</s>' }}{%- endif %}"
       "{%- endfor %}",
       "mistral.jinja");
-  EXPECT_EQ(error_of<zeroshard::ConfigError>([&] {
+  EXPECT_EQ(message_of<zeroshard::ConfigError>([&] {
               mistral.render_for_training({{"system", "Be brief."}, {"user", "hi"}, {"assistant", "hello"}}, {});
             }),
             "mistral.jinja: assistant message 2: the render of messages[:2] with add_generation_prompt=true is not "
@@ -194,7 +184,7 @@ TEST(ChatTemplateErrors, TemplatesWhosePrefixesDoNotNestHaveNoSpans) {
       "{% else %}<{{ m.role }}>{{ m.content }}</s>{% endif %}{% endfor %}"
       "{% if add_generation_prompt %}<assistant>{% endif %}",
       "history.jinja");
-  EXPECT_EQ(error_of<zeroshard::ConfigError>(
+  EXPECT_EQ(message_of<zeroshard::ConfigError>(
                 [&] { rewrites_history.render_for_training({{"user", "q"}, {"assistant", "a"}, {"user", "r"}}, {}); }),
             "history.jinja: assistant message 1: the render of messages[:2] is not a prefix of the render of the "
             "whole conversation (at byte 22: 'a</s>' against '[earlier]</s><user>r</s>'), nor is it one followed "

@@ -18,6 +18,7 @@ namespace zt = zeroshard::text;
 using Ids = std::vector<int32_t>;
 
 namespace {
+using zeroshard::test::message_of;
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -26,15 +27,6 @@ void write(const std::string& path, const std::string& text) {
 }
 
 // The message of the zeroshard::Error `fn` throws, or "" when it throws none.
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const zeroshard::Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
 // A tiny SentencePiece-style vocabulary: characters, a few merges, byte fallback for the rest.
 std::string tiny_vocab() {
   return R"({"<unk>": 0, "<s>": 1, "</s>": 2, "<0x0A>": 3, "<0xC3>": 4, "<0xA9>": 5, "▁": 6, "a": 7, "b": 8, "c": 9,
@@ -183,7 +175,7 @@ TEST(Tokenizer, EncodeBatchEqualsEncodeOnManyThreads) {
   for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(batch[i], tok->encode(texts[i])) << i;
   // An error on one text reaches the caller.
   texts[321] = "bad \xFF byte";
-  EXPECT_EQ(error_of([&] { zt::encode_batch(*tok, texts, true, 3); }),
+  EXPECT_EQ(message_of([&] { zt::encode_batch(*tok, texts, true, 3); }),
             d.dir.path + "/tokenizer.json: encode: the text is not valid UTF-8 (byte 4 of 10)");
 }
 
@@ -194,7 +186,7 @@ TEST(Tokenizer, ByteTokenizer) {
   EXPECT_EQ(tok->decode(tok->encode(text)), text);
   EXPECT_EQ(tok->vocab_size(), 256);
   EXPECT_EQ(tok->bos_id(), std::nullopt);
-  EXPECT_EQ(error_of([&] { tok->decode({256}); }),
+  EXPECT_EQ(message_of([&] { tok->decode({256}); }),
             "byte tokenizer: decode: token id 256 is not in the vocabulary (256 ids)");
 }
 
@@ -313,11 +305,11 @@ TEST(TokenizerErrors, UnknownModelType) {
   zeroshard::test::RankDir dir("tok_err_model");
   const std::string path = dir.path + "/tokenizer.json";
   write(path, R"({"model": {"type": "WordPiece", "vocab": {}}})");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(path); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(path); }),
             path + ": model.type 'WordPiece' is not supported (supported: BPE)");
   write(path, R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "BertNormalizer"}]},
                   "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(dir.path); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(dir.path); }),
             path + ": normalizer.normalizers[0].type 'BertNormalizer' is not supported (supported: Sequence, Prepend, "
                    "Replace, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents)");
 }
@@ -326,7 +318,7 @@ TEST(TokenizerErrors, MalformedJsonNamesFileAndPosition) {
   zeroshard::test::RankDir dir("tok_err_json");
   const std::string path = dir.path + "/tokenizer.json";
   write(path, "{\"model\": {\"type\": \"BPE\",\n  \"vocab\": {\"a\": 0,}\n}}");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(path); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(path); }),
             path + ": malformed JSON at line 2, column 20: syntax error while parsing object key - unexpected '}'; "
                    "expected string literal");
 }
@@ -335,10 +327,10 @@ TEST(TokenizerErrors, MergeNamesTokenOutsideTheVocabulary) {
   zeroshard::test::RankDir dir("tok_err_merge");
   const std::string path = dir.path + "/tokenizer.json";
   write(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b", "ab q"]}})");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(path); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(path); }),
             path + ": model.merges[1] ('ab' + 'q') names 'q', which is not in model.vocab");
   write(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b"]]}})");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(path); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(path); }),
             path + ": model.merges[0] ('a' + 'b') names 'ab', which is not in model.vocab");
 }
 
@@ -346,38 +338,38 @@ TEST(TokenizerErrors, DecodeIdOutsideTheVocabulary) {
   TinyDir d("tok_err_decode", tiny_json(kMetaspaceWhole));
   const auto tok = d.load();
   const std::string path = d.dir.path + "/tokenizer.json";
-  EXPECT_EQ(error_of([&] { tok->decode({7, 23}); }),
+  EXPECT_EQ(message_of([&] { tok->decode({7, 23}); }),
             path + ": decode: token id 23 (position 1) is not in the vocabulary (23 ids)");
-  EXPECT_EQ(error_of([&] { tok->decode({-1}); }),
+  EXPECT_EQ(message_of([&] { tok->decode({-1}); }),
             path + ": decode: token id -1 (position 0) is not in the vocabulary (23 ids)");
-  EXPECT_EQ(error_of([&] { tok->id_to_token(99); }), path + ": token id 99 is not in the vocabulary (23 ids)");
+  EXPECT_EQ(message_of([&] { tok->id_to_token(99); }), path + ": token id 99 is not in the vocabulary (23 ids)");
 }
 
 TEST(TokenizerErrors, OtherBadFiles) {
   zeroshard::test::RankDir dir("tok_err_other");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(dir.path); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(dir.path); }),
             dir.path + ": no tokenizer.json or tokenizer.model in this directory");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(dir.path + "/nothing"); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(dir.path + "/nothing"); }),
             dir.path + "/nothing: cannot load a tokenizer: No such file or directory (errno 2)");
   const std::string json = dir.path + "/tokenizer.json";
   write(json, R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated"},
                   "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(json); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(json); }),
             json + ": pre_tokenizer.pattern.Regex: regex '(a' does not compile at offset 2 (of the PCRE2 form '(a'): "
                    "missing closing parenthesis");
   write(json, R"({"model": {"type": "BPE", "dropout": 0.1, "vocab": {"a": 0}, "merges": []}})");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(json); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(json); }),
             json + ": model.dropout: BPE dropout (random merges) is not supported; set it to null");
   const std::string ranks = dir.path + "/ranks.tiktoken";
   write(ranks, "YQ== 0\nYg== 1\n");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(ranks); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(ranks); }),
             ranks + ": a tiktoken rank file of 2 tokens is none of the encodings whose split pattern and special "
                     "tokens are known (gpt2 (r50k_base) 50256, p50k_base 50280, cl100k_base 100256, o200k_base "
                     "199998, Llama 3 128000 tokens); use the model's tokenizer.json");
   write(ranks, "YQ== 0\nnot base64! 1\n");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(ranks); }),
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(ranks); }),
             ranks + ": line 2: expected 'BASE64 RANK', got 'not base64! 1'");
   const std::string model = dir.path + "/tokenizer.model";
   write(model, "\x01\x02 not a protobuf");
-  EXPECT_EQ(error_of([&] { zt::load_tokenizer(model); }).rfind(model + ": not a SentencePiece model: ", 0), 0u);
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(model); }).rfind(model + ": not a SentencePiece model: ", 0), 0u);
 }

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "common/test_util.h"
-#include "launcher_test_util.h"
+#include "common/error_text.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/launcher/launch.h"
 
@@ -42,8 +42,8 @@ std::string line_for(const Args& args, const zl::MachineFacts& facts) {
   return zl::shell_line(zl::build_plan(zl::parse_args(args), facts));
 }
 
-using zs_launcher_test::contains;
-using zs_launcher_test::error_of;
+using zeroshard::test::contains;
+using zeroshard::test::message_of;
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "zs_launcher_" + std::to_string(::getpid()) + "_" + name;
@@ -103,9 +103,9 @@ TEST(LaunchCommand, OversubscribeOnlyBeyondTheCoresOrSlots) {
 
 TEST(LaunchCommand, CpusPerRankMustFitTheNode) {
   Fake f;
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([&] { line_for({"-n", "4", "--cpus-per-rank", "3", "prog"}, f.facts); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([&] { line_for({"-n", "4", "--cpus-per-rank", "3", "prog"}, f.facts); }),
                        "--cpus-per-rank 3 x 4 rank(s) per node needs 12 cores, but this node has 8"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>(
+  EXPECT_TRUE(contains(message_of<zs::UsageError>(
                            [&] { line_for({"-n", "2", "--cpus-per-rank", "2", "--bind-to", "none", "prog"}, f.facts); }),
                        "needs --bind-to core"));
 }
@@ -120,7 +120,7 @@ TEST(LaunchCommand, GpusPerNodePlacesRanksAndSetsVisibleDevices) {
   f.env["CUDA_VISIBLE_DEVICES"] = "2,3,1";
   EXPECT_EQ(line_for({"-n", "2", "--gpus-per-node", "2", "prog"}, f.facts),
             "/usr/bin/mpirun -n 2 --map-by ppr:2:node:PE=4 --bind-to core -x CUDA_VISIBLE_DEVICES=2,3 prog");
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([&] { line_for({"-n", "4", "--gpus-per-node", "4", "prog"}, f.facts); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([&] { line_for({"-n", "4", "--gpus-per-node", "4", "prog"}, f.facts); }),
                        "CUDA_VISIBLE_DEVICES='2,3,1' makes only 3 GPU(s) visible"));
   f.env.clear();
   // Two hosts of 4 slots at 4 GPUs per node: 8 ranks.
@@ -129,12 +129,12 @@ TEST(LaunchCommand, GpusPerNodePlacesRanksAndSetsVisibleDevices) {
             "/usr/bin/mpirun -n 8 --hostfile " + hosts +
                 " --map-by ppr:4:node:PE=2 --bind-to core -x CUDA_VISIBLE_DEVICES=0,1,2,3 prog");
   EXPECT_TRUE(contains(
-      error_of<zs::UsageError>([&] { line_for({"-n", "9", "--hostfile", hosts, "--gpus-per-node", "4", "prog"}, f.facts); }),
+      message_of<zs::UsageError>([&] { line_for({"-n", "9", "--hostfile", hosts, "--gpus-per-node", "4", "prog"}, f.facts); }),
       "-n 9 at 4 rank(s) per node (--gpus-per-node 4) needs 3 node(s), but the job has 2"));
   std::remove(hosts.c_str());
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([&] { line_for({"-n", "3", "--gpus-per-node", "2", "prog"}, f.facts); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([&] { line_for({"-n", "3", "--gpus-per-node", "2", "prog"}, f.facts); }),
                        "needs 2 node(s), but the job has 1 (no --hostfile: this node only)"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>(
+  EXPECT_TRUE(contains(message_of<zs::UsageError>(
                            [&] { line_for({"-n", "2", "--gpus-per-node", "2", "--map-by", "node", "prog"}, f.facts); }),
                        "--map-by cannot be combined with --gpus-per-node"));
 }
@@ -143,12 +143,12 @@ TEST(LaunchCommand, MoreGpusThanTheNodeHasIsAnError) {
   Fake f;
   f.facts.gpus = 2;
   f.facts.gpu_probe = "/proc/driver/nvidia/gpus";
-  EXPECT_EQ(error_of<zs::UsageError>([&] { line_for({"-n", "4", "--gpus-per-node", "4", "prog"}, f.facts); }),
+  EXPECT_EQ(message_of<zs::UsageError>([&] { line_for({"-n", "4", "--gpus-per-node", "4", "prog"}, f.facts); }),
             "--gpus-per-node 4 but this node has 2 GPU(s) (found by /proc/driver/nvidia/gpus); ask for at most 2 per "
             "node");
   f.facts.gpus = 0;
   f.facts.gpu_probe = "";
-  const std::string msg = error_of<zs::UsageError>([&] { line_for({"-n", "1", "--gpus-per-node", "1", "prog"}, f.facts); });
+  const std::string msg = message_of<zs::UsageError>([&] { line_for({"-n", "1", "--gpus-per-node", "1", "prog"}, f.facts); });
   EXPECT_TRUE(contains(msg, "--gpus-per-node 1 but this node has no NVIDIA GPU (no nvidia-smi on PATH and no "
                             "/proc/driver/nvidia/gpus)")) << msg;
   // A login node may launch for GPU nodes when told to.
@@ -161,10 +161,10 @@ TEST(LaunchCommand, EnvPropagation) {
   f.env["NCCL_DEBUG"] = "INFO";
   EXPECT_EQ(line_for({"-n", "1", "--env", "NCCL_DEBUG", "-x", "A=1 2", "--env=B=", "prog"}, f.facts),
             "/usr/bin/mpirun -n 1 --map-by slot:PE=8 --bind-to core -x NCCL_DEBUG -x 'A=1 2' -x B= prog");
-  EXPECT_EQ(error_of<zs::UsageError>([&] { line_for({"-n", "1", "--env", "UNSET_VAR", "prog"}, f.facts); }),
+  EXPECT_EQ(message_of<zs::UsageError>([&] { line_for({"-n", "1", "--env", "UNSET_VAR", "prog"}, f.facts); }),
             "--env UNSET_VAR: UNSET_VAR is not set in this environment, so there is no value to pass; give --env "
             "UNSET_VAR=VALUE");
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([&] { zl::parse_args({"--env", "1X=2", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([&] { zl::parse_args({"--env", "1X=2", "prog"}); }),
                        "'1X' is not a variable name"));
 }
 
@@ -183,19 +183,19 @@ TEST(LaunchCommand, SrunInsideASlurmAllocation) {
   const std::string hosts = write_temp("slurmhosts", "a slots=2\n");
   EXPECT_TRUE(contains(line_for({"-n", "2", "--hostfile", hosts, "prog"}, f.facts), "/usr/bin/mpirun -n 2 --hostfile"));
   EXPECT_TRUE(contains(
-      error_of<zs::UsageError>([&] { line_for({"-n", "2", "--hostfile", hosts, "--launcher", "srun", "prog"}, f.facts); }),
+      message_of<zs::UsageError>([&] { line_for({"-n", "2", "--hostfile", hosts, "--launcher", "srun", "prog"}, f.facts); }),
       "--hostfile is for mpirun"));
   std::remove(hosts.c_str());
   EXPECT_TRUE(contains(line_for({"-n", "2", "--launcher", "mpirun", "prog"}, f.facts), "/usr/bin/mpirun -n 2"));
   f.facts.srun.clear();
-  EXPECT_TRUE(contains(error_of<zs::Error>([&] { line_for({"-n", "2", "prog"}, f.facts); }),
+  EXPECT_TRUE(contains(message_of<zs::Error>([&] { line_for({"-n", "2", "prog"}, f.facts); }),
                        "srun not found on PATH; --launcher srun needs Slurm's client commands"));
 }
 
 TEST(LaunchCommand, MissingLaunchersAndPrograms) {
   Fake f;
   f.facts.mpirun.clear();
-  EXPECT_EQ(error_of<zs::Error>([&] { line_for({"-n", "2", "prog"}, f.facts); }),
+  EXPECT_EQ(message_of<zs::Error>([&] { line_for({"-n", "2", "prog"}, f.facts); }),
             "mpirun not found on PATH; install Open MPI's launcher (Debian/Ubuntu: apt-get install openmpi-bin) or run "
             "inside a Slurm allocation with --launcher srun");
   // A dry run still shows the command, saying it will not run here.
@@ -203,32 +203,32 @@ TEST(LaunchCommand, MissingLaunchersAndPrograms) {
   EXPECT_EQ(p.argv.at(0), "mpirun");
   EXPECT_TRUE(contains(p.notes.at(0), "openmpi-bin"));
   f.facts.mpirun = "/usr/bin/mpirun";
-  EXPECT_EQ(error_of<zs::UsageError>([&] { line_for({"-n", "2", "missing-prog"}, f.facts); }),
+  EXPECT_EQ(message_of<zs::UsageError>([&] { line_for({"-n", "2", "missing-prog"}, f.facts); }),
             "program 'missing-prog' is not found on PATH; give its path, e.g. build/bin/missing-prog");
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([&] { line_for({"-n", "2", "./nope"}, f.facts); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([&] { line_for({"-n", "2", "./nope"}, f.facts); }),
                        "program './nope' is not an executable file"));
-  EXPECT_EQ(error_of<zs::UsageError>([&] { line_for({"prog"}, f.facts); }), "missing -n N (the number of ranks)");
+  EXPECT_EQ(message_of<zs::UsageError>([&] { line_for({"prog"}, f.facts); }), "missing -n N (the number of ranks)");
 }
 
 TEST(LaunchArgs, ErrorsNameTheArgument) {
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--hostfle", "h", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--hostfle", "h", "prog"}); }),
                        "unknown option '--hostfle'; did you mean '--hostfile'?"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--gpus-per-nod=2", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--gpus-per-nod=2", "prog"}); }),
                        "did you mean '--gpus-per-node'?"));
-  EXPECT_FALSE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--zzzzzzzzzzzz", "prog"}); }), "did you mean"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }), "-n must be at least 1, got 0"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "-3", "prog"}); }), "-n must be at least 1, got -3"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "two", "prog"}); }), "-n 'two' is not an integer"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "2x", "prog"}); }), "-n '2x' is not an integer"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "2"}); }), "no program to run"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "2", "--"}); }), "no program to run"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n"}); }), "-n needs a value"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--bind-to", "cores", "prog"}); }),
+  EXPECT_FALSE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--zzzzzzzzzzzz", "prog"}); }), "did you mean"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }), "-n must be at least 1, got 0"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "-3", "prog"}); }), "-n must be at least 1, got -3"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "two", "prog"}); }), "-n 'two' is not an integer"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "2x", "prog"}); }), "-n '2x' is not an integer"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "2"}); }), "no program to run"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "2", "--"}); }), "no program to run"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n"}); }), "-n needs a value"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--bind-to", "cores", "prog"}); }),
                        "--bind-to 'cores' is not one of core, socket, none"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--dry-run=yes", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--dry-run=yes", "prog"}); }),
                        "--dry-run takes no value (got '--dry-run=yes')"));
   // Every usage error ends with the usage line.
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "0", "prog"}); }),
                        "(usage: zeroshard-launch -n N [OPTIONS] [--] PROGRAM [ARGS...]; zeroshard-launch --help lists"));
   // --flag=value and --flag value alike; -np as mpirun spells it; the last repeat wins.
   EXPECT_EQ(zl::parse_args({"--np=3", "--hostfile=h", "prog"}).np, 3);
@@ -257,7 +257,7 @@ TEST(Hostfile, ParsesHostsAndSlots) {
 
 TEST(Hostfile, ErrorsNameFileAndLine) {
   auto err = [](const std::string& text) {
-    return error_of<zs::ConfigError>([&] { zl::parse_hostfile_text(text, "hosts.txt"); });
+    return message_of<zs::ConfigError>([&] { zl::parse_hostfile_text(text, "hosts.txt"); });
   };
   EXPECT_EQ(err("a slots=2\nb slots=two\n"),
             "hosts.txt:2: slots='two' is not a count; expected a whole number >= 1, e.g. slots=8");
@@ -269,9 +269,9 @@ TEST(Hostfile, ErrorsNameFileAndLine) {
             "hosts.txt:2: host 'a' is listed again; give each host one line with its total slots");
   EXPECT_EQ(err("a slots=4 max_slots=2\n"), "hosts.txt:1: max_slots=2 is below slots=4 for host 'a'");
   EXPECT_EQ(err("# nothing\n\n"), "hosts.txt: no host in the hostfile; write one \"HOST slots=K\" per line");
-  EXPECT_TRUE(contains(error_of<zs::IoError>([] { zl::parse_hostfile("/nonexistent/hosts"); }),
+  EXPECT_TRUE(contains(message_of<zs::IoError>([] { zl::parse_hostfile("/nonexistent/hosts"); }),
                        "cannot read hostfile '/nonexistent/hosts': No such file or directory"));
-  EXPECT_TRUE(contains(error_of<zs::IoError>([] { zl::parse_hostfile("/tmp"); }), "is a directory"));
+  EXPECT_TRUE(contains(message_of<zs::IoError>([] { zl::parse_hostfile("/tmp"); }), "is a directory"));
 }
 
 TEST(ShellQuote, QuotesOnlyWhatNeedsIt) {
@@ -298,9 +298,9 @@ TEST(LaunchRestarts, OptionsParseAndAJobWithoutResumeGetsANote) {
   const zl::LaunchOptions o = zl::parse_args({"-n", "2", "--max-restarts", "3", "--restart-delay", "0.5", "prog"});
   EXPECT_EQ(o.max_restarts, 3);
   EXPECT_EQ(o.restart_delay, 0.5);
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--max-restarts", "-1", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--max-restarts", "-1", "prog"}); }),
                        "--max-restarts"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--restart-delay", "x", "prog"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--restart-delay", "x", "prog"}); }),
                        "--restart-delay"));
   Fake f;
   auto has_note = [](const zl::Plan& p) {

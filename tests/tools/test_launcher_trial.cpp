@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "common/test_util.h"
-#include "launcher_test_util.h"
+#include "common/error_text.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/launcher/trial.h"
 
@@ -21,8 +21,8 @@ namespace {
 
 using Args = std::vector<std::string>;
 
-using zs_launcher_test::contains;
-using zs_launcher_test::error_of;
+using zeroshard::test::contains;
+using zeroshard::test::message_of;
 
 // A simulated training program: train.batch_size and train.micro_batches as configured, changed
 // by the --set options of a trial (later ones win); a micro-batch above `max_fit` runs out.
@@ -131,7 +131,7 @@ TEST(TrialArithmetic, FewestMicroBatchesThatFit) {
       for (int64_t fewer = 1; fewer < m; ++fewer) ASSERT_FALSE(p % fewer == 0 && p / fewer <= s) << p << " " << s;
     }
   }
-  EXPECT_TRUE(contains(error_of<zs::Error>([] { zl::micro_batches_for(8, 0); }), "micro_batches_for(8, 0)"));
+  EXPECT_TRUE(contains(message_of<zs::Error>([] { zl::micro_batches_for(8, 0); }), "micro_batches_for(8, 0)"));
 }
 
 TEST(TrialProtocol, ParsesPlanAndFitsLines) {
@@ -162,10 +162,10 @@ TEST(TrialProtocol, ParsesPlanAndFitsLines) {
 
 TEST(TrialProtocol, MalformedLinesAreErrorsNamingTheLine) {
   auto plan_err = [](const std::string& line) {
-    return error_of<zs::Error>([&] { zl::parse_trial_plan("x\n" + line + "\n"); });
+    return message_of<zs::Error>([&] { zl::parse_trial_plan("x\n" + line + "\n"); });
   };
   auto fits_err = [](const std::string& line) {
-    return error_of<zs::Error>([&] { zl::parse_trial_fits(line + "\n"); });
+    return message_of<zs::Error>([&] { zl::parse_trial_fits(line + "\n"); });
   };
   const std::string pre = "zeroshard-memory-trial: ";
   std::string e = plan_err(pre + "plan world_size=2 per_rank_batch=48 micro_batches=3");
@@ -210,25 +210,25 @@ TEST(TrialProtocol, ClassifiesHowATrialEnded) {
   r = zl::classify_trial({true, 3, 0, ""}, cmd);  // out of memory before the plan line
   EXPECT_FALSE(r.fits || r.plan.has_value());
 
-  std::string e = error_of<zs::Error>([&] { zl::classify_trial({true, 0, 0, plan}, cmd); });
+  std::string e = message_of<zs::Error>([&] { zl::classify_trial({true, 0, 0, plan}, cmd); });
   EXPECT_TRUE(contains(e, "the trial '" + cmd + "': exited 0 without a 'zeroshard-memory-trial: fits ...' line")) << e;
   EXPECT_TRUE(contains(e, "must support --memory-trial")) << e;
-  e = error_of<zs::Error>([&] { zl::classify_trial({true, 1, 0, plan}, cmd); });
+  e = message_of<zs::Error>([&] { zl::classify_trial({true, 1, 0, plan}, cmd); });
   EXPECT_EQ(e, "the trial '" + cmd + "' failed with exit status 1 (see the trial output above)");
-  e = error_of<zs::Error>([&] { zl::classify_trial({true, 1, 0, ""}, cmd); });
+  e = message_of<zs::Error>([&] { zl::classify_trial({true, 1, 0, ""}, cmd); });
   EXPECT_TRUE(contains(e, "failed with exit status 1 (see the trial output above); it printed no "
                           "'zeroshard-memory-trial:' line, so it stopped before its first step")) << e;
-  e = error_of<zs::Error>([&] { zl::classify_trial({false, 0, 9, plan}, cmd); });
+  e = message_of<zs::Error>([&] { zl::classify_trial({false, 0, 9, plan}, cmd); });
   EXPECT_TRUE(contains(e, "the trial '" + cmd + "' failed with signal 9 (")) << e;
   EXPECT_TRUE(contains(e, "OOM killer")) << e;
-  e = error_of<zs::Error>([&] { zl::classify_trial({false, 0, 11, plan}, cmd); });
+  e = message_of<zs::Error>([&] { zl::classify_trial({false, 0, 11, plan}, cmd); });
   EXPECT_TRUE(contains(e, "signal 11") && !contains(e, "OOM killer")) << e;
-  e = error_of<zs::Error>([&] {
+  e = message_of<zs::Error>([&] {
     zl::classify_trial({true, 0, 0, plan + "zeroshard-memory-trial: fits micro_batch_size=8 peak_bytes=1 limit_bytes=0\n"},
                        cmd);
   });
   EXPECT_TRUE(contains(e, "its plan line says micro_batch_size=4 but its fits line says micro_batch_size=8")) << e;
-  e = error_of<zs::Error>([&] { zl::classify_trial({true, 3, 0, "zeroshard-memory-trial: plan world_size=x\n"}, cmd); });
+  e = message_of<zs::Error>([&] { zl::classify_trial({true, 3, 0, "zeroshard-memory-trial: plan world_size=x\n"}, cmd); });
   EXPECT_TRUE(contains(e, "the trial '" + cmd + "': malformed trial line")) << e;
 }
 
@@ -247,7 +247,7 @@ TEST(TrialArgs, InsertedAfterTheProgramsArgsButBeforeItsDoubleDash) {
   EXPECT_EQ(zl::insert_program_args({"mpirun", "--", "prog", "a"}, 2, {"X"}), (Args{"mpirun", "--", "prog", "a", "X"}));
   EXPECT_EQ(zl::insert_program_args({"mpirun", "--", "a"}, 1, {"X"}), (Args{"mpirun", "--", "a", "X"}));
   EXPECT_EQ(zl::insert_program_args({"prog"}, 0, {}), (Args{"prog"}));
-  EXPECT_TRUE(contains(error_of<zs::Error>([] { zl::insert_program_args({"prog"}, 1, {"X"}); }), "past the command"));
+  EXPECT_TRUE(contains(message_of<zs::Error>([] { zl::insert_program_args({"prog"}, 1, {"X"}); }), "past the command"));
 
   EXPECT_EQ(zl::batch_trial_args(12, 4),
             (Args{"--memory-trial", "--set", "train.batch_size=48", "--set", "train.micro_batches=1"}));
@@ -293,19 +293,19 @@ TEST(TrialOptions, ModesAndTheirErrors) {
   EXPECT_EQ(zl::parse_args({"prog"}).trial_mode, zl::TrialMode::kNone);
 
   const std::string both = "--find-batch-size and --auto-micro-batches cannot be combined";
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size", "--auto-micro-batches", "p"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size", "--auto-micro-batches", "p"}); }),
                        both));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--auto-micro-batches", "--find-batch-size=8", "p"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--auto-micro-batches", "--find-batch-size=8", "p"}); }),
                        both));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size=0", "p"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size=0", "p"}); }),
                        "--find-batch-size must be at least 1, got 0"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size=big", "p"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size=big", "p"}); }),
                        "--find-batch-size 'big' is not an integer"));
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--auto-micro-batches=2", "p"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--auto-micro-batches=2", "p"}); }),
                        "--auto-micro-batches takes no value (got '--auto-micro-batches=2')"));
-  EXPECT_EQ(error_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size", "16", "p"}); }),
+  EXPECT_EQ(message_of<zs::UsageError>([] { zl::parse_args({"--find-batch-size", "16", "p"}); }),
             "'16' after --find-batch-size is taken as the program; a size to start from is written --find-batch-size=16");
-  EXPECT_TRUE(contains(error_of<zs::UsageError>([] { zl::parse_args({"--find-batch-sise", "p"}); }),
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"--find-batch-sise", "p"}); }),
                        "did you mean '--find-batch-size'?"));
   EXPECT_TRUE(contains(zl::usage(), "--find-batch-size [=START]"));
   EXPECT_TRUE(contains(zl::usage(), "--auto-micro-batches"));
@@ -371,7 +371,7 @@ TEST(FindBatchSize, FirstFitAndStart) {
 TEST(FindBatchSize, Errors) {
   FakeProgram none;
   none.max_fit = 0;
-  std::string e = error_of<zs::Error>([&] { zl::find_batch_size(none.runner(), 1, 0); });
+  std::string e = message_of<zs::Error>([&] { zl::find_batch_size(none.runner(), 1, 0); });
   EXPECT_TRUE(contains(e, "even a micro-batch of 1 per rank runs out of memory on 1 rank(s): what the job holds besides its batch does not fit")) << e;
   for (const char* advice : {"zeroshard-estimate", "sharding.strategy=FULL_SHARD", "offload.optimizer=CPU",
                              "activation_checkpointing.enabled=true"}) {
@@ -382,11 +382,11 @@ TEST(FindBatchSize, Errors) {
   FakeProgram no_plan;
   no_plan.prints_plan = false;
   no_plan.max_fit = 0;
-  e = error_of<zs::Error>([&] { zl::find_batch_size(no_plan.runner(), 1, 0); });
+  e = message_of<zs::Error>([&] { zl::find_batch_size(no_plan.runner(), 1, 0); });
   EXPECT_TRUE(contains(e, "ran out of memory before printing its 'zeroshard-memory-trial: plan ...' line")) << e;
   EXPECT_TRUE(contains(e, "--find-batch-size=START")) << e;
   no_plan.max_fit = 100;
-  e = error_of<zs::Error>([&] { zl::find_batch_size(no_plan.runner(), 1, 0); });
+  e = message_of<zs::Error>([&] { zl::find_batch_size(no_plan.runner(), 1, 0); });
   EXPECT_TRUE(contains(e, "fitted but printed no 'zeroshard-memory-trial: plan ...' line")) << e;
   // With START the plan line is not needed.
   EXPECT_EQ(zl::find_batch_size(no_plan.runner(), 1, 4).found, 4);
@@ -394,12 +394,12 @@ TEST(FindBatchSize, Errors) {
   FakeProgram deaf;  // does not apply --set: the second trial runs 48 again
   deaf.applies_set = false;
   deaf.max_fit = 30;
-  e = error_of<zs::Error>([&] { zl::find_batch_size(deaf.runner(), 1, 0); });
+  e = message_of<zs::Error>([&] { zl::find_batch_size(deaf.runner(), 1, 0); });
   EXPECT_TRUE(contains(e, "(micro-batch 24 per rank) ran micro_batch_size=48; the program must apply --set")) << e;
 
   FakeProgram wrong_world;
   wrong_world.world = 2;
-  e = error_of<zs::Error>([&] { zl::find_batch_size(wrong_world.runner(), 4, 0); });
+  e = message_of<zs::Error>([&] { zl::find_batch_size(wrong_world.runner(), 4, 0); });
   EXPECT_TRUE(contains(e, "printed world_size=2 but the launcher started 4 rank(s)")) << e;
 }
 
@@ -450,7 +450,7 @@ TEST(AutoMicroBatches, ChoosesTheLargestDivisorThatFitsForEveryCase) {
         if (d <= max_fit) want = d;
       }
       if (want == 0) {
-        ASSERT_TRUE(contains(error_of<zs::Error>([&] { zl::choose_micro_batches(prog.runner(), 1); }),
+        ASSERT_TRUE(contains(message_of<zs::Error>([&] { zl::choose_micro_batches(prog.runner(), 1); }),
                              "even a micro-batch of 1")) << "P=" << p;
         continue;
       }
@@ -485,6 +485,6 @@ TEST(RunTrialProcess, EchoesKeepsProtocolLinesAndReportsHowItEnded) {
   EXPECT_EQ(killed.signal, 9);
 
   plan.argv = {"/nonexistent/trial-program", "--memory-trial"};
-  EXPECT_TRUE(contains(error_of<zs::IoError>([&] { zl::run_trial_process(plan); }),
+  EXPECT_TRUE(contains(message_of<zs::IoError>([&] { zl::run_trial_process(plan); }),
                        "cannot start the trial '/nonexistent/trial-program --memory-trial': No such file or directory"));
 }

@@ -15,6 +15,7 @@
 #include "zeroshard/train/text.h"
 
 namespace zs = zeroshard;
+using zs::test::error_text_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -51,17 +52,6 @@ void write_gz(const std::string& path, const std::string& bytes) {
   gzclose(f);
 }
 
-template <typename Err>
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Err& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
 TEST(TextCorpus, SplitsEveryFileAtALineStartAndSkipsIndexFiles) {
   TempDir d;
   d.file("b", "line one\nline two\nline three\nline four\n");
@@ -83,7 +73,7 @@ TEST(TextCorpus, SplitsEveryFileAtALineStartAndSkipsIndexFiles) {
 }
 
 TEST(TextCorpus, MissingCorpusNamesThePathAndThePackage) {
-  const std::string w = error_of<zs::IoError>([] { zs::load_text_corpus("/nonexistent/zs-corpus", 0.1); });
+  const std::string w = error_text_of<zs::IoError>([] { zs::load_text_corpus("/nonexistent/zs-corpus", 0.1); });
   EXPECT_NE(w.find("text corpus '/nonexistent/zs-corpus' does not exist"), std::string::npos) << w;
   EXPECT_NE(w.find("Debian package 'fortunes'"), std::string::npos) << w;
   EXPECT_NE(w.find("apt-get install fortunes"), std::string::npos) << w;
@@ -92,10 +82,10 @@ TEST(TextCorpus, MissingCorpusNamesThePathAndThePackage) {
 
 TEST(TextCorpus, EmptyOrTooSmallCorpusIsADataError) {
   TempDir d;
-  const std::string empty_dir = error_of<zs::DataError>([&] { zs::load_text_corpus(d.path.string(), 0.1); });
+  const std::string empty_dir = error_text_of<zs::DataError>([&] { zs::load_text_corpus(d.path.string(), 0.1); });
   EXPECT_NE(empty_dir.find("holds no text files"), std::string::npos) << empty_dir;
   const std::string tiny = d.file("tiny", "x");
-  const std::string w = error_of<zs::DataError>([&] { zs::load_text_corpus(tiny, 0.1); });
+  const std::string w = error_text_of<zs::DataError>([&] { zs::load_text_corpus(tiny, 0.1); });
   EXPECT_NE(w.find("too small to hold out a validation part"), std::string::npos) << w;
   EXPECT_THROW(zs::load_text_corpus(tiny, 1.0), zs::UsageError);
 }
@@ -112,7 +102,7 @@ TEST(TextCorpus, TokenWindowsAreShiftedByOne) {
   EXPECT_EQ(overlapping.size(), 6);
   EXPECT_EQ(zs::ByteTokenizer::decode(overlapping.get(5).target), "ghij");
   EXPECT_THROW(ds.get(2), zs::UsageError);
-  const std::string w = error_of<zs::DataError>([&] { zs::TokenWindowDataset(tokens, 10); });
+  const std::string w = error_text_of<zs::DataError>([&] { zs::TokenWindowDataset(tokens, 10); });
   EXPECT_NE(w.find("10 tokens hold no window of seq_len + 1 = 11"), std::string::npos) << w;
 }
 
@@ -154,16 +144,16 @@ TEST(Idx, MalformedFilesNameTheProblem) {
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string p = d.file("bad" + std::to_string(i), cases[i].bytes);
-    const std::string w = error_of<zs::DataError>([&] { zs::read_idx_file(p); });
+    const std::string w = error_text_of<zs::DataError>([&] { zs::read_idx_file(p); });
     EXPECT_NE(w.find(p), std::string::npos) << "names the file: " << w;
     EXPECT_NE(w.find(cases[i].expect), std::string::npos) << w;
   }
-  const std::string missing = error_of<zs::IoError>([&] { zs::read_idx_file((d.path / "none").string()); });
+  const std::string missing = error_text_of<zs::IoError>([&] { zs::read_idx_file((d.path / "none").string()); });
   EXPECT_NE(missing.find("does not exist"), std::string::npos) << missing;
 }
 
 TEST(FashionMnist, MissingDirectoryNamesTheFilesAndThePackage) {
-  const std::string w = error_of<zs::IoError>([] { zs::load_fashion_mnist("/nonexistent/fmnist", true); });
+  const std::string w = error_text_of<zs::IoError>([] { zs::load_fashion_mnist("/nonexistent/fmnist", true); });
   EXPECT_NE(w.find("/nonexistent/fmnist/train-images-idx3-ubyte.gz"), std::string::npos) << w;
   EXPECT_NE(w.find("Debian package 'dataset-fashion-mnist'"), std::string::npos) << w;
   EXPECT_NE(w.find("apt-get install dataset-fashion-mnist"), std::string::npos) << w;
@@ -173,10 +163,10 @@ TEST(FashionMnist, InconsistentFilesAreDataErrors) {
   TempDir d;
   d.file("t10k-images-idx3-ubyte", idx_bytes(0x08, {3, 28, 28}, std::string(3 * 784, '\x10')));
   d.file("t10k-labels-idx1-ubyte", idx_bytes(0x08, {2}, std::string("\x01\x02", 2)));
-  std::string w = error_of<zs::DataError>([&] { zs::load_fashion_mnist(d.path.string(), false); });
+  std::string w = error_text_of<zs::DataError>([&] { zs::load_fashion_mnist(d.path.string(), false); });
   EXPECT_NE(w.find("holds 2 labels but"), std::string::npos) << w;
   d.file("t10k-labels-idx1-ubyte", idx_bytes(0x08, {3}, std::string("\x01\x0c\x02", 3)));
-  w = error_of<zs::DataError>([&] { zs::load_fashion_mnist(d.path.string(), false); });
+  w = error_text_of<zs::DataError>([&] { zs::load_fashion_mnist(d.path.string(), false); });
   EXPECT_NE(w.find("holds label 12; expected 0 to 9"), std::string::npos) << w;
   d.file("t10k-labels-idx1-ubyte", idx_bytes(0x08, {3}, std::string("\x01\x09\x02", 3)));
   zs::ImageSet set = zs::load_fashion_mnist(d.path.string(), false);
