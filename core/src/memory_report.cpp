@@ -251,43 +251,44 @@ DeviceMemoryUse device_memory_use() {
   return u;
 }
 
-std::string memory_summary() {
-  const MemoryReportOptions o = memory_report_options();
+namespace {
+
+// The summary's header: the process, the host allocator and the device's allocator.
+void summary_header(std::ostringstream& os, const MemoryReportOptions& o, const detail::CudaAllocatorStats& c) {
   std::string limit_source;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     limit_source = g_limit_source;
   }
-  std::ostringstream os;
   os << rule('=');
   os << centered("zeroshard memory summary: rank " + std::to_string(o.rank) + " of " + std::to_string(o.world_size) +
                  " (" + detail::process_host() + "), device " + o.device.str());
   os << rule('-');
   const HostMemoryStats h = host_memory_stats();
-  const bool tracked = host_memory_tracking_installed();
   std::string host_line = "host: LibTorch CPU allocator, ";
-  host_line += tracked ? "tracked" : "not tracked (memory.track_allocations is false)";
+  host_line += host_memory_tracking_installed() ? "tracked" : "not tracked (memory.track_allocations is false)";
   if (h.limit > 0) {
     const std::string src = host_memory_limit_source();
     host_line += "; limit " + mib(h.limit) + (src.empty() ? "" : " (" + src + ")");
   }
   if (h.refused > 0) host_line += "; refused allocations: " + count(h.refused);
   os << left(host_line);
-  detail::CudaAllocatorStats c;
-  if (on_cuda(o)) {
-    c = detail::cuda_allocator_stats(o.device.index());
-    if (c.available) {
-      std::string l = "cuda:" + std::to_string(o.device.index()) + ": CUDA caching allocator, device memory " +
-                      mib(c.device_total) + "; OOMs " + count(c.num_ooms) + ", cudaMalloc retries " +
-                      count(c.num_alloc_retries);
-      if (!limit_source.empty()) l += "; limit " + limit_source;
-      os << left(l);
-    }
+  if (c.available) {
+    std::string l = "cuda:" + std::to_string(o.device.index()) + ": CUDA caching allocator, device memory " +
+                    mib(c.device_total) + "; OOMs " + count(c.num_ooms) + ", cudaMalloc retries " +
+                    count(c.num_alloc_retries);
+    if (!limit_source.empty()) l += "; limit " + limit_source;
+    os << left(l);
   }
+}
+
+// The allocators' totals: host (when tracked) and CUDA.
+void summary_allocators(std::ostringstream& os, const detail::CudaAllocatorStats& c) {
   os << rule('=');
   os << row("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
   os << rule('-');
-  if (tracked) {
+  if (host_memory_tracking_installed()) {
+    const HostMemoryStats h = host_memory_stats();
     os << row("Host allocated memory", mib(h.current), mib(h.peak), mib(h.allocated_total), mib(h.freed_total));
     os << row("Host allocations", count(h.allocations), "", count(h.allocations_total),
               count(h.allocations_total - h.allocations));
@@ -300,6 +301,10 @@ std::string memory_summary() {
     os << row("CUDA allocations", count(c.allocations_current), "", count(c.allocations_total),
               count(c.allocations_total - c.allocations_current));
   }
+}
+
+// Every source's categories (on-disk ones last). Returns the bytes of those in the device's allocator.
+int64_t summary_categories(std::ostringstream& os) {
   int64_t in_allocator = 0;
   for (const auto& [title, rows] : collect_sources()) {
     os << rule('-');
@@ -315,6 +320,19 @@ std::string memory_summary() {
     }
     for (const MemoryRow* r : disk) os << row(r->name, mib(r->current), mib(r->peak));
   }
+  return in_allocator;
+}
+
+}  // namespace
+
+std::string memory_summary() {
+  const MemoryReportOptions o = memory_report_options();
+  detail::CudaAllocatorStats c;
+  if (on_cuda(o)) c = detail::cuda_allocator_stats(o.device.index());
+  std::ostringstream os;
+  summary_header(os, o, c);
+  summary_allocators(os, c);
+  const int64_t in_allocator = summary_categories(os);
   int64_t allocated = 0;
   if (device_allocated(o, &allocated)) {
     os << rule('-');
@@ -368,15 +386,9 @@ std::string largest_allocations_table(size_t n) {
   return os.str();
 }
 
-JsonObject memory_snapshot(const std::string& error) {
-  const MemoryReportOptions o = memory_report_options();
-  JsonObject snap;
-  snap.add("format", "zeroshard-memory-snapshot").add("version", 1);
-  snap.add("rank", o.rank).add("world_size", o.world_size).add("host", detail::process_host());
-  snap.add("device", o.device.str()).add("error", error);
-  const HostRefusal refusal = last_host_refusal();
-  snap.add("phase", phase_name(refusal.happened ? refusal.phase : last_memory_phase()));
+namespace {
 
+JsonObject host_allocator_json() {
   const HostMemoryStats h = host_memory_stats();
   JsonObject host;
   host.add("tracked", host_memory_tracking_installed())
@@ -388,38 +400,43 @@ JsonObject memory_snapshot(const std::string& error) {
       .add("allocations_total", h.allocations_total)
       .add("limit", h.limit)
       .add("refused", h.refused);
-  snap.add("host_allocator", host);
-  if (refusal.happened) {
-    JsonObject r;
-    r.add("requested", refusal.requested)
-        .add("in_use", refusal.in_use)
-        .add("limit", refusal.limit)
-        .add("phase", phase_name(refusal.phase))
-        .add("reason", refusal.reason);
-    snap.add("refused", r);
+  return host;
+}
+
+JsonObject refusal_json(const HostRefusal& refusal) {
+  JsonObject r;
+  r.add("requested", refusal.requested)
+      .add("in_use", refusal.in_use)
+      .add("limit", refusal.limit)
+      .add("phase", phase_name(refusal.phase))
+      .add("reason", refusal.reason);
+  return r;
+}
+
+// The CUDA caching allocator's counters and its largest blocks (nothing where it has none).
+void add_cuda_allocator(JsonObject& snap, int device) {
+  const auto c = detail::cuda_allocator_stats(device);
+  if (!c.available) return;
+  JsonObject j;
+  j.add("allocated", c.allocated_current)
+      .add("allocated_peak", c.allocated_peak)
+      .add("reserved", c.reserved_current)
+      .add("reserved_peak", c.reserved_peak)
+      .add("active", c.active_current)
+      .add("num_ooms", c.num_ooms)
+      .add("num_alloc_retries", c.num_alloc_retries)
+      .add("device_total", c.device_total);
+  snap.add("cuda_allocator", j);
+  std::vector<JsonObject> blocks;
+  for (const auto& b : detail::largest_cuda_blocks(device, 1000)) {
+    JsonObject jb;
+    jb.add("bytes", b.bytes).add("requested", b.requested).add("segment", b.segment).add("large_pool", b.large_pool);
+    blocks.push_back(std::move(jb));
   }
-  if (on_cuda(o)) {
-    const auto c = detail::cuda_allocator_stats(o.device.index());
-    if (c.available) {
-      JsonObject j;
-      j.add("allocated", c.allocated_current)
-          .add("allocated_peak", c.allocated_peak)
-          .add("reserved", c.reserved_current)
-          .add("reserved_peak", c.reserved_peak)
-          .add("active", c.active_current)
-          .add("num_ooms", c.num_ooms)
-          .add("num_alloc_retries", c.num_alloc_retries)
-          .add("device_total", c.device_total);
-      snap.add("cuda_allocator", j);
-      std::vector<JsonObject> blocks;
-      for (const auto& b : detail::largest_cuda_blocks(o.device.index(), 1000)) {
-        JsonObject jb;
-        jb.add("bytes", b.bytes).add("requested", b.requested).add("segment", b.segment).add("large_pool", b.large_pool);
-        blocks.push_back(std::move(jb));
-      }
-      snap.add("cuda_blocks", blocks);
-    }
-  }
+  snap.add("cuda_blocks", blocks);
+}
+
+std::vector<JsonObject> categories_json() {
   std::vector<JsonObject> categories;
   for (const auto& [title, rows] : collect_sources()) {
     for (const MemoryRow& r : rows) {
@@ -433,7 +450,11 @@ JsonObject memory_snapshot(const std::string& error) {
       categories.push_back(std::move(j));
     }
   }
-  snap.add("categories", categories);
+  return categories;
+}
+
+// Host allocations by phase, and the largest live ones.
+void add_host_allocations(JsonObject& snap) {
   std::vector<JsonObject> phases;
   for (const auto& p : host_allocations_by_phase()) {
     JsonObject j;
@@ -448,6 +469,23 @@ JsonObject memory_snapshot(const std::string& error) {
     largest.push_back(std::move(j));
   }
   snap.add("host_largest", largest);
+}
+
+}  // namespace
+
+JsonObject memory_snapshot(const std::string& error) {
+  const MemoryReportOptions o = memory_report_options();
+  JsonObject snap;
+  snap.add("format", "zeroshard-memory-snapshot").add("version", 1);
+  snap.add("rank", o.rank).add("world_size", o.world_size).add("host", detail::process_host());
+  snap.add("device", o.device.str()).add("error", error);
+  const HostRefusal refusal = last_host_refusal();
+  snap.add("phase", phase_name(refusal.happened ? refusal.phase : last_memory_phase()));
+  snap.add("host_allocator", host_allocator_json());
+  if (refusal.happened) snap.add("refused", refusal_json(refusal));
+  if (on_cuda(o)) add_cuda_allocator(snap, o.device.index());
+  snap.add("categories", categories_json());
+  add_host_allocations(snap);
   return snap;
 }
 

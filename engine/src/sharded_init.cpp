@@ -22,12 +22,14 @@ void detail::ShardedInitImpl::deactivate() {
   if (detail::t_active_init == this) detail::t_active_init = nullptr;
 }
 
-void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
-  if (!active || units.count(module) > 0) return;
-  // The unit's own modules (not those of units built inside it, sharded already).
+namespace {
+
+using UnitFlats = std::map<const torch::nn::Module*, std::vector<std::unique_ptr<FlatParam>>>;
+
+// The unit's own modules (not those of units built inside it, sharded already).
+std::vector<std::pair<std::string, torch::nn::Module*>> own_modules(torch::nn::Module& unit, const UnitFlats& units) {
   std::vector<std::pair<std::string, torch::nn::Module*>> own;
   std::vector<std::string> nested_prefixes;
-  auto& unit = const_cast<torch::nn::Module&>(*module);  // still being built: ours to adapt
   for (const auto& item : unit.named_modules("", /*include_self=*/true)) {
     const std::string& key = item.key();
     bool nested = !key.empty() && units.count(item.value().get()) > 0;
@@ -35,15 +37,21 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
     for (const std::string& p : nested_prefixes) nested = nested || key.rfind(p, 0) == 0;
     if (!nested) own.emplace_back(key, item.value().get());
   }
-  for (const auto& hook : options.unit_hooks) hook->on_unit_built(module->name(), own);
-  for (const auto& [key, m] : own) in_units.insert(m);
-  // The unit's parameters: everything under it except units built before it (nested units).
-  struct Found {
-    ParamSlot slot;
-    const torch::nn::Module* module;  // the owner of the parameter's first name, and its key there
-    std::string key;
-  };
-  std::vector<Found> found;
+  return own;
+}
+
+// A parameter of the unit, with the module owning its first name and its key there.
+struct FoundParam {
+  ParamSlot slot;
+  const torch::nn::Module* module;
+  std::string key;
+};
+
+// The unit's parameters: everything under it except units built before it (nested units), each
+// once (further names of a tensor are its aliases). A parameter one of those units holds too is a
+// UsageError: tied weights belong in the common parent.
+std::vector<FoundParam> unit_params(const torch::nn::Module& unit, const UnitFlats& units) {
+  std::vector<FoundParam> found;
   std::unordered_map<const void*, size_t> seen;
   std::unordered_map<const void*, const torch::nn::Module*> owned_elsewhere;
   for (const auto& [m, flats] : units) {
@@ -56,7 +64,7 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
     for (const auto& item : m.named_parameters(/*recurse=*/false)) {
       const void* key = item.value().unsafeGetTensorImpl();
       ZS_REQUIRE(owned_elsewhere.count(key) == 0, UsageError, "parameter '", prefix + item.key(), "' of unit ",
-                 module->name(), " is also a parameter of the ", owned_elsewhere[key]->name(),
+                 unit.name(), " is also a parameter of the ", owned_elsewhere[key]->name(),
                  " unit built before it: a parameter shared by two units (tied weights) must be created in their "
                  "common parent, not inside a unit");
       auto it = seen.find(key);
@@ -75,10 +83,41 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
       visit(*child.value(), prefix + child.key() + ".");
     }
   };
-  visit(*module, "");
+  visit(unit, "");
+  return found;
+}
+
+// Offloaded parameters: the unit's shards go to the init's store (made by the first unit). All
+// ranks fail together when one cannot store (see ShardingEngineImpl::init_flat_params).
+void store_shards(detail::ShardedInitImpl& init, const std::string& name,
+                  const std::vector<std::unique_ptr<FlatParam>>& flats) {
+  detail::io_on_every_rank(*init.session.world(), detail::concat("storing the parameter shards of unit '", name, "'"),
+                           "zs.offload.params", [&] {
+                             if (init.store == nullptr) {
+                               init.store = std::make_unique<ShardStore>(init.options.offload_params,
+                                                                         init.session.rank(), init.mem.get(),
+                                                                         init.options.offload_params.io);
+                             }
+                             for (const auto& f : flats) {
+                               if (f->offload_capable()) {
+                                 f->attach_store(init.store.get(), init.options.keep_param_dtype_shard);
+                               }
+                             }
+                           });
+}
+
+}  // namespace
+
+void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
+  if (!active || units.count(module) > 0) return;
+  auto& unit = const_cast<torch::nn::Module&>(*module);  // still being built: ours to adapt
+  const std::vector<std::pair<std::string, torch::nn::Module*>> own = own_modules(unit, units);
+  for (const auto& hook : options.unit_hooks) hook->on_unit_built(module->name(), own);
+  for (const auto& [key, m] : own) in_units.insert(m);
+  std::vector<FoundParam> found = unit_params(*module, units);
   if (found.empty()) return;
   detail::UnitSlots slots;
-  for (Found& f : found) detail::sort_slot(slots, std::move(f.slot), *f.module, f.key, options);
+  for (FoundParam& f : found) detail::sort_slot(slots, std::move(f.slot), *f.module, f.key, options);
   if (!groups_ready) {
     const bool on_cuda = found.front().slot.param.is_cuda();
     groups = detail::make_shard_groups(session, options, on_cuda);
@@ -95,19 +134,7 @@ void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
   for (const auto& f : flats) f->check_params();
   Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
   for (const auto& f : flats) f->init_from_params(sync);  // leaves the unit resharded
-  if (options.offload_params.target != OffloadTarget::kDevice) {
-    // All ranks fail together when one cannot store (see ShardingEngineImpl::init_flat_params).
-    detail::io_on_every_rank(*session.world(), detail::concat("storing the parameter shards of unit '", name, "'"),
-                             "zs.offload.params", [&] {
-                               if (store == nullptr) {
-                                 store = std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(),
-                                                                      options.offload_params.io);
-                               }
-                               for (const auto& f : flats) {
-                                 if (f->offload_capable()) f->attach_store(store.get(), options.keep_param_dtype_shard);
-                               }
-                             });
-  }
+  if (options.offload_params.target != OffloadTarget::kDevice) store_shards(*this, name, flats);
   units[module] = std::move(flats);
   ++count;
 }

@@ -185,6 +185,73 @@ ModelShape uniform_model_shape(int64_t params, int64_t unit_params) {
   return m;
 }
 
+namespace {
+
+// Every flat parameter's shard (padded to the shard group), largest first.
+std::vector<int64_t> shards_largest_first(const std::vector<int64_t>& f, int n) {
+  std::vector<int64_t> shards;
+  for (int64_t x : f) shards.push_back(pad(x, n) / n);
+  std::sort(shards.rbegin(), shards.rend());
+  return shards;
+}
+
+// Offloaded optimizer state: the fp32 master and the moments leave the device. Returns whether the
+// NVMe staging buffers were counted (offloaded parameters share them).
+bool offload_optimizer_state(MemoryEstimate& e, const EstimateOptions& o, int64_t shard) {
+  e.offloaded = true;
+  const int64_t state = (4 + static_cast<int64_t>(o.optimizer_state_bytes)) * shard;  // fp32 master + moments
+  // On NVMe the store keeps offload.nvme_generations copies (with 2, the previous step's survives a
+  // failed step).
+  if (o.offload_optimizer == Target::kCpu) {
+    e.offload_host += state;
+  } else {
+    e.nvme += o.nvme_generations * state;
+  }
+  e.optimizer_state = 0;
+  // The device keeps its fp32 shard (the engine's; the optimizer's host master is a second copy):
+  // only offload.params takes it off, and offload.keep_param_dtype_shard leaves param_dtype there.
+  // fp32 gradient shard copied for the CPU optimizer (offloaded gradients are there already)
+  if (o.offload_grads == Target::kDevice) e.pinned_host += 4 * shard;
+  if (o.offload_optimizer != Target::kNvme) return false;
+  e.pinned_host += o.offload_staging_bytes;
+  return true;
+}
+
+// Offloaded parameter shards. Returns the fp32 shards the step holds at once.
+int64_t offload_param_shards(MemoryEstimate& e, const EstimateOptions& o, const std::vector<int64_t>& f, int n, int p,
+                             int64_t shard, bool staged) {
+  e.offloaded = true;
+  // The store keeps the fp32 shard (shard_store.h); with both in host memory on a CPU run the
+  // optimizer updates it in place as its master (no second copy). Between uses nothing of the
+  // shard stays on the device (a gathered unit's shard is read in for its gather only).
+  const bool master_is_param = o.offload_optimizer == Target::kCpu && o.offload_params == Target::kCpu;
+  // offload.keep_param_dtype_shard: the shard cast to param_dtype stays on the device.
+  e.sharded_params = o.keep_param_dtype_shard ? static_cast<int64_t>(p) * shard : 0;
+  if (!master_is_param) (o.offload_params == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
+  // A unit's shard is dropped once its gather is done, but while it computes the next unit's
+  // gather (prefetched) still holds that unit's shard and the one after is read ahead: two shards
+  // (at most the two largest) are in memory at the peak. With the param_dtype copy the gathers
+  // read none: only the step brings masters in (the one it updates and the next), after backward.
+  const std::vector<int64_t> shards = shards_largest_first(f, n);
+  int64_t step_masters = 0;
+  for (size_t i = 0; i < 2 && i < shards.size(); ++i) step_masters += 4 * shards[i];
+  if (!o.keep_param_dtype_shard) e.device_peak += step_masters;
+  if (o.offload_params == Target::kNvme && !staged) e.pinned_host += o.offload_staging_bytes;
+  return step_masters;
+}
+
+// Offloaded gradient shards: one file (or host tensor) per trainable flat parameter's gradient
+// shard; files whole blocks of 4096 bytes. The step replay counted at most one shard resident.
+void offload_grad_shards(MemoryEstimate& e, const EstimateOptions& o, const std::vector<int64_t>& f, int n) {
+  e.offloaded = true;
+  int64_t stored = 0;
+  for (int64_t x : f) stored += o.offload_grads == Target::kNvme ? pad(4 * (pad(x, n) / n), 4096) : 4 * (pad(x, n) / n);
+  (o.offload_grads == Target::kCpu ? e.offload_host : e.nvme) += stored;
+  e.grad_shards = 0;
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o) {
   const std::vector<int64_t> f = flats(model);
   ZS_REQUIRE(!f.empty(), UsageError, "the model has no parameters to estimate");
@@ -202,11 +269,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     padded_total += pad(x, n);
   }
   const int64_t root_padded = model.root_params > 0 ? pad(model.root_params, n) : 0;
-  const int opt = o.optimizer_state_bytes;
-
   e.sharded_params = 4 * shard;
   e.grad_shards = 4 * shard;
-  e.optimizer_state = static_cast<int64_t>(opt) * shard;
+  e.optimizer_state = static_cast<int64_t>(o.optimizer_state_bytes) * shard;
 
   const bool prefetch =
       (o.sharding.forward_prefetch || o.sharding.backward_prefetch != BackwardPrefetch::kNone) &&
@@ -227,9 +292,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   e.grad_buffers_peak =
       replicated && in_place ? padded_total * p : root_padded * p + largest_units(model, n, 2, lp);
   if (!in_place) {
-    std::vector<int64_t> shards;
-    for (int64_t x : f) shards.push_back(pad(x, n) / n);
-    std::sort(shards.rbegin(), shards.rend());
+    const std::vector<int64_t> shards = shards_largest_first(f, n);
     for (size_t i = 0; i < (replicated ? shards.size() : 2) && i < shards.size(); ++i) e.comm_buffers_peak += shards[i] * r;
   }
 
@@ -237,62 +300,13 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   e.device_peak = replay_step_peak(model, o, plan, aliased, p, r, device_base);
 
   // Offload: formulas only (see the header).
-  const auto opt_target = o.offload_optimizer, param_target = o.offload_params;
-  const int64_t staging = o.offload_staging_bytes;
-  bool staged = false;
-  int64_t step_masters = 0;  // offloaded parameters: fp32 shards the step holds at once
-  if (opt_target != Target::kDevice) {
-    e.offloaded = true;
-    const int64_t state = (4 + static_cast<int64_t>(opt)) * shard;  // fp32 master + moments
-    // On NVMe the store keeps offload.nvme_generations copies (with 2, the previous step's survives a
-    // failed step).
-    if (opt_target == Target::kCpu) {
-      e.offload_host += state;
-    } else {
-      e.nvme += o.nvme_generations * state;
-    }
-    e.optimizer_state = 0;
-    // The device keeps its fp32 shard (the engine's; the optimizer's host master is a second copy):
-    // only offload.params takes it off, and offload.keep_param_dtype_shard leaves param_dtype there.
-    // fp32 gradient shard copied for the CPU optimizer (offloaded gradients are there already)
-    if (o.offload_grads == Target::kDevice) e.pinned_host += 4 * shard;
-    if (opt_target == Target::kNvme) {
-      e.pinned_host += staging;
-      staged = true;
-    }
-  }
-  if (param_target != Target::kDevice) {
-    e.offloaded = true;
-    // The store keeps the fp32 shard (shard_store.h); with both in host memory on a CPU run the
-    // optimizer updates it in place as its master (no second copy). Between uses nothing of the
-    // shard stays on the device (a gathered unit's shard is read in for its gather only).
-    const bool master_is_param = opt_target == Target::kCpu && param_target == Target::kCpu;
-    // offload.keep_param_dtype_shard: the shard cast to param_dtype stays on the device.
-    e.sharded_params = o.keep_param_dtype_shard ? static_cast<int64_t>(p) * shard : 0;
-    if (!master_is_param) (param_target == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
-    // A unit's shard is dropped once its gather is done, but while it computes the next unit's
-    // gather (prefetched) still holds that unit's shard and the one after is read ahead: two shards
-    // (at most the two largest) are in memory at the peak. With the param_dtype copy the gathers
-    // read none: only the step brings masters in (the one it updates and the next), after backward.
-    std::vector<int64_t> shards;
-    for (int64_t x : f) shards.push_back(pad(x, n) / n);
-    std::sort(shards.rbegin(), shards.rend());
-    for (size_t i = 0; i < 2 && i < shards.size(); ++i) step_masters += 4 * shards[i];
-    if (!o.keep_param_dtype_shard) e.device_peak += step_masters;
-    if (param_target == Target::kNvme && !staged) e.pinned_host += staging;
-  }
-  if (o.offload_grads != Target::kDevice) {
-    e.offloaded = true;
-    // One file (or host tensor) per trainable flat parameter's gradient shard; files whole blocks
-    // of 4096 bytes. The replay above counted at most one shard resident.
-    int64_t stored = 0;
-    for (int64_t x : f) stored += o.offload_grads == Target::kNvme ? pad(4 * (pad(x, n) / n), 4096) : 4 * (pad(x, n) / n);
-    (o.offload_grads == Target::kCpu ? e.offload_host : e.nvme) += stored;
-    e.grad_shards = 0;
-  }
+  const bool staged = o.offload_optimizer != Target::kDevice && offload_optimizer_state(e, o, shard);
+  const int64_t step_masters =
+      o.offload_params != Target::kDevice ? offload_param_shards(e, o, f, n, p, shard, staged) : 0;
+  if (o.offload_grads != Target::kDevice) offload_grad_shards(e, o, f, n);
   // What offload took off the device comes off the peak too (the transients stay).
   e.device_peak -= device_base - (e.sharded_params + e.optimizer_state);
-  if (o.keep_param_dtype_shard && param_target != Target::kDevice) {
+  if (o.keep_param_dtype_shard && o.offload_params != Target::kDevice) {
     e.device_peak = std::max(e.device_peak, e.sharded_params + e.grad_shards + step_masters);
   }
   return e;
@@ -319,14 +333,12 @@ const char* target_name(Target t) { return t == Target::kCpu ? "cpu" : t == Targ
 
 }  // namespace
 
-std::string format_estimates(const ModelShape& model, const EstimateOptions& options) {
-  std::ostringstream os;
+namespace {
+
+// One line per strategy and offload placement ("*" marks the configured one; a strategy the
+// options cannot run says why, once).
+void format_table(std::ostringstream& os, const ModelShape& model, const EstimateOptions& options) {
   char line[256];
-  os << "model: " << model.total() << " parameters (" << model.unit_params.size() << " unit(s), largest "
-     << model.largest_unit() << "; root " << model.root_params << "), world size " << options.world_size << ", "
-     << options.ranks_per_node << " rank(s) per node, param_dtype " << dtype_name(options.sharding.param_dtype)
-     << ", reduce_dtype " << dtype_name(options.sharding.reduce_dtype) << ", optimizer " << options.optimizer << "\n";
-  os << "per rank; device peak = the highest sum of the device categories during a step (transients included)\n";
   std::snprintf(line, sizeof(line), "  %-14s %5s %-7s %-7s %-7s %14s %14s %14s %14s\n", "strategy", "N", "optim",
                 "params", "grads", "device state", "device peak", "host", "nvme");
   os << line;
@@ -367,7 +379,10 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
       os << line;
     }
   }
-  // The configured setup, category by category.
+}
+
+// The configured setup, category by category.
+void format_configured(std::ostringstream& os, const ModelShape& model, const EstimateOptions& options) {
   const MemoryEstimate e = estimate_memory(model, options);
   os << "\nconfigured (" << to_string(options.sharding.strategy) << ", optimizer "
      << target_name(options.offload_optimizer) << ", params " << target_name(options.offload_params) << ", grads "
@@ -375,6 +390,7 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
      << (options.keep_param_dtype_shard && options.offload_params != Target::kDevice ? ", param_dtype copy resident" : "")
      << "), shard group of " << e.shard_group << ":\n";
   auto row = [&](const char* name, int64_t bytes) {
+    char line[256];
     std::snprintf(line, sizeof(line), "  %-28s %14s %16lld bytes\n", name, human(bytes).c_str(),
                   static_cast<long long>(bytes));
     os << line;
@@ -393,6 +409,19 @@ std::string format_estimates(const ModelShape& model, const EstimateOptions& opt
     os << "  offload figures are the formulas of docs/tools.md; the NVMe placements are checked against the engine\n"
           "  (tests/tools/test_estimate.cpp), the CPU ones are not\n";
   }
+}
+
+}  // namespace
+
+std::string format_estimates(const ModelShape& model, const EstimateOptions& options) {
+  std::ostringstream os;
+  os << "model: " << model.total() << " parameters (" << model.unit_params.size() << " unit(s), largest "
+     << model.largest_unit() << "; root " << model.root_params << "), world size " << options.world_size << ", "
+     << options.ranks_per_node << " rank(s) per node, param_dtype " << dtype_name(options.sharding.param_dtype)
+     << ", reduce_dtype " << dtype_name(options.sharding.reduce_dtype) << ", optimizer " << options.optimizer << "\n";
+  os << "per rank; device peak = the highest sum of the device categories during a step (transients included)\n";
+  format_table(os, model, options);
+  format_configured(os, model, options);
   return os.str();
 }
 

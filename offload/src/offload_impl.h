@@ -190,6 +190,9 @@ struct OffloadedOptimizer::Impl {
   bool update_device_shard(const ParamShard& s, HostSlot& slot, const std::vector<ShardGroupRange>& runs,
                            int64_t update, bool first, bool in_place);
   void step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager);
+  void prepare_nvme_state(const std::vector<ParamShard>& shards, ShardPager& pager);
+  [[noreturn]] void fail_nvme_step(const std::vector<ParamShard>& shards, ShardPager& pager, size_t done,
+                                   const Error& e);
   void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
                   const ShardOptimizerState* imported = nullptr);
   void apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager);

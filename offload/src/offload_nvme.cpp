@@ -161,12 +161,10 @@ void OffloadedOptimizer::Impl::ensure_buffers() {
   grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
 }
 
-void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager) {
-  const auto t0 = std::chrono::steady_clock::now();
-  ensure_buffers();
-  // Shards seen for the first time: write their initial state (master from the shard, zero
-  // moments) so every later step, and a rollback, has a complete previous generation to read.
-  // Others whose values were replaced since the last step take them as their master.
+// Shards seen for the first time: write their initial state (master from the shard, zero moments)
+// so every later step, and a rollback, has a complete previous generation to read. Others whose
+// values were replaced since the last step take them as their master.
+void OffloadedOptimizer::Impl::prepare_nvme_state(const std::vector<ParamShard>& shards, ShardPager& pager) {
   std::vector<bool> fresh(shards.size(), false);
   for (size_t i = 0; i < shards.size(); ++i) {
     detail::NvmeShardFiles& f = *files[i];
@@ -183,6 +181,54 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
     reseed_master(shards[i], *files[i]);
     pager.release(i, false);
   }
+}
+
+// The step failed at shard `done` with `e`. With two generations every shard it touched gets the
+// previous step's values back from its intact generation (update counts and `current` were not
+// advanced): offloaded parameter shards are brought in, restored and written back, and one whose
+// write-back fails keeps the restored values in memory (the pager's contract), so the training
+// state is still whole. With one generation nothing can be rolled back. Throws IoError saying which.
+void OffloadedOptimizer::Impl::fail_nvme_step(const std::vector<ParamShard>& shards, ShardPager& pager, size_t done,
+                                              const Error& e) {
+  const std::string where = "shard " + std::to_string(done) + " ('" + shards[std::min(done, shards.size() - 1)].name +
+                            "')";
+  if (o.nvme_generations == 1) {
+    // In place: records of this shard (and every shard before it) hold this step's state, the
+    // rest the previous step's.
+    broken = "step " + std::to_string(steps + 1) + " failed at " + where + ": " + e.message();
+    ZS_THROW(IoError, "offloaded optimizer ", broken, " (rank ", rank,
+             "). With offload.nvme_generations = 1 the state is updated in place and is now partly this step's: "
+             "restart from the last checkpoint (offload.nvme_generations = 2 keeps the previous step's state and "
+             "rolls back)");
+  }
+  std::string rollback = "the parameters and optimizer state are as before this step; fix the cause and retry, "
+                         "or save a checkpoint";
+  std::string unwritten;
+  try {
+    for (size_t i = 0; i <= done && i < shards.size(); ++i) {
+      if (!shards[i].grad.defined() || !files[i]->initialized) continue;
+      pager.acquire(i, /*read=*/false, /*grad=*/false);  // the intact generation's master has every value
+      restore_shard(shards[i], *files[i]);
+      try {
+        pager.release(i, true);
+      } catch (const Error& e3) {
+        unwritten = std::string(" (the restored parameters of shard ") + std::to_string(i) + " ('" + shards[i].name +
+                    "') stay in memory until a write succeeds: " + e3.message() + ")";
+      }
+    }
+  } catch (const Error& e2) {
+    rollback = std::string("rolling back failed too (") + e2.message() +
+               "); the parameters of this rank are inconsistent: restart from the last checkpoint";
+  }
+  rollback += unwritten;
+  ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at ", where, ": ", e.message(),
+           ". ", rollback);
+}
+
+void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ensure_buffers();
+  prepare_nvme_state(shards, pager);
   size_t done = 0;
   try {
     for (; done < shards.size(); ++done) {
@@ -195,42 +241,7 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
       pager.release(done, true);
     }
   } catch (const Error& e) {
-    if (o.nvme_generations == 1) {
-      // In place: records of this shard (and every shard before it) hold this step's state, the
-      // rest the previous step's; nothing can be rolled back.
-      broken = "step " + std::to_string(steps + 1) + " failed at shard " + std::to_string(done) + " ('" +
-               shards[std::min(done, shards.size() - 1)].name + "'): " + e.message();
-      ZS_THROW(IoError, "offloaded optimizer ", broken, " (rank ", rank,
-               "). With offload.nvme_generations = 1 the state is updated in place and is now partly this step's: "
-               "restart from the last checkpoint (offload.nvme_generations = 2 keeps the previous step's state and "
-               "rolls back)");
-    }
-    // Roll back: every shard touched by this step gets the previous step's values back from its
-    // intact generation; update counts and `current` were not advanced. Offloaded parameter
-    // shards are brought in, restored and written back; one whose write-back fails keeps the
-    // restored values in memory (the pager's contract), so the training state is still whole.
-    std::string rollback = "the parameters and optimizer state are as before this step; fix the cause and retry, "
-                           "or save a checkpoint";
-    std::string unwritten;
-    try {
-      for (size_t i = 0; i <= done && i < shards.size(); ++i) {
-        if (!shards[i].grad.defined() || !files[i]->initialized) continue;
-        pager.acquire(i, /*read=*/false, /*grad=*/false);  // the intact generation's master has every value
-        restore_shard(shards[i], *files[i]);
-        try {
-          pager.release(i, true);
-        } catch (const Error& e3) {
-          unwritten = std::string(" (the restored parameters of shard ") + std::to_string(i) + " ('" +
-                      shards[i].name + "') stay in memory until a write succeeds: " + e3.message() + ")";
-        }
-      }
-    } catch (const Error& e2) {
-      rollback = std::string("rolling back failed too (") + e2.message() +
-                 "); the parameters of this rank are inconsistent: restart from the last checkpoint";
-    }
-    rollback += unwritten;
-    ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at shard ",
-             done, " ('", shards[std::min(done, shards.size() - 1)].name, "'): ", e.message(), ". ", rollback);
+    fail_nvme_step(shards, pager, done, e);
   }
   for (size_t i = 0; i < shards.size(); ++i) {
     if (!shards[i].grad.defined()) continue;
