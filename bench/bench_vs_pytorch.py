@@ -45,9 +45,7 @@ import os
 import re
 import resource
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import time
 
@@ -64,6 +62,7 @@ except ImportError as e:
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 import zs_gpt  # noqa: E402
+from peer_common import fail, free_port, gemm_peak, run_ranks  # noqa: E402
 
 CONFIG = os.path.join(ROOT, "examples", "configs", "gpt_demo.textproto")
 # The demo model (examples/configs/gpt_demo.textproto), set explicitly on train_gpt's command line
@@ -91,11 +90,6 @@ VARIANTS = {
 }
 
 
-def fail(msg):
-    print(f"BENCH FAILED: {msg}", flush=True)
-    sys.exit(1)
-
-
 def common_sets(init_from, eval_windows, steps):
     sets = [f"model.{k}={v}" for k, v in MODEL.items()]
     sets += [f"model.init_from={init_from}", f"data.path={CORPUS}", f"data.val_fraction={VAL_FRACTION}",
@@ -107,29 +101,11 @@ def common_sets(init_from, eval_windows, steps):
 
 
 def run_zeroshard(a, sets, metrics):
-    """One train_gpt run; returns (its output, peak RSS of every rank in KiB). Each rank runs under
-    GNU time writing to its own file (their stderr lines interleave through mpirun)."""
-    rss_dir = metrics + ".rss"
-    shutil.rmtree(rss_dir, ignore_errors=True)
-    os.makedirs(rss_dir)
-    wrapper = ('exec /usr/bin/time -f %M -o "$0/rank.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-$$}}" "$@"')
-    cmd = [a.mpirun, "-n", str(a.ranks), "--oversubscribe", "/bin/sh", "-c", wrapper, rss_dir,
-           os.path.join(a.bin, "train_gpt"), "--config", CONFIG, "--metrics-out", metrics]
+    """One train_gpt run; returns (its output, peak RSS of every rank in KiB)."""
+    argv = [os.path.join(a.bin, "train_gpt"), "--config", CONFIG, "--metrics-out", metrics]
     for s in sets:
-        cmd += ["--set", s]
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        print("+ " + " ".join(cmd) + "\n" + p.stdout, flush=True)
-        fail(f"train_gpt exited with status {p.returncode} (command and output above)")
-    rss = []
-    for name in sorted(os.listdir(rss_dir)):
-        text = open(os.path.join(rss_dir, name)).read().split()
-        if not text or not text[-1].isdigit():
-            fail(f"{rss_dir}/{name}: no peak RSS from /usr/bin/time (read {text})")
-        rss.append(int(text[-1]))
-    if len(rss) != a.ranks:
-        fail(f"expected a peak-RSS file from /usr/bin/time for each of {a.ranks} ranks in {rss_dir}, found {len(rss)}")
-    return p.stdout, rss
+        argv += ["--set", s]
+    return run_ranks(a.mpirun, a.ranks, argv, metrics + ".rss")
 
 
 def read_metrics(path):
@@ -211,12 +187,6 @@ def peer_rank(rank, cfg):
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_peer(a, init_from, bf16, checkpoint, out):
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
@@ -232,55 +202,7 @@ def run_peer(a, init_from, bf16, checkpoint, out):
     return rate, [r["rss_kib"] for r in ranks]
 
 
-# ---- the physical limit: GEMM throughput of the same rank layout ----
-
-# One rank's share: square matrix products in `dtype` on `threads` threads for `seconds`, started
-# together with the other ranks' processes (so they compete for the cores as the training ranks do).
-GEMM_CODE = r"""
-import sys, time, torch
-dtype, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-torch.set_num_threads(threads)
-dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
-n = 1024
-a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
-a @ b
-print("ready", flush=True)
-sys.stdin.readline()  # every rank's process starts at once
-ops, t0 = 0, time.perf_counter()
-while True:
-    a @ b
-    ops += 1
-    elapsed = time.perf_counter() - t0
-    if elapsed >= seconds:
-        break
-print(2 * n ** 3 * ops / elapsed, flush=True)
-"""
-
-
-def gemm_peak(dtype, ranks, threads, seconds=3.0):
-    """FLOP/s of `ranks` processes doing [1024 x 1024] products in `dtype` at once, `threads` intra-op
-    (and OpenBLAS) threads each, summed: the GEMM peak of this rank layout on this machine."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    procs = [subprocess.Popen([sys.executable, "-c", GEMM_CODE, dtype, str(threads), str(seconds)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env)
-             for _ in range(ranks)]
-    for p in procs:
-        line = p.stdout.readline()
-        if line.strip() != "ready":
-            fail(f"GEMM peak ({dtype}): a process printed {line!r} instead of getting ready")
-    for p in procs:
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    total = 0.0
-    for p in procs:
-        out, _ = p.communicate()
-        try:
-            total += float(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            fail(f"GEMM peak ({dtype}): a process printed {out!r} (exit {p.returncode})")
-    return total
-
+# ---- the physical limit ----
 
 def model_flops_per_token(m):
     """Training FLOPs per token of the GPT (forward + backward = 3 x forward; recomputation not

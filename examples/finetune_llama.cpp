@@ -4,7 +4,7 @@
 //
 //   mpirun -n 2 build/bin/finetune_llama MODEL_DIR --data chat.jsonl --seq-len 512 --global-batch 16
 //       --steps 200 --lora-rank 8 --ckpt-dir ckpt --save-every 50 [--resume auto]
-//   -> step 1 loss 2.71828183 samples [12, 40, 3, ...]          (one line per step, from rank 0)
+//   -> step 1 loss 2.71828183 samples [12, 40, 3, ...] time 1.2345 s   (one line per step, from rank 0)
 //
 // Records are {"text"}, {"prompt", "completion"} (the prompt untrained) or {"messages"} (rendered
 // by the tokenizer's chat template, only assistant turns trained); each rank tokenizes them into
@@ -23,6 +23,7 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -239,10 +240,13 @@ Step train_step(zs::Session& s, zs::ShardingEngine& engine, zm::LlamaForCausalLM
           std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel()), stop_signal};
 }
 
-void print_step(int64_t step, const Step& r) {
+// `seconds`: rank 0's wall time of the step: reading its samples, forward, backward, the optimizer
+// step, and the collectives that end it (so the slowest rank's work is in it too).
+void print_step(int64_t step, const Step& r, double seconds) {
   std::string ids;
   for (size_t i = 0; i < r.samples.size(); ++i) ids += (i ? ", " : "") + std::to_string(r.samples[i]);
-  std::printf("step %lld loss %.9f samples [%s]\n", static_cast<long long>(step), r.loss, ids.c_str());
+  std::printf("step %lld loss %.9f samples [%s] time %.4f s\n", static_cast<long long>(step), r.loss, ids.c_str(),
+              seconds);
   std::fflush(stdout);
 }
 
@@ -303,9 +307,11 @@ int run(zs::Session& s) {
   model->train();
   const zs::StopSignals stop;  // SIGTERM / SIGUSR1: stop after the step, with a checkpoint
   while (step < a.steps) {
+    const auto started = std::chrono::steady_clock::now();
     const Step r = train_step(s, engine, model, *opt, stream, a.micro_batches, step + 1, stop);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
     ++step;
-    if (s.rank() == 0) print_step(step, r);
+    if (s.rank() == 0) print_step(step, r, took.count());
     const bool due = (a.save_every > 0 && step % a.save_every == 0) || step == a.steps;
     if (ckpt && (due || (r.stop_signal != 0 && step < a.steps))) save(*ckpt, *opt, stream, a, step, s.rank());
     if (r.stop_signal != 0 && step < a.steps) {

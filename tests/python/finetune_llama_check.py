@@ -250,9 +250,9 @@ def finetune(a, ranks, *extra):
 
 
 def steps_of(out):
-    """{step: (loss, [sample ids])} from the `step N loss X samples [...]` lines."""
+    """{step: (loss, [sample ids])} from the `step N loss X samples [...] time T s` lines."""
     steps = {}
-    for m in re.finditer(r"^step (\d+) loss (\S+) samples \[([0-9, ]*)\]$", out, re.M):
+    for m in re.finditer(r"^step (\d+) loss (\S+) samples \[([0-9, ]*)\] time [0-9.]+ s$", out, re.M):
         steps[int(m.group(1))] = (float(m.group(2)), [int(x) for x in m.group(3).split(",") if x.strip()])
     return steps
 
