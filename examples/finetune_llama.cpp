@@ -18,6 +18,7 @@
 // command with --resume auto continues. Exports: zeroshard-ckpt export --format hf|peft|gguf on
 // the checkpoint directory.
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <torch/utils.h>
@@ -264,6 +265,10 @@ int run(zs::Session& s) {
   const std::optional<Args> args = parse(s);
   if (!args) return 0;
   const Args& a = *args;
+  // Intra-op threads: this host's cores shared by its ranks (as the training library's programs do;
+  // the Session shares OpenBLAS's the same way), not every core in every rank.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  at::set_num_threads(std::max(1, static_cast<int>(cores) / std::max(1, s.local_world_size())));
   const zm::LlamaConfig cfg = zm::LlamaConfig::read(a.model);
   ZS_REQUIRE(a.seq_len <= cfg.max_position_embeddings, zs::UsageError, "--seq-len ", a.seq_len,
              " exceeds the model's max_position_embeddings of ", cfg.max_position_embeddings, " (", cfg.path, ")");
