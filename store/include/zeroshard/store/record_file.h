@@ -13,6 +13,7 @@
 //
 // Not thread-safe (the training thread drives it); the I/O engine's thread does the transfers.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
