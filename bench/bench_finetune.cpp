@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -163,6 +164,35 @@ std::unique_ptr<zs::ShardedOptimizer> make_row_optimizer(zs::Session& s, const A
   return std::make_unique<zs::OffloadedOptimizer>(oc, oo, s.rank(), &engine.memory());
 }
 
+// The loss of one step's batch, computed inside the engine's forward.
+using LossOfStep = std::function<at::Tensor()>;
+
+// The row's steps: AdamW (on NVMe where the row says), a batch per step drawn from a generator
+// seeded by step and rank (outside the timed part), forward, backward, clipping, the optimizer
+// step. Fills the row's trainable count, peak (allocator, max over ranks) and median step time
+// after the first step.
+void measure_steps(zs::Session& s, const Args& a, zs::ShardingEngine& engine, Row& r,
+                   const std::function<LossOfStep(at::Generator&)>& batch) {
+  std::unique_ptr<zs::ShardedOptimizer> opt = make_row_optimizer(s, a, engine, r);
+  r.trainable = engine.num_trainable_params();
+  zs::reset_host_memory_peak();
+  std::vector<double> times;
+  for (int step = 0; step < a.steps; ++step) {
+    auto g = torch::make_generator<at::CPUGeneratorImpl>(100 * step + s.rank());
+    const LossOfStep loss_of = batch(g);
+    const double seconds = zs_bench::time_step(*s.world(), [&] {
+      at::Tensor loss = engine.forward(loss_of);
+      loss.backward();
+      engine.clip_grad_norm(1.0);
+      engine.step(*opt);
+      engine.zero_grad();
+    });
+    if (step > 0) times.push_back(seconds);
+  }
+  r.peak_bytes = max_over_ranks(s, zs::host_memory_stats().peak, "bench.finetune.peak");
+  r.step_s = zs_bench::median(times);
+}
+
 void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   torch::manual_seed(2);
   zm::Gpt model(model_options(a, r.checkpointing));
@@ -181,24 +211,10 @@ void run_row(zs::Session& s, const Args& a, const std::string& base, Row& r) {
   zs::PretrainedOptions po;
   po.not_required = {"*lora_A", "*lora_B"};
   zs::load_pretrained(engine, base, po);
-  std::unique_ptr<zs::ShardedOptimizer> opt = make_row_optimizer(s, a, engine, r);
-  r.trainable = engine.num_trainable_params();
-  zs::reset_host_memory_peak();
-  std::vector<double> times;
-  for (int step = 0; step < a.steps; ++step) {
-    auto g = torch::make_generator<at::CPUGeneratorImpl>(100 * step + s.rank());
+  measure_steps(s, a, engine, r, [&](at::Generator& g) -> LossOfStep {
     const at::Tensor x = torch::randint(256, {a.batch, a.seq}, g), y = torch::randint(256, {a.batch, a.seq}, g);
-    const double seconds = zs_bench::time_step(*s.world(), [&] {
-      at::Tensor loss = engine.forward([&] { return zs_bench::lm_loss(model->forward(x).to(at::kFloat), y); });
-      loss.backward();
-      engine.clip_grad_norm(1.0);
-      engine.step(*opt);
-      engine.zero_grad();
-    });
-    if (step > 0) times.push_back(seconds);
-  }
-  r.peak_bytes = max_over_ranks(s, zs::host_memory_stats().peak, "bench.finetune.peak");
-  r.step_s = zs_bench::median(times);
+    return [&model, x, y] { return zs_bench::lm_loss(model->forward(x).to(at::kFloat), y); };
+  });
 }
 
 // The Llama-family shape of the options (untied head, HF's initialisation).
@@ -242,24 +258,10 @@ void run_llama_row(zs::Session& s, const Args& a, Row& r) {
   zs::ShardedInit init(s, so);
   zm::LlamaForCausalLM model(zm::LlamaOptions{cfg, s.device(), r.checkpointing});
   zs::ShardingEngine engine(init, model.ptr());
-  std::unique_ptr<zs::ShardedOptimizer> opt = make_row_optimizer(s, a, engine, r);
-  r.trainable = engine.num_trainable_params();
-  zs::reset_host_memory_peak();
-  std::vector<double> times;
-  for (int step = 0; step < a.steps; ++step) {
-    auto g = torch::make_generator<at::CPUGeneratorImpl>(100 * step + s.rank());
+  measure_steps(s, a, engine, r, [&](at::Generator& g) -> LossOfStep {
     const at::Tensor ids = torch::randint(a.vocab, {a.batch, a.seq}, g);
-    const double seconds = zs_bench::time_step(*s.world(), [&] {
-      at::Tensor loss = engine.forward([&] { return zm::causal_lm_loss(model->forward(ids), ids); });
-      loss.backward();
-      engine.clip_grad_norm(1.0);
-      engine.step(*opt);
-      engine.zero_grad();
-    });
-    if (step > 0) times.push_back(seconds);
-  }
-  r.peak_bytes = max_over_ranks(s, zs::host_memory_stats().peak, "bench.finetune.peak");
-  r.step_s = zs_bench::median(times);
+    return [&model, ids] { return zm::causal_lm_loss(model->forward(ids), ids); };
+  });
 }
 
 }  // namespace
