@@ -14,6 +14,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint_internal.h"
 #include "zeroshard/base/error.h"
@@ -26,6 +30,50 @@ namespace zeroshard {
 namespace {
 
 std::vector<int64_t> shape_of(const google::protobuf::RepeatedField<int64_t>& s) { return {s.begin(), s.end()}; }
+
+// A flat parameter's name is its unit's, with the storage of frozen ones appended: "layer.0"
+// (trainable), "layer.0 (frozen)" (fp32), "layer.0 (nf4)" (a codec's). {unit, storage}.
+std::pair<std::string, std::string> split_flat_name(const std::string& name) {
+  const size_t open = name.rfind(" (");
+  if (open == std::string::npos || name.back() != ')') return {name, ""};
+  return {name.substr(0, open), name.substr(open + 2, name.size() - open - 3)};
+}
+
+constexpr const char* kSameStorage =
+    ": resume with the storage the run was saved with (precision.frozen_linear; finetune_llama --nf4)";
+
+// A unit whose frozen weights the checkpoint stores one way (fp32 or a codec's) and the model
+// another moves every later parameter: name that cause instead of the first parameter it moved. A
+// unit may hold frozen weights of several storages (NF4 projections beside fp32 norms).
+void check_frozen_storage(const ckpt::Manifest& m, const std::vector<FlatShard*>& flats, const std::string& dir) {
+  using Storages = std::map<std::string, std::set<std::string>>;  // unit -> its frozen storages
+  Storages saved, mine;
+  for (const auto& fe : m.flats()) {
+    const auto [unit, storage] = split_flat_name(fe.unit());
+    if (!storage.empty()) saved[unit].insert(storage == "frozen" ? "fp32" : storage);
+  }
+  for (const FlatShard* f : flats) {
+    const auto [unit, storage] = split_flat_name(f->name());
+    if (!storage.empty()) mine[unit].insert(storage == "frozen" ? "fp32" : storage);
+  }
+  auto list = [](const std::set<std::string>& storages) {
+    std::string out;
+    for (const std::string& st : storages) out += (out.empty() ? "" : " and ") + st;
+    return out;
+  };
+  for (const auto& [unit, theirs] : saved) {
+    const auto it = mine.find(unit);
+    if (it == mine.end() || it->second == theirs) continue;
+    for (const std::string& st : theirs) {
+      ZS_REQUIRE(it->second.count(st) != 0, CheckpointError, "checkpoint '", dir, "' stores frozen weights of unit '",
+                 unit, "' as ", st, ", the model stores that unit's as ", list(it->second), kSameStorage);
+    }
+    for (const std::string& st : it->second) {
+      ZS_REQUIRE(theirs.count(st) != 0, CheckpointError, "the model stores frozen weights of unit '", unit, "' as ",
+                 st, ", checkpoint '", dir, "' stores that unit's as ", list(theirs), kSameStorage);
+    }
+  }
+}
 
 // The saved shards of a checkpoint: a reader per shard rank, opened on first use; elements
 // [lo, hi) of one saved flat section gathered from the shards that hold them.
@@ -136,6 +184,7 @@ void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, c
 void Checkpointer::Impl::check_structure(const ckpt::Manifest& m, const std::vector<FlatShard*>& flats,
                                          const std::string& dir) const {
   using detail::shape_str;
+  check_frozen_storage(m, flats, dir);
   // Compare parameter by parameter first, so the error names the first parameter that differs.
   std::vector<const ckpt::ParamEntry*> saved;
   for (const auto& fe : m.flats()) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error_text.h"
 #include "common/nf4_reference.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
@@ -407,6 +408,12 @@ TEST(Lora, Nf4BaseTrainsAsPlainLoraOverTheReferenceRoundTrip) {
   const auto straight = train_sharded({Strategy::kFullShard, false, true});
   const auto [d, name] = worst_difference(resumed, straight);
   EXPECT_EQ(d, 0.0) << "resumed from step " << kSteps / 2 << ": " << name << " differs by " << d;
+  // Resumed without NF4: the error names the unit whose frozen weights are stored otherwise.
+  ShardedRun plain{Strategy::kFullShard, false, /*nf4=*/false};
+  plain.load_dir = root;
+  const std::string err = zs::test::error_text_of<zs::CheckpointError>([&] { train_sharded(plain); });
+  EXPECT_CONTAINS(err, "stores frozen weights of unit '<root>' as nf4, the model stores that unit's as fp32: resume "
+                       "with the storage the run was saved with (precision.frozen_linear; finetune_llama --nf4)");
   zs::test::world()->barrier("test.root_done")->wait();
   if (zs::test::rank() == 0) std::filesystem::remove_all(root);
 }
