@@ -3,7 +3,7 @@
 // the tokenizer files with their chat template) on JSONL data, fully sharded over the job's ranks.
 //
 //   mpirun -n 2 build/bin/finetune_llama MODEL_DIR --data chat.jsonl --seq-len 512 --global-batch 16
-//       --steps 200 --lora-rank 8 --ckpt-dir ckpt --save-every 50 [--resume auto]
+//       --steps 200 --lora-rank 8 [--nf4] --ckpt-dir ckpt --save-every 50 [--resume auto]
 //   -> step 1 loss 2.71828183 samples [12, 40, 3, ...] time 1.2345 s   (one line per step, from rank 0)
 //
 // Records are {"text"}, {"prompt", "completion"} (the prompt untrained) or {"messages"} (rendered
@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "zeroshard/base/cli.h"
+#include "zeroshard/adapt/nf4.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/core/main.h"
@@ -65,7 +66,7 @@ struct Args {
   int64_t seq_len = 512, global_batch = 8, steps = 100, save_every = 0, lora_rank = 0, seed = 0;
   int micro_batches = 1;
   double lr = 1e-4, weight_decay = 0, lora_alpha = 16;
-  bool no_shuffle = false;
+  bool no_shuffle = false, nf4 = false;
 };
 
 void check_args(zs::cli::App& app, const Args& a) {
@@ -77,6 +78,9 @@ void check_args(zs::cli::App& app, const Args& a) {
   if (!a.resume.empty() && a.ckpt_dir.empty()) app.fail("--resume needs --ckpt-dir (where the resumed run saves)");
   if (a.lora_rank == 0 && (app.given("--lora-alpha") || app.given("--lora-targets"))) {
     app.fail("--lora-alpha and --lora-targets apply to LoRA: give --lora-rank");
+  }
+  if (a.nf4 && a.lora_rank == 0) {
+    app.fail("--nf4 stores the frozen base weights in 4 bits: it needs LoRA adapters to train (--lora-rank N)");
   }
 }
 
@@ -101,6 +105,9 @@ std::optional<Args> parse(const zs::Session& s) {
   app.add_int("--lora-rank", &a.lora_rank, "LoRA adapters of this rank, the base frozen (default 0: all weights)", 0);
   app.add_number("--lora-alpha", &a.lora_alpha, "the adapters' output is scaled by alpha / rank (default 16)", 0);
   app.add_text("--lora-targets", &a.lora_targets, "the layers that get adapters (default q_proj,v_proj)", "LIST");
+  app.add_flag("--nf4", &a.nf4,
+               "QLoRA: keep the frozen weights of the projections in 4-bit NF4 (needs --lora-rank); "
+               "they are dequantised to fp32 when a layer runs");
   app.add_text("--ckpt-dir", &a.ckpt_dir, "where checkpoints are saved (at the end, and every --save-every steps)",
                "DIR");
   app.add_int("--save-every", &a.save_every, "save a checkpoint every N steps", 1);
@@ -292,6 +299,9 @@ int run(zs::Session& s) {
   const std::optional<zs::lora::Options> lora =
       a.lora_rank > 0 ? std::optional<zs::lora::Options>(lora_options(a)) : std::nullopt;
   if (lora) sharding.unit_hooks.push_back(zs::lora::unit_hook(*lora));
+  // After LoRA's hook: the frozen base weight of every adapted projection (and every projection
+  // without adapters, frozen too) is quantised as the HF weights are loaded into its shard.
+  if (a.nf4) sharding.unit_hooks.push_back(zs::nf4::frozen_linear_hook());
   zs::ShardedInit init(s, sharding);
   zm::LlamaForCausalLM model(zm::LlamaOptions{cfg, s.device()});
   zs::ShardingEngine engine(init, model.ptr());

@@ -13,6 +13,10 @@
   finetune_llama_check.py resume --fixture DIR --bin BUILD/bin --mpirun MPIRUN
       6 steps at 1 rank against 2 steps at 2 ranks, resumed for 2 at 4 ranks, resumed for 2 at 1
       rank (same global batch): the same sample ids at every step, losses within 1e-6
+  finetune_llama_check.py qlora --fixture DIR --bin BUILD/bin --mpirun MPIRUN --clients BUILD/clients/node_modules
+      QLoRA (LoRA over the base stored in NF4) at 2 ranks: the loss falls and the held-out NLL ends
+      within 5% of LoRA over the fp32 base's; the merged GGUF export gives llama.cpp the NLL
+      zeroshard-eval prints for the checkpoint (1e-5 relative) and the same greedy continuation
   finetune_llama_check.py errors --fixture DIR --bin BUILD/bin --mpirun MPIRUN
       bad input, each refused with its exact message
   finetune_llama_check.py stop --fixture DIR --bin BUILD/bin --mpirun MPIRUN
@@ -229,6 +233,15 @@ def cmd_fixture(a):
     # Text for zeroshard-eval: held-out conversations, rendered as the template renders them.
     write_jsonl(os.path.join(a.out, "eval_text.jsonl"),
                 [{"text": render(c["messages"])} for c in conversations(random.Random(99), 8)])
+    # The tokenizer a GGUF export embeds: the model's without the reserved token at id MODEL_VOCAB,
+    # which lies outside the model's vocabulary (a GGUF's vocabulary is the model's).
+    gguf_tok = os.path.join(a.out, "gguf_tokenizer")
+    os.makedirs(gguf_tok)
+    tok = tokenizer_json(merges, symbols)
+    tok["added_tokens"] = [t for t in tok["added_tokens"] if t["content"] != RESERVED]
+    with open(os.path.join(gguf_tok, "tokenizer.json"), "w") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    shutil.copy(os.path.join(model, "tokenizer_config.json"), gguf_tok)
     print("wrote %s: %d merges, %d conversations" % (a.out, len(merges), len(chats)))
 
 
@@ -312,6 +325,68 @@ def cmd_e2e(a):
     check(tuned < base - 0.1, "the fine-tune scores held-out chats better than the base")
     check(abs(merged - tuned) <= 1e-5 * abs(tuned), "the exported directory scores as the checkpoint (1e-5 rel)")
     check(abs(adapted - tuned) <= 1e-4 * abs(tuned), "base + adapter scores as the checkpoint (1e-4 rel)")
+    finish()
+
+
+def llama_cpp(a, gguf, ids, prompt, work):
+    """llama.cpp on `gguf` (tests/models/llama_cpp_nll.mjs): the mean NLL of the ids in the file `ids`,
+    and the greedy continuation (16 tokens) of their first len(prompt) ids."""
+    jobs, out = os.path.join(work, "jobs.json"), os.path.join(work, "llama_cpp.json")
+    with open(jobs, "w") as f:
+        json.dump([{"gguf": gguf, "ids": ids, "out": out, "generate": 16, "prompt_len": len(prompt)}], f)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", "llama_cpp_nll.mjs")
+    run(["node", script, "--modules", a.clients, "--jobs", jobs])
+    return json.load(open(out))
+
+
+def cmd_qlora(a):
+    work = os.path.join(a.fixture, "qlora")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    common = ["--data", os.path.join(a.fixture, "mixed.jsonl"), "--seq-len", "64", "--global-batch", "8",
+              "--steps", "12", "--lr", "1e-2", "--lora-rank", "8", "--lora-alpha", "16",
+              "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]
+    ckpt, full_ckpt = os.path.join(work, "ckpt"), os.path.join(work, "ckpt-fp32-base")
+    p = finetune(a, 2, *common, "--nf4", "--ckpt-dir", ckpt)
+    print(p.stdout.strip())
+    steps = steps_of(p.stdout)
+    losses = [steps[s][0] for s in sorted(steps)]
+    check(len(losses) == 12, "12 step lines (got %d)" % len(losses))
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    check(all(math.isfinite(x) for x in losses) and last < 0.8 * first,
+          "the loss falls by more than 20%%: first 3 steps %.4f, last 3 %.4f" % (first, last))
+    finetune(a, 2, *common, "--ckpt-dir", full_ckpt)
+    ids, idlist = eval_ids(a, work)
+    window = os.path.join(work, "window_ids.json")  # one window of llama.cpp's 256-token context
+    with open(window, "w") as f:
+        json.dump(idlist[:128], f)
+    base = eval_nll(a, os.path.join(a.fixture, "model"), ids)
+    qlora = eval_nll(a, ckpt, ids)
+    lora = eval_nll(a, full_ckpt, ids)
+    print("zeroshard-eval on %d held-out chat tokens: base %.6f, LoRA over the fp32 base %.6f, over the NF4 base "
+          "%.6f" % (len(idlist), base, lora, qlora))
+    check(qlora < base - 0.1, "the QLoRA fine-tune scores held-out chats better than the base")
+    check(abs(qlora - lora) <= 0.05 * lora, "QLoRA ends within 5%% of LoRA over the fp32 base (%.6f vs %.6f)"
+          % (qlora, lora))
+    gguf = os.path.join(work, "merged.gguf")
+    print(run([os.path.join(a.bin, "zeroshard-ckpt"), "export", ckpt, gguf, "--format", "gguf", "--tokenizer",
+               os.path.join(a.fixture, "gguf_tokenizer")]).stdout.strip())
+    ours = eval_nll(a, ckpt, window)
+    theirs = llama_cpp(a, gguf, window, idlist[:8], work)
+    p = run([a.mpirun, "-n", "2", "--oversubscribe", os.path.join(a.bin, "zeroshard-eval"), ckpt, "--generate", "16",
+             "--prompt-ids", ",".join(str(i) for i in idlist[:8])])
+    greedy = json.loads([l for l in p.stdout.splitlines() if l.startswith("{")][-1])["generated"]
+    print("the first %d held-out tokens: zeroshard-eval on the checkpoint %.8f, llama.cpp on the merged GGUF %.8f; "
+          "greedy continuations of 8 of them: %s, %s" % (len(idlist[:128]), ours, theirs["nll"], greedy,
+                                                         theirs["generated"]))
+    check(abs(theirs["nll"] - ours) <= 1e-5 * abs(ours), "llama.cpp's mean NLL equals zeroshard's (1e-5 relative)")
+    check(greedy == theirs["generated"], "llama.cpp continues the prompt as zeroshard-eval does (16 greedy tokens)")
+    expect_error(a, "resuming the QLoRA checkpoint without --nf4",
+                 [os.path.join(a.fixture, "model"), "--data", os.path.join(a.fixture, "chat.jsonl")] + common +
+                 ["--steps", "13", "--ckpt-dir", ckpt, "--resume", "auto"],
+                 "checkpoint '%s' stores frozen weights of unit '<root>' as nf4, the model stores that unit's as fp32: "
+                 "resume with the storage the run was saved with (precision.frozen_linear; finetune_llama --nf4)"
+                 % os.path.join(ckpt, "step-00000012"), ranks=2)
     finish()
 
 
@@ -419,6 +494,8 @@ def cmd_errors(a):
                  "of 2 (e.g. 2)", ranks=2)
     expect_error(a, "a missing model directory", [os.path.join(work, "no-model"), "--data", chat],
                  "model config '%s' cannot be read (no such file)" % os.path.join(work, "no-model"))
+    expect_error(a, "--nf4 without LoRA", [model, "--data", chat, "--nf4"],
+                 "--nf4 stores the frozen base weights in 4 bits: it needs LoRA adapters to train (--lora-rank N)")
     missing = os.path.join(work, "missing.jsonl")
     expect_error(a, "missing data file", [model, "--data", missing], "--data '%s': no such file" % missing)
     ckpt = os.path.join(work, "ckpt")
@@ -437,13 +514,16 @@ def main():
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fixture")
     f.add_argument("--out", required=True)
-    for name in ("e2e", "resume", "errors", "stop"):
+    for name in ("e2e", "qlora", "resume", "errors", "stop"):
         c = sub.add_parser(name)
         c.add_argument("--fixture", required=True)
         c.add_argument("--bin", required=True)
         c.add_argument("--mpirun", required=True)
+        if name == "qlora":
+            c.add_argument("--clients", required=True, help="node_modules with node-llama-cpp")
     a = p.parse_args()
-    {"fixture": cmd_fixture, "e2e": cmd_e2e, "resume": cmd_resume, "errors": cmd_errors, "stop": cmd_stop}[a.command](a)
+    {"fixture": cmd_fixture, "e2e": cmd_e2e, "qlora": cmd_qlora, "resume": cmd_resume, "errors": cmd_errors,
+     "stop": cmd_stop}[a.command](a)
 
 
 if __name__ == "__main__":
