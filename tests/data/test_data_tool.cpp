@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error_text.h"
 #include "data/data_test_util.h"
 #include "zeroshard/data/packing.h"
+#include "zeroshard/data/shard_manifest.h"
 #include "zeroshard/data/token_shards.h"
 
 namespace zs = zeroshard;
@@ -53,6 +55,20 @@ TEST(DataTool, MakesShardsAndInspectsThem) {
   std::vector<uint8_t> mask(16);
   shards.read_loss_mask(0, 16, mask.data());
   EXPECT_EQ(mask, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+
+  // The manifest reads back (by folder or by file) with what the tool wrote.
+  const zd::ShardManifest m = zd::read_shard_manifest(d + "/out");
+  EXPECT_EQ(m.path, d + "/out/shard_manifest.json");
+  EXPECT_EQ(m.tokenizer, "bytes");
+  EXPECT_EQ(m.vocab_size, 256);
+  EXPECT_FALSE(m.eos_id.has_value()) << "--no-eos";
+  EXPECT_EQ(m.shard_paths(), std::vector<std::string>{d + "/out/shard_000000.bin"});
+  EXPECT_EQ(m.shards.at(0).tokens, 16);
+  EXPECT_EQ(m.shards.at(0).trained_tokens, 15);
+  EXPECT_EQ(zd::read_shard_manifest(m.path).documents, 4);
+  EXPECT_TRUE(zd::is_shard_set(d + "/out"));
+  EXPECT_TRUE(zd::is_shard_set(m.path));
+  EXPECT_FALSE(zd::is_shard_set(d + "/a.jsonl"));
 
   out = tool("inspect --tokens 5 " + d + "/out/shard_000000.bin", &status);
   EXPECT_EQ(status, 0);
@@ -130,4 +146,28 @@ TEST(DataTool, SaysWhatIsWrongWithBadInput) {
     EXPECT_EQ(tool_errors(args, &status), message) << args;
     EXPECT_NE(status, 0) << args;
   }
+}
+
+TEST(DataTool, ShardManifestErrorsNameTheFileAndWhat) {
+  zs::test::RankDir dir("data_tool_manifest");
+  const std::string d = dir.path;
+  EXPECT_EQ(zs::test::message_of<zs::UsageError>([&] { zd::read_shard_manifest(d); }),
+            "'" + d + "' holds no *_manifest.json: a set of token shards is complete once zeroshard-data shards has "
+            "written its manifest");
+  const std::string good = "{\"format\":\"llmc\",\"token_bytes\":2,\"tokenizer\":\"bytes\",\"vocab_size\":256,"
+                           "\"documents\":1,\"tokens\":3,\"trained_tokens\":3,\"shards\":[{\"file\":\"x.bin\","
+                           "\"tokens\":3,\"documents\":1,\"trained_tokens\":3}]}";
+  zs::test::write_bytes(d + "/a_manifest.json", good);
+  EXPECT_EQ(zs::test::message_of<zs::DataError>([&] { zd::read_shard_manifest(d); }),
+            "shard manifest '" + d + "/a_manifest.json' lists 'x.bin', which is not in '" + d + "'");
+  zs::test::write_bytes(d + "/b_manifest.json", good.substr(0, 40));
+  EXPECT_EQ(zs::test::message_of<zs::UsageError>([&] { zd::read_shard_manifest(d); }),
+            "'" + d + "' holds 2 shard manifests ('a_manifest.json', 'b_manifest.json'): name the one to use");
+  EXPECT_CONTAINS(zs::test::message_of<zs::DataError>([&] { zd::read_shard_manifest(d + "/b_manifest.json"); }),
+                  "shard manifest '" + d + "/b_manifest.json' is not valid JSON: ");
+  std::string no_vocab = good;
+  no_vocab.replace(no_vocab.find("\"vocab_size\":256"), 16, "\"vocab_size\":\"x\"");
+  zs::test::write_bytes(d + "/b_manifest.json", no_vocab);
+  EXPECT_EQ(zs::test::message_of<zs::DataError>([&] { zd::read_shard_manifest(d + "/b_manifest.json"); }),
+            "shard manifest '" + d + "/b_manifest.json': \"vocab_size\" is missing or not an integer");
 }

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -14,8 +15,8 @@
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/data/corpus_builder.h"
+#include "zeroshard/data/shard_manifest.h"
 #include "zeroshard/text/tokenizer.h"
 
 namespace zeroshard::data_tool {
@@ -78,27 +79,6 @@ std::unique_ptr<text::Tokenizer> open_tokenizer(const std::string& name) {
   return name == "bytes" ? text::byte_tokenizer() : text::load_tokenizer(name);
 }
 
-void write_manifest(const ShardsArgs& a, const text::Tokenizer& tok, const data::BuildResult& r, int bytes_per_token) {
-  std::vector<JsonObject> files;
-  for (const data::WrittenShard& s : r.shards) {
-    JsonObject f;
-    f.add("file", s.path.substr(s.path.find_last_of('/') + 1))
-        .add("tokens", s.tokens)
-        .add("documents", s.documents)
-        .add("trained_tokens", s.trained_tokens);
-    files.push_back(f);
-  }
-  JsonObject m;
-  m.add("format", "llmc").add("token_bytes", bytes_per_token).add("tokenizer", a.tokenizer);
-  m.add("vocab_size", static_cast<int64_t>(tok.vocab_size()));
-  if (!a.no_eos) m.add("eos_id", static_cast<int64_t>(*tok.eos_id()));
-  m.add("documents", r.documents).add("tokens", r.tokens).add("trained_tokens", r.trained_tokens).add("shards", files);
-  const std::string path = a.out + "/" + a.prefix + "_manifest.json";
-  std::ofstream out(path);
-  out << m.str() << "\n";
-  ZS_REQUIRE(out.good(), IoError, "cannot write '", path, "'");
-}
-
 void print_summary(const ShardsArgs& a, const data::BuildResult& r, int bytes_per_token, double seconds) {
   const double pct = r.tokens > 0 ? 100.0 * static_cast<double>(r.trained_tokens) / static_cast<double>(r.tokens) : 0;
   std::printf("wrote %zu shard(s) to %s (llm.c format, uint%d tokens): %lld tokens in %lld documents, %lld of them "
@@ -146,7 +126,9 @@ int run_shards(const std::vector<std::string>& argv) {
   progress.finish();
   const double seconds = progress.elapsed();
   const int bytes_per_token = tok->vocab_size() <= 65536 ? 2 : 4;
-  write_manifest(a, *tok, r, bytes_per_token);
+  const std::optional<int64_t> eos = a.no_eos ? std::nullopt : std::optional<int64_t>(*tok->eos_id());
+  data::write_shard_manifest(data::manifest_of(r, a.tokenizer, tok->vocab_size(), eos),
+                             a.out + "/" + a.prefix + "_manifest.json");
   print_summary(a, r, bytes_per_token, seconds);
   return 0;
 }
