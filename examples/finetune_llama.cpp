@@ -8,7 +8,8 @@
 //
 // Records are {"text"}, {"prompt", "completion"} (the prompt untrained) or {"messages"} (rendered
 // by the tokenizer's chat template, only assistant turns trained); each rank tokenizes them into
-// token shards of its own (data/corpus_builder.h), packed into samples of --seq-len tokens that
+// token shards of its own (data/corpus_builder.h), or --data names a folder of shards that
+// `zeroshard-data shards --tokenizer MODEL_DIR` made once; packed into samples of --seq-len tokens that
 // keep the loss mask and never attend across documents (data/packing.h). Every step trains on
 // --global-batch samples of one global order (data/rank_stream.h), its loss the mean NLL over the
 // global batch's trained tokens whatever the ranks and micro-batches. Checkpoints store the data
@@ -45,6 +46,7 @@
 #include "zeroshard/data/corpus_builder.h"
 #include "zeroshard/data/packing.h"
 #include "zeroshard/data/rank_stream.h"
+#include "zeroshard/data/shard_manifest.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/engine/sharded_init.h"
 #include "zeroshard/models/hf_checkpoint.h"
@@ -71,7 +73,7 @@ struct Args {
 
 void check_args(zs::cli::App& app, const Args& a) {
   for (const std::string& f : a.data) {
-    if (!fs::is_regular_file(f)) app.fail("--data '" + f + "': no such file");
+    if (!fs::exists(f)) app.fail("--data '" + f + "': no such file or folder");
   }
   if (a.data.empty()) app.fail("give the training data with --data FILE.jsonl");
   if (a.save_every > 0 && a.ckpt_dir.empty()) app.fail("--save-every needs --ckpt-dir");
@@ -93,7 +95,10 @@ std::optional<Args> parse(const zs::Session& s) {
   app.usage("mpirun -n N finetune_llama MODEL_DIR --data FILE.jsonl [OPTIONS]");
   app.add_text("MODEL_DIR", &a.model, "a Hugging Face model directory: config.json, the weights, tokenizer files",
                "DIR")->required();
-  app.add_list("--data", &a.data, "a JSONL file of records (repeatable; read in the order given)", "FILE");
+  app.add_list("--data", &a.data,
+               "a JSONL file of records (repeatable; read in the order given), or a folder of token shards that "
+               "zeroshard-data shards made with this model's tokenizer",
+               "FILE|DIR");
   app.add_int("--seq-len", &a.seq_len, "tokens per packed sample (default 512)", 1);
   app.add_int("--global-batch", &a.global_batch, "samples per optimizer step over all ranks (default 8)", 1);
   app.add_int("--micro-batches", &a.micro_batches, "forward/backward passes per rank per step (default 1)", 1);
@@ -139,11 +144,18 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// This rank's token shards of the data, in a folder of its own that is removed at exit (every
-// rank builds the same shards, so nothing needs a shared file system).
-class RankShards {
+// The training data as token shards: a shard set zeroshard-data made (every rank reads its
+// samples from the same files), or JSONL that every rank tokenizes into a folder of its own,
+// removed at exit (every rank builds the same shards, so nothing needs a shared file system).
+class TrainingShards {
  public:
-  RankShards(const Args& a, const zs::Session& s, const zm::LlamaConfig& cfg, const zs::text::Tokenizer& tok) {
+  TrainingShards(const Args& a, const zs::Session& s, const zm::LlamaConfig& cfg, const zs::text::Tokenizer& tok) {
+    if (zd::is_shard_set(a.data.front())) {
+      ZS_REQUIRE(a.data.size() == 1, zs::UsageError, "--data '", a.data.front(), "' is a set of token shards; give it "
+                 "alone (it cannot be mixed with other --data inputs)");
+      use_manifest(zd::read_shard_manifest(a.data.front()), a, tok);
+      return;
+    }
     dir_ = (fs::temp_directory_path() /
             ("zeroshard-finetune-" + std::to_string(::getpid()) + "-rank" + std::to_string(s.rank()))).string();
     fs::remove_all(dir_);
@@ -157,22 +169,37 @@ class RankShards {
     o.writer = {dir_, "train", cfg.vocab_size};
     o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.local_world_size());
     o.seq_len = a.seq_len;
-    result_ = zd::build_shards(o, encoder);
+    const zd::BuildResult r = zd::build_shards(o, encoder);
+    const std::optional<int64_t> eos = tok.eos_id() ? std::optional<int64_t>(*tok.eos_id()) : std::nullopt;
+    manifest_ = zd::manifest_of(r, a.model, tok.vocab_size(), eos);
+    for (const zd::WrittenShard& w : r.shards) paths_.push_back(w.path);
   }
-  ~RankShards() {
+  ~TrainingShards() {
     std::error_code ignored;
-    fs::remove_all(dir_, ignored);
+    if (!dir_.empty()) fs::remove_all(dir_, ignored);
   }
-  std::vector<std::string> paths() const {
-    std::vector<std::string> out;
-    for (const zd::WrittenShard& w : result_.shards) out.push_back(w.path);
-    return out;
-  }
-  const zd::BuildResult& result() const { return result_; }
+  const std::vector<std::string>& paths() const { return paths_; }
+  const zd::ShardManifest& manifest() const { return manifest_; }
 
  private:
-  std::string dir_;
-  zd::BuildResult result_;
+  // Shards made elsewhere must hold what this model's tokenizer would have made: the same
+  // vocabulary and end-of-text id (the ids themselves are checked against the model as read).
+  void use_manifest(zd::ShardManifest m, const Args& a, const zs::text::Tokenizer& tok) {
+    const std::string remedy = ": make them with zeroshard-data shards --tokenizer " + a.model;
+    ZS_REQUIRE(m.vocab_size == tok.vocab_size(), zs::UsageError, "--data '", a.data.front(), "': the shards were "
+               "tokenized with a vocabulary of ", m.vocab_size, " ids (tokenizer '", m.tokenizer, "'), the model's "
+               "tokenizer has ", tok.vocab_size(), remedy);
+    const std::string theirs = m.eos_id ? std::to_string(*m.eos_id) : "none";
+    const std::string ours = tok.eos_id() ? std::to_string(*tok.eos_id()) : "none";
+    ZS_REQUIRE(theirs == ours, zs::UsageError, "--data '", a.data.front(), "': the shards end their documents with "
+               "token ", theirs, ", the model's tokenizer with ", ours, remedy);
+    paths_ = m.shard_paths();
+    manifest_ = std::move(m);
+  }
+
+  std::string dir_;  // the shards this rank built, or "" for a shard set made elsewhere
+  std::vector<std::string> paths_;
+  zd::ShardManifest manifest_;
 };
 
 // What a checkpoint of this program stores besides the tensors.
@@ -281,14 +308,14 @@ int run(zs::Session& s) {
              " exceeds the model's max_position_embeddings of ", cfg.max_position_embeddings, " (", cfg.path, ")");
   cfg.check_sequence_length(a.seq_len);
   const std::unique_ptr<zs::text::Tokenizer> tok = zs::text::load_tokenizer(a.model);
-  const RankShards shards(a, s, cfg, *tok);
+  const TrainingShards shards(a, s, cfg, *tok);
   auto samples = std::make_shared<zd::PackedSamples>(
       std::make_shared<zd::TokenShards>(shards.paths(), zd::ShardSetOptions{zd::TokenFormat::kLlmc, cfg.vocab_size}),
       zd::PackOptions{a.seq_len, zd::Boundaries::kIndex, -1});
   zd::RankStream stream(samples, {a.global_batch, a.micro_batches, !a.no_shuffle, static_cast<uint64_t>(a.seed)},
                         s.rank(), s.world_size());
   if (s.rank() == 0) {
-    const zd::BuildResult& r = shards.result();
+    const zd::ShardManifest& r = shards.manifest();
     std::printf("data: %lld documents, %lld tokens (%lld trained), %lld samples of %lld tokens, %lld steps per epoch\n",
                 static_cast<long long>(r.documents), static_cast<long long>(r.tokens),
                 static_cast<long long>(r.trained_tokens), static_cast<long long>(samples->num_samples()),

@@ -17,6 +17,9 @@
       QLoRA (LoRA over the base stored in NF4) at 2 ranks: the loss falls and the held-out NLL ends
       within 5% of LoRA over the fp32 base's; the merged GGUF export gives llama.cpp the NLL
       zeroshard-eval prints for the checkpoint (1e-5 relative) and the same greedy continuation
+  finetune_llama_check.py shards --fixture DIR --bin BUILD/bin --mpirun MPIRUN
+      the data made into token shards once by zeroshard-data: the run from the shard folder equals
+      the run from the JSONL (losses and samples); shards of another tokenizer are refused
   finetune_llama_check.py errors --fixture DIR --bin BUILD/bin --mpirun MPIRUN
       bad input, each refused with its exact message
   finetune_llama_check.py stop --fixture DIR --bin BUILD/bin --mpirun MPIRUN
@@ -390,6 +393,35 @@ def cmd_qlora(a):
     finish()
 
 
+def cmd_shards(a):
+    work = os.path.join(a.fixture, "shards")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    model, tool = os.path.join(a.fixture, "model"), os.path.join(a.bin, "zeroshard-data")
+    inputs = [os.path.join(a.fixture, "chat.jsonl"), os.path.join(a.fixture, "mixed.jsonl")]
+    shards, other = os.path.join(work, "shards"), os.path.join(work, "bytes")
+    print(run([tool, "shards", "--tokenizer", model, "--out", shards, "--progress", "none"] + inputs).stdout.strip())
+    common = ["--seq-len", "64", "--global-batch", "8", "--steps", "4", "--lr", "1e-2", "--lora-rank", "8"]
+    mpirun = [a.mpirun, "-n", "2", "--oversubscribe", os.path.join(a.bin, "finetune_llama"), model]
+    from_jsonl = steps_of(finetune(a, 2, "--data", inputs[1], *common).stdout)
+    from_shards = steps_of(run(mpirun + ["--data", shards] + common).stdout)
+    print("from JSONL: %s\nfrom shards: %s" % (from_jsonl, from_shards))
+    check(len(from_jsonl) == 4 and from_jsonl == from_shards,
+          "the run from zeroshard-data's shards equals the run from the JSONL (losses and samples of 4 steps)")
+    run([tool, "shards", "--tokenizer", "bytes", "--no-eos", "--out", other, "--progress", "none", inputs[1]])
+    expect_error(a, "shards of another tokenizer", [model, "--data", other] + common,
+                 "--data '%s': the shards were tokenized with a vocabulary of 256 ids (tokenizer 'bytes'), the "
+                 "model's tokenizer has %d: make them with zeroshard-data shards --tokenizer %s"
+                 % (other, MODEL_VOCAB + 1, model))
+    expect_error(a, "shards mixed with JSONL", [model, "--data", shards, "--data", inputs[0]] + common,
+                 "--data '%s' is a set of token shards; give it alone (it cannot be mixed with other --data inputs)"
+                 % shards)
+    expect_error(a, "a folder without a manifest", [model, "--data", work] + common,
+                 "'%s' holds no *_manifest.json: a set of token shards is complete once zeroshard-data shards has "
+                 "written its manifest" % work)
+    finish()
+
+
 def cmd_resume(a):
     work = os.path.join(a.fixture, "resume")
     shutil.rmtree(work, ignore_errors=True)
@@ -497,7 +529,7 @@ def cmd_errors(a):
     expect_error(a, "--nf4 without LoRA", [model, "--data", chat, "--nf4"],
                  "--nf4 stores the frozen base weights in 4 bits: it needs LoRA adapters to train (--lora-rank N)")
     missing = os.path.join(work, "missing.jsonl")
-    expect_error(a, "missing data file", [model, "--data", missing], "--data '%s': no such file" % missing)
+    expect_error(a, "missing data file", [model, "--data", missing], "--data '%s': no such file or folder" % missing)
     ckpt = os.path.join(work, "ckpt")
     common = [model, "--data", os.path.join(a.fixture, "chat.jsonl"), "--seq-len", "32", "--ckpt-dir", ckpt]
     run([a.mpirun, "-n", "2", "--oversubscribe", os.path.join(a.bin, "finetune_llama")] + common +
@@ -514,7 +546,7 @@ def main():
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fixture")
     f.add_argument("--out", required=True)
-    for name in ("e2e", "qlora", "resume", "errors", "stop"):
+    for name in ("e2e", "qlora", "shards", "resume", "errors", "stop"):
         c = sub.add_parser(name)
         c.add_argument("--fixture", required=True)
         c.add_argument("--bin", required=True)
@@ -522,8 +554,8 @@ def main():
         if name == "qlora":
             c.add_argument("--clients", required=True, help="node_modules with node-llama-cpp")
     a = p.parse_args()
-    {"fixture": cmd_fixture, "e2e": cmd_e2e, "qlora": cmd_qlora, "resume": cmd_resume, "errors": cmd_errors,
-     "stop": cmd_stop}[a.command](a)
+    {"fixture": cmd_fixture, "e2e": cmd_e2e, "qlora": cmd_qlora, "shards": cmd_shards, "resume": cmd_resume,
+     "errors": cmd_errors, "stop": cmd_stop}[a.command](a)
 
 
 if __name__ == "__main__":
