@@ -4,7 +4,7 @@
 #include "zeroshard/train/batches.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <vector>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/session.h"
@@ -43,11 +43,15 @@ BatchStream::BatchStream(std::shared_ptr<const Dataset> dataset, int64_t samples
              " per rank; lower train.batch_size or raise data.limit_train_samples");
 }
 
-void BatchStream::begin_epoch(int64_t epoch) {
+void BatchStream::begin_epoch(int64_t epoch, int64_t skip) {
+  ZS_REQUIRE(skip >= 0 && skip <= batches_per_epoch_, CheckpointError, "data position: batch ", skip, " of epoch ",
+             epoch, " is outside the epoch's ", batches_per_epoch_, " batches per rank");
   epoch_ = epoch;
-  consumed_ = 0;
+  consumed_ = skip;
   sampler_.set_epoch(epoch);
-  loader_.start(sampler_.indices());
+  std::vector<int64_t> order = sampler_.indices();
+  order.erase(order.begin(), order.begin() + skip * loader_.options().batch_size);
+  loader_.start(std::move(order));
 }
 
 Batch BatchStream::next() {
@@ -60,17 +64,6 @@ Batch BatchStream::next() {
   ZS_CHECK(b.has_value(), "an epoch of ", batches_per_epoch_, " batches delivered none");
   ++consumed_;
   return std::move(*b);
-}
-
-std::string BatchStream::position() const { return std::to_string(epoch_) + ":" + std::to_string(consumed_); }
-
-void BatchStream::seek(const std::string& position) {
-  long long epoch = -1, consumed = -1;
-  ZS_REQUIRE(std::sscanf(position.c_str(), "%lld:%lld", &epoch, &consumed) == 2 && consumed >= 0, CheckpointError,
-             "bad data position '", position, "' in the checkpoint (expected <epoch>:<batches>)");
-  if (epoch < 0) return;  // saved before the first batch
-  begin_epoch(epoch);
-  for (long long i = 0; i < consumed; ++i) next();
 }
 
 }  // namespace zeroshard

@@ -176,17 +176,29 @@ std::vector<double> Trainer::evaluate(const EvalSpec& eval) {
   return means;
 }
 
+namespace {
+// What a checkpoint stores of the data stream (TrainingState::global, the same on every rank):
+// the epoch and the optimizer steps taken in it, and the global batch they were taken with.
+constexpr const char* kDataKey = "train.data";
+constexpr const char* kBatchKey = "train.global_batch";
+}  // namespace
+
 int64_t Trainer::resume(BatchStream& stream) {
   ZS_REQUIRE(checkpointer_ != nullptr, UsageError, "--resume needs a checkpoint directory: --set checkpoint.dir=DIR");
   const TrainingState st = checkpointer_->load(*optimizer_);
   if (st.grad_scaler) scaler_.load_state(*st.grad_scaler);
-  auto it = st.per_rank.find("data");
-  if (it != st.per_rank.end()) {
-    stream.seek(it->second);
-  } else {
-    ZS_LOG(kWarn) << "checkpoint " << st.path << " has no data position for this rank (saved at another world "
-                  << "size): the data stream starts again at epoch 0";
-  }
+  const auto data = st.global.find(kDataKey), batch = st.global.find(kBatchKey);
+  ZS_REQUIRE(data != st.global.end() && batch != st.global.end(), CheckpointError, "checkpoint '", st.path,
+             "' holds no data position (", kDataKey, "): it was not saved by this program's training loop; to start "
+             "a new run from its weights, use model.init_from");
+  ZS_REQUIRE(batch->second == std::to_string(start_.plan.global_batch), ConfigError, "--resume: checkpoint '",
+             st.path, "' was trained with train.batch_size = ", batch->second, ", this run has ",
+             start_.plan.global_batch, ": resuming the data exactly needs the same global batch (model.init_from "
+             "starts a new run from the checkpoint's weights)");
+  long long epoch = -1, steps = -1;
+  ZS_REQUIRE(std::sscanf(data->second.c_str(), "%lld:%lld", &epoch, &steps) == 2 && steps >= 0, CheckpointError,
+             "checkpoint '", st.path, "': bad data position '", data->second, "' (expected <epoch>:<steps>)");
+  if (epoch >= 0) stream.begin_epoch(epoch, steps * start_.plan.micro_batches);
   steps_ = st.step;
   return st.step;
 }
@@ -198,7 +210,10 @@ void Trainer::save_if_due(const BatchStream& stream, bool last_step) {
   TrainingState st;
   st.step = steps_;
   st.grad_scaler = scaler_.state();
-  st.per_rank["data"] = stream.position();
+  // A global position: every rank has read as many batches, so any world size can continue it.
+  st.global[kDataKey] = std::to_string(stream.epoch()) + ":" + std::to_string(stream.consumed() /
+                                                                             start_.plan.micro_batches);
+  st.global[kBatchKey] = std::to_string(start_.plan.global_batch);
   saved_path_ = checkpointer_->save(*optimizer_, st);
   saved_step_ = steps_;
   if (last_step) checkpointer_->wait();

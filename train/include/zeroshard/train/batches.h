@@ -36,15 +36,16 @@ class BatchStream {
   // ConfigError when the rank's part of `samples` holds no full batch.
   BatchStream(std::shared_ptr<const Dataset> dataset, int64_t samples, const Session& s, const TrainOptions& o,
               int64_t batch_size);
-  // Starts epoch `epoch` now (skipping what is left of the current one).
-  void begin_epoch(int64_t epoch);
+  // Starts epoch `epoch` now (skipping what is left of the current one), at this rank's batch
+  // `skip` of it (its first `skip` batches are not read). Since every epoch's order is one global
+  // permutation that rank r reads at positions r, r + N, ..., the first k x micro_batches
+  // batches of every rank together are the epoch's first k global batches whatever the number of
+  // ranks N: a stream restarted at that batch continues a run saved at another world size.
+  void begin_epoch(int64_t epoch, int64_t skip = 0);
   // The next batch; rolls over to the next epoch at the end of one.
   Batch next();
-  // Where the stream is ("<epoch>:<batches consumed in it>"), and a jump back there (the epoch's
-  // shuffle is a function of the seed and the epoch, so the same batches follow).
-  std::string position() const;
-  void seek(const std::string& position);
   int64_t epoch() const { return epoch_; }
+  int64_t consumed() const { return consumed_; }  // this rank's batches of the current epoch read
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
  private:
