@@ -67,7 +67,7 @@ struct Args {
   std::vector<std::string> data;
   int64_t seq_len = 512, global_batch = 8, steps = 100, save_every = 0, lora_rank = 0, seed = 0;
   int micro_batches = 1;
-  double lr = 1e-4, weight_decay = 0, lora_alpha = 16;
+  double lr = 1e-4, weight_decay = 0, lora_alpha = 16, stop_deadline = 0;
   bool no_shuffle = false, nf4 = false;
 };
 
@@ -118,6 +118,9 @@ std::optional<Args> parse(const zs::Session& s) {
   app.add_int("--save-every", &a.save_every, "save a checkpoint every N steps", 1);
   app.add_text("--resume", &a.resume, "auto (the newest checkpoint in --ckpt-dir, if any) or a checkpoint",
                "auto|PATH");
+  app.add_number("--stop-deadline", &a.stop_deadline,
+                 "after SIGTERM/SIGUSR1, exit with status 124 if stopping and saving takes longer (default 0: no "
+                 "deadline)", 0);
   app.then([&] { check_args(app, a); });
   if (!app.parse(s.args(), s.rank() == 0)) return std::nullopt;
   return a;
@@ -347,7 +350,8 @@ int run(zs::Session& s) {
   int64_t step = a.resume.empty() ? 0 : resume(a, *ckpt, *opt, stream);
   if (s.rank() == 0 && step > 0) std::printf("resumed at step %lld\n", static_cast<long long>(step));
   model->train();
-  const zs::StopSignals stop;  // SIGTERM / SIGUSR1: stop after the step, with a checkpoint
+  // SIGTERM / SIGUSR1: stop after the step, with a checkpoint (within --stop-deadline seconds).
+  const zs::StopSignals stop({SIGTERM, SIGUSR1}, a.stop_deadline, "rank " + std::to_string(s.rank()));
   while (step < a.steps) {
     const auto started = std::chrono::steady_clock::now();
     const Step r = train_step(s, engine, model, *opt, stream, a.micro_batches, step + 1, stop);

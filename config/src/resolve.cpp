@@ -321,6 +321,7 @@ TrainOptions train_options(const Config& c) {
   o.eval_interval = t.eval_interval();
   o.eval_batches = t.eval_batches();
   o.log_interval = t.log_interval();
+  o.stop_deadline_s = t.stop_deadline_s();
   o.grad_clip_norm = c.optimizer().grad_clip_norm();
   o.checkpoint_interval = c.checkpoint().interval_steps();
   const auto& d = c.data();

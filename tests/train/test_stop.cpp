@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error_text.h"
 #include "common/test_util.h"
 #include "zeroshard/config/main.h"
 #include "zeroshard/engine/engine.h"
@@ -199,6 +200,49 @@ TEST(StopSignals, ASecondSignalEndsTheProcessAtOnce) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status)) << "exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   if (WIFSIGNALED(status)) EXPECT_EQ(WTERMSIG(status), SIGUSR2);
+}
+
+// A run that cannot stop in time (a step that never ends) exits with kStopDeadlineExit once the
+// deadline after the signal has passed, saying why on stderr; one that stops in time is untouched.
+TEST(StopSignals, TheDeadlineEndsAProcessThatCannotStop) {
+  if (zs::test::rank() != 0) GTEST_SKIP() << "one child process is enough";
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t stuck = ::fork();
+  ASSERT_GE(stuck, 0);
+  if (stuck == 0) {  // the child touches nothing of MPI's
+    ::dup2(fds[1], STDERR_FILENO);
+    zs::StopSignals stop({SIGUSR2}, 0.3, "rank 7");
+    std::raise(SIGUSR2);
+    ::sleep(20);  // a step that never ends
+    ::_exit(5);
+  }
+  ::close(fds[1]);
+  std::string err;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(stuck, &status, 0), stuck);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), zs::kStopDeadlineExit);
+  EXPECT_EQ(err, "zeroshard: rank 7: the stop deadline of 0.3 s after SIGUSR2 passed before the run stopped at a "
+                 "step boundary with its checkpoint; exiting now with status 124 (train.stop_deadline_s)\n");
+  const pid_t in_time = ::fork();
+  ASSERT_GE(in_time, 0);
+  if (in_time == 0) {
+    {
+      zs::StopSignals stop({SIGUSR2}, 0.3);
+      std::raise(SIGUSR2);
+    }  // stopped (and saved) in time: the watcher ends with the StopSignals
+    ::usleep(600 * 1000);
+    ::_exit(6);
+  }
+  ASSERT_EQ(::waitpid(in_time, &status, 0), in_time);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 6);
+  EXPECT_CONTAINS(zs::test::error_text_of<zs::UsageError>([] { zs::StopSignals bad({SIGUSR2}, -1); }),
+                  "the stop deadline must be 0 (none) or positive seconds, got -1");
 }
 
 }  // namespace

@@ -3,8 +3,12 @@
 
 #include "zeroshard/train/stop_signals.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include "zeroshard/base/error.h"
 
@@ -25,7 +29,10 @@ extern "C" void on_stop_signal(int sig) {
 
 }  // namespace
 
-StopSignals::StopSignals(std::vector<int> signals) : signals_(std::move(signals)) {
+StopSignals::StopSignals(std::vector<int> signals, double deadline_seconds, std::string who)
+    : signals_(std::move(signals)) {
+  ZS_REQUIRE(deadline_seconds >= 0, UsageError, "the stop deadline must be 0 (none) or positive seconds, got ",
+             deadline_seconds);
   bool expected = false;
   ZS_REQUIRE(g_installed.compare_exchange_strong(expected, true), UsageError,
              "a second StopSignals in one process: only one may watch the stop signals at a time");
@@ -43,11 +50,34 @@ StopSignals::StopSignals(std::vector<int> signals) : signals_(std::move(signals)
       ZS_THROW(IoError, "cannot watch ", signal_name(signals_[i]), ": sigaction: ", detail::errno_string(err));
     }
   }
+  if (deadline_seconds > 0) watcher_ = std::thread([this, deadline_seconds, who] { watch(deadline_seconds, who); });
 }
 
 StopSignals::~StopSignals() {
+  done_.store(true);
+  if (watcher_.joinable()) watcher_.join();
   for (size_t i = 0; i < signals_.size(); ++i) ::sigaction(signals_[i], &previous_[i], nullptr);
   g_installed.store(false);
+}
+
+// Waits for the first signal, then for the deadline; ends the process if it is still stopping.
+void StopSignals::watch(double deadline_seconds, const std::string& who) {
+  using Clock = std::chrono::steady_clock;
+  const auto tick = std::chrono::milliseconds(50);
+  while (!done_.load() && g_received.load() == 0) std::this_thread::sleep_for(tick);
+  if (done_.load()) return;
+  const int sig = g_received.load();
+  const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(deadline_seconds));
+  while (!done_.load() && Clock::now() < end) std::this_thread::sleep_for(tick);
+  if (done_.load()) return;
+  const std::string line = "zeroshard: " + (who.empty() ? std::string() : who + ": ") + "the stop deadline of " +
+                           detail::concat(deadline_seconds) + " s after " + signal_name(sig) +
+                           " passed before the run stopped at a step boundary with its checkpoint; exiting now "
+                           "with status " + std::to_string(kStopDeadlineExit) + " (train.stop_deadline_s)\n";
+  const ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+  ::_exit(kStopDeadlineExit);
 }
 
 int StopSignals::received() const { return g_received.load(); }

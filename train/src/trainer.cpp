@@ -53,7 +53,8 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
   }
   resuming_ = start.flags.resume || (start.flags.resume_auto && has_checkpoint(s, run.checkpoint.dir));
   if (!run.init_from.empty() && !resuming_) load_pretrained(engine, run.init_from, run.pretrained);
-  stop_ = std::make_unique<StopSignals>();
+  stop_ = std::make_unique<StopSignals>(std::vector<int>{SIGTERM, SIGUSR1}, run.train.stop_deadline_s,
+                                        "rank " + std::to_string(s.rank()));
   // Training draws from a stream of its own on every rank (dropout masks differ across ranks);
   // the model was built under the session's seed, the same on every rank.
   at::manual_seed(run.session.seed + 1 + static_cast<uint64_t>(s.rank()));

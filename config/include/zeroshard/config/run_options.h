@@ -38,6 +38,7 @@ struct TrainOptions {
   int log_interval = 10;      // progress lines every N steps when not on a terminal
   double grad_clip_norm = 0;  // optimizer.grad_clip_norm; 0: no clipping
   int checkpoint_interval = 0;  // checkpoint.interval_steps; 0: only at the end
+  double stop_deadline_s = 0;   // after a stop signal, the most seconds until exit; 0: none
   // The loader (data.*).
   int num_workers = 2;
   int prefetch_batches = 4;
