@@ -129,10 +129,11 @@ struct ShardingEngineImpl {
   // ranks) and throws UsageError on every rank of the group alike when they differ. At the first
   // pre-backward hook: the shard group at once, the replicas without waiting (a late replica must
   // not hold the backward up), verified by finish_replica_order_check at the end of backward. At
-  // the end of a forward without grad: all ranks at once. Then the sequence becomes the schedule's
-  // order (rerecord_prefetch_order).
+  // the end of a forward without grad, and at the next forward after one with grad that no
+  // backward followed (`where` says which): all ranks at once. Then the sequence becomes the
+  // schedule's order (rerecord_prefetch_order).
   void check_unit_order_at_backward();
-  void check_unit_order_without_grad();
+  void check_unit_order_now(const char* where);
   void finish_replica_order_check();
   void rerecord_prefetch_order();
 

@@ -133,6 +133,18 @@ void ShardingEngine::begin_root() {
     impl_->reset_after_error(/*drop_grads=*/true);
   } else if (impl_->forward_failed) {
     impl_->reset_after_error(/*drop_grads=*/false);
+  } else if (!impl_->forward_sequence.empty()) {
+    // The last forward ran with grad and no backward followed it (an evaluation without
+    // NoGradGuard, or two forwards before one backward): its order is checked now. When it
+    // differed, units one rank ran and another did not may still be gathered on some ranks only:
+    // every rank reshards every unit, so the next forward starts alike everywhere.
+    try {
+      impl_->check_unit_order_now("at the forward after a forward with grad that no backward followed");
+    } catch (...) {
+      impl_->forward_sequence.clear();
+      for (auto& u : impl_->units) u->reshard();
+      throw;
+    }
   }
   impl_->forward_sequence.clear();
   impl_->sequence_checked = false;
@@ -172,7 +184,7 @@ void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
   impl_->root->post_forward(outputs);
   set_memory_phase(impl_->outer_forward_phase);
   // No backward follows a forward without grad: its unit sequence is checked now.
-  if (!c10::GradMode::is_enabled()) impl_->check_unit_order_without_grad();
+  if (!c10::GradMode::is_enabled()) impl_->check_unit_order_now("at the end of a forward without grad");
 }
 
 }  // namespace zeroshard

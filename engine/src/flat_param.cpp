@@ -5,6 +5,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
@@ -164,6 +165,10 @@ void FlatParam::attach_grad_store(ShardStore* store) {
 }
 
 void FlatParam::alloc_full_storage() {
+  // The caching allocator allocates on the thread's current device: make it the parameter's, so a
+  // thread whose current device is another GPU (a user's, a prefetch's) cannot place it there.
+  c10::OptionalDeviceGuard guard;
+  if (!device_.is_cpu()) guard.reset_device(device_);
   c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
   c10::Allocator* alloc = impl->allocator() ? impl->allocator() : c10::GetAllocator(device_.type());
   const size_t nbytes = static_cast<size_t>(lp_bytes(padded_));

@@ -151,13 +151,13 @@ void detail::ShardingEngineImpl::finish_replica_order_check() {
   verify_exchange(replica_order_check, units, "at the end of backward, across replicas", /*exchange_sequences=*/false);
 }
 
-void detail::ShardingEngineImpl::check_unit_order_without_grad() {
+void detail::ShardingEngineImpl::check_unit_order_now(const char* where) {
   if (sequence_checked) return;
   sequence_checked = true;
   Communicator& world = *session.world();
   if (world.size() > 1) {
     OrderExchange ex = start_exchange(world, forward_sequence, world.rank());
-    verify_exchange(ex, units, "at the end of a forward without grad", /*exchange_sequences=*/true);
+    verify_exchange(ex, units, where, /*exchange_sequences=*/true);
   }
   rerecord_prefetch_order();
 }

@@ -264,6 +264,27 @@ TEST(UnitOrder, CheckedAfterAForwardWithoutGrad) {
   EXPECT_EQ(usage_error_of([&] { forward_backward(engine, model, 1); }), "<no exception>");
 }
 
+// A forward with grad that no backward follows (an evaluation without NoGradGuard) is checked at
+// the next forward, which then fails on every rank alike; the one after it runs normally.
+TEST(UnitOrder, CheckedAtTheNextForwardWhenNoBackwardFollowed) {
+  ZS_REQUIRE_RANKS(2);
+  torch::manual_seed(11);
+  auto trap = std::make_shared<Trap>();
+  TrapNet model = keep_alive(TrapNet(trap));
+  zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
+  forward_backward(engine, model, 0);
+  if (zs::test::rank() == 1) trap->skip_block = 0;
+  EXPECT_EQ(usage_error_of([&] { engine.forward([&] { return model->forward(torch::randn({2, 7})); }); }),
+            "<no exception>")
+      << "the forward itself is not checked: a backward may still follow";
+  trap->skip_block = -1;
+  const std::string msg = usage_error_of([&] { forward_backward(engine, model, 1); });
+  EXPECT_TRUE(contains(msg, "at the forward after a forward with grad that no backward followed")) << msg;
+  EXPECT_TRUE(contains(msg, "rank 0 ran unit 'b0'")) << msg;
+  EXPECT_TRUE(contains(msg, "rank 1 ran unit 'b1'")) << msg;
+  EXPECT_EQ(usage_error_of([&] { forward_backward(engine, model, 2); }), "<no exception>");
+}
+
 // When every rank changes its order alike (all skip block 1), the prefetch order is re-recorded:
 // the skipped block is gathered (prefetched from the old order) in the step where the change
 // happens, and not in the next one.
