@@ -92,6 +92,9 @@ void wait_unless_stopped(double seconds) {
 int run_with_restarts(const Plan& plan, int max_restarts, double delay_seconds) {
   ZS_CHECK(!plan.argv.empty(), "an empty job command");
   g_stop_signal.store(0);
+  // A parent that ignores SIGCHLD passes that on across exec, and with it ignored the kernel
+  // reaps the job itself: waitpid could not tell how it ended. Waiting needs the default action.
+  ::signal(SIGCHLD, SIG_DFL);
   Forwarding forwarding;
   for (int restarts = 0;; ++restarts) {
     const int status = run_once(plan);

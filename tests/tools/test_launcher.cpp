@@ -4,7 +4,10 @@
 // placement and its errors, CPU binding, srun, hostfile parsing, and the command-line errors.
 // The real launches (mpirun -n 2 of the self-test, env propagation) are job tests in CMakeLists.
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cstdio>
 #include <fstream>
@@ -313,4 +316,29 @@ TEST(LaunchRestarts, OptionsParseAndAJobWithoutResumeGetsANote) {
   EXPECT_FALSE(has_note(zl::build_plan(zl::parse_args({"-n", "2", "--max-restarts", "3", "prog", "--resume=auto"}),
                                        f.facts)));
   EXPECT_FALSE(has_note(zl::build_plan(zl::parse_args({"-n", "2", "prog"}), f.facts)));
+}
+
+// A job command that cannot start (here: a script whose interpreter does not exist) is an error
+// naming it and the reason; a launcher whose parent ignores SIGCHLD still waits for its job.
+TEST(LaunchRestarts, AJobThatCannotStartIsAnErrorAndAnIgnoredSigchldIsReset) {
+  const zs::test::RankDir dir("launch_cannot_start");
+  const std::string script = dir.path + "/mpirun";
+  {
+    std::ofstream out(script);
+    out << "#!/nonexistent/interpreter\n";
+  }
+  ASSERT_EQ(::chmod(script.c_str(), 0755), 0);
+  zl::Plan plan;
+  plan.argv = {script, "-n", "1", "true"};
+  EXPECT_EQ(message_of<zs::IoError>([&] { zl::run_with_restarts(plan, 1, 0); }),
+            "cannot start '" + script + "': No such file or directory (errno 2)");
+  struct sigaction ignore {}, saved {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ASSERT_EQ(::sigaction(SIGCHLD, &ignore, &saved), 0);
+  plan.argv = {"sh", "-c", "exit 0"};
+  EXPECT_EQ(message_of<zs::Error>([&] { EXPECT_EQ(zl::run_with_restarts(plan, 0, 0), 0); }), "<no exception>");
+  plan.argv = {"sh", "-c", "exit 7"};
+  EXPECT_EQ(zl::run_with_restarts(plan, 0, 0), 7) << "the job's own status, read by waitpid";
+  ::sigaction(SIGCHLD, &saved, nullptr);
 }
