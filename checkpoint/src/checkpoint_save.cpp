@@ -133,6 +133,41 @@ void Checkpointer::Impl::snapshot_buffers(Snapshot& s) {
   }
 }
 
+namespace {
+
+// One parameter of a flat: its name, aliases, shape and place; `group` (trainable ones) its
+// parameter group's weight decay and learning-rate scale.
+void describe_param(ckpt::ParamEntry* pe, const ParamSlot& ps, const ParamGroupAssignment* group) {
+  pe->set_name(ps.name);
+  for (const auto& a : ps.aliases) pe->add_aliases(a);
+  for (int64_t d : ps.shape) pe->add_shape(d);
+  pe->set_offset(ps.offset);
+  pe->set_numel(ps.numel);
+  if (group != nullptr) {
+    pe->set_weight_decay(group->weight_decay);
+    pe->set_lr_scale(group->lr_scale);
+  }
+}
+
+// What besides the tensors a checkpoint restores: the loss scaler and the program's entries.
+void describe_state(ckpt::Manifest& m, const TrainingState& st) {
+  if (st.grad_scaler) {
+    ckpt::GradScalerState* g = m.mutable_grad_scaler();
+    g->set_scale(st.grad_scaler->scale);
+    g->set_growth_tracker(st.grad_scaler->growth_tracker);
+    g->set_hysteresis_left(st.grad_scaler->hysteresis_left);
+    g->set_steps(st.grad_scaler->steps);
+    g->set_skipped(st.grad_scaler->skipped);
+  }
+  for (const auto& [k, v] : st.global) {
+    ckpt::UserEntry* u = m.add_user();
+    u->set_key(k);
+    u->set_value(v);
+  }
+}
+
+}  // namespace
+
 void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st,
                                        const std::vector<FlatShard*>& flats,
                                        const std::vector<ShardOptimizerState>& opt_state) {
@@ -165,17 +200,8 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
       fe->set_has_optimizer_state(pos < opt_state.size() && opt_state[pos].has_tensors());
     }
     for (const ParamSlot& ps : f.slots()) {
-      ckpt::ParamEntry* pe = fe->add_params();
-      pe->set_name(ps.name);
-      for (const auto& a : ps.aliases) pe->add_aliases(a);
-      for (int64_t d : ps.shape) pe->add_shape(d);
-      pe->set_offset(ps.offset);
-      pe->set_numel(ps.numel);
-      if (f.trainable() && group_index < groups.size()) {
-        pe->set_weight_decay(groups[group_index].weight_decay);
-        pe->set_lr_scale(groups[group_index].lr_scale);
-        ++group_index;
-      }
+      const bool grouped = f.trainable() && group_index < groups.size();
+      describe_param(fe->add_params(), ps, grouped ? &groups[group_index++] : nullptr);
     }
   }
   for (const auto& b : engine.model().named_buffers()) {
@@ -184,19 +210,7 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
     be->set_dtype(c10::toString(b.value().scalar_type()));
     for (int64_t d : b.value().sizes()) be->add_shape(d);
   }
-  if (st.grad_scaler) {
-    ckpt::GradScalerState* g = m.mutable_grad_scaler();
-    g->set_scale(st.grad_scaler->scale);
-    g->set_growth_tracker(st.grad_scaler->growth_tracker);
-    g->set_hysteresis_left(st.grad_scaler->hysteresis_left);
-    g->set_steps(st.grad_scaler->steps);
-    g->set_skipped(st.grad_scaler->skipped);
-  }
-  for (const auto& [k, v] : st.global) {
-    ckpt::UserEntry* u = m.add_user();
-    u->set_key(k);
-    u->set_value(v);
-  }
+  describe_state(m, st);
 }
 
 std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {

@@ -142,6 +142,21 @@ std::unordered_set<const torch::nn::Module*> detail::ShardingEngineImpl::auto_wr
   return picked;
 }
 
+namespace {
+
+// A parameter tensor as the walk over the modules first met it: the unit that owns it (the root
+// when several units share it), its first name and its other names, and where it sits.
+struct SeenParam {
+  detail::ShardedUnit* owner;
+  std::string name;
+  std::vector<std::string> aliases;
+  at::Tensor param;
+  const torch::nn::Module* module;  // where the first name was seen, and the parameter's key there
+  std::string key;
+};
+
+}  // namespace
+
 void detail::ShardingEngineImpl::discover_units() {
   auto make_unit = [&](torch::nn::Module* module, std::string name, bool is_root) {
     units.push_back(std::make_unique<detail::ShardedUnit>(*this, std::move(name), static_cast<int>(units.size()),
@@ -153,17 +168,8 @@ void detail::ShardingEngineImpl::discover_units() {
   auto wants_unit = [&](torch::nn::Module& child) {
     return detail::is_declared_unit(&child) || picked.count(&child) > 0;
   };
-  // Owner of each parameter tensor (first name seen) and the slots per unit.
-  struct Seen {
-    detail::ShardedUnit* owner;
-    std::string name;
-    std::vector<std::string> aliases;
-    at::Tensor param;
-    const torch::nn::Module* module;  // where the first name was seen, and the parameter's key there
-    std::string key;
-  };
-  std::unordered_map<const void*, size_t> index;
-  std::vector<Seen> seen;
+  std::unordered_map<const void*, size_t> index;  // tensor -> its entry in `seen`
+  std::vector<SeenParam> seen;
   std::function<void(torch::nn::Module&, const std::string&, detail::ShardedUnit*)> visit =
       [&](torch::nn::Module& m, const std::string& prefix, detail::ShardedUnit* owner) {
         for (const auto& item : m.named_parameters(/*recurse=*/false)) {
@@ -173,7 +179,7 @@ void detail::ShardingEngineImpl::discover_units() {
             index.emplace(key, seen.size());
             seen.push_back({owner, prefix + item.key(), {}, item.value(), &m, item.key()});
           } else {
-            Seen& s = seen[it->second];
+            SeenParam& s = seen[it->second];
             s.aliases.push_back(prefix + item.key());
             if (s.owner != owner) s.owner = root;  // shared between units: the root owns it
           }
@@ -198,13 +204,8 @@ void detail::ShardingEngineImpl::discover_units() {
   groups.replicate_group = replicate_group;
   for (auto& u : units) {
     detail::UnitSlots slots;
-    for (Seen& s : seen) {
-      if (s.owner != u.get()) continue;
-      ParamSlot slot;
-      slot.name = s.name;
-      slot.aliases = s.aliases;
-      slot.param = s.param;
-      detail::sort_slot(slots, std::move(slot), *s.module, s.key, options);
+    for (SeenParam& s : seen) {
+      if (s.owner == u.get()) detail::sort_slot(slots, {s.name, s.aliases, s.param}, *s.module, s.key, options);
     }
     if (adopt(u.get(), slots)) continue;
     u->flats = detail::make_unit_flats(u->name, std::move(slots), groups, mem.get(), options);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -41,18 +42,13 @@ std::string values_by_rank(const std::vector<int64_t>& values, const std::functi
 
 }  // namespace
 
-ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda) {
-  ShardGroups g;
-  g.comm = on_cuda ? session.device_world() : session.world();
-  const int n = g.comm->size(), r = g.comm->rank();
-  if (n == 1) {
-    g.shard_group = g.comm;
-    g.host_shard_group = session.world();
-    return g;
-  }
-  // One all-gather of every rank's strategy, hybrid group size and node, so that every rank
-  // builds the same plan from the same facts, or every rank fails alike (a split that some ranks
-  // skip would hang the others).
+namespace {
+
+// One all-gather of every rank's strategy, hybrid group size and node, so that every rank builds
+// the same plan from the same facts, or every rank fails alike (a split that some ranks skip
+// would hang the others). Returns the nodes, by rank.
+std::vector<int> agree_on_plan(Session& session, const ShardingOptions& options) {
+  const int n = session.world()->size();
   at::Tensor mine = at::empty({3}, at::kLong);
   mine[0] = static_cast<int64_t>(options.strategy);
   mine[1] = options.hybrid_group_size;
@@ -77,31 +73,47 @@ ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, 
   ZS_REQUIRE(!hybrid || !differ(sizes), ConfigError, "ranks disagree on sharding.hybrid_group_size: ",
              values_by_rank(sizes, [](int64_t s) { return std::to_string(s); }),
              "; every rank must wrap its model with the same sharding options (the same config)");
-  const ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, nodes);
-  if (plan.groups_cross_nodes && r == 0) {
+  return nodes;
+}
+
+// The plan's shard and replica groups of `comm` (collective splits: every rank computes the same
+// plan, so every rank makes the same splits).
+std::pair<std::shared_ptr<Communicator>, std::shared_ptr<Communicator>> split_groups(
+    const std::shared_ptr<Communicator>& comm, const ShardingPlan& plan) {
+  const int n = comm->size(), r = comm->rank();
+  std::shared_ptr<Communicator> shard = plan.shard_group_size == n ? comm : comm->split(plan.shard_group_color(r), r);
+  std::shared_ptr<Communicator> replicate;
+  if (plan.replicas == n) {
+    replicate = comm;
+  } else if (plan.replicas > 1) {
+    replicate = comm->split(plan.replica_group_color(r), r);
+  }
+  return {shard, replicate};
+}
+
+}  // namespace
+
+ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda) {
+  ShardGroups g;
+  g.comm = on_cuda ? session.device_world() : session.world();
+  if (g.comm->size() == 1) {
+    g.shard_group = g.comm;
+    g.host_shard_group = session.world();
+    return g;
+  }
+  const ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, agree_on_plan(session, options));
+  if (plan.groups_cross_nodes && g.comm->rank() == 0) {
     ZS_LOG(kWarn) << "sharding.hybrid_group_size = " << plan.shard_group_size << ": shard groups of consecutive "
                   << "ranks span two nodes in this placement (ranks are not placed by node), so their all-gathers "
                      "cross the network; place ranks by node (mpirun --map-by slot) or use hybrid_group_size = 0 "
                      "(a group per node)";
   }
-  // Splits are collective over all ranks, and every rank computes the same plan: the same splits.
-  g.shard_group = plan.shard_group_size == n ? g.comm : g.comm->split(plan.shard_group_color(r), r);
-  if (plan.replicas == n) {
-    g.replicate_group = g.comm;
-  } else if (plan.replicas > 1) {
-    g.replicate_group = g.comm->split(plan.replica_group_color(r), r);
-  }
+  std::tie(g.shard_group, g.replicate_group) = split_groups(g.comm, plan);
   if (!on_cuda) {
     g.host_shard_group = g.shard_group;
     g.host_replicate_group = g.replicate_group;
   } else {
-    const std::shared_ptr<Communicator>& w = session.world();
-    g.host_shard_group = plan.shard_group_size == n ? w : w->split(plan.shard_group_color(r), r);
-    if (plan.replicas == n) {
-      g.host_replicate_group = w;
-    } else if (plan.replicas > 1) {
-      g.host_replicate_group = w->split(plan.replica_group_color(r), r);
-    }
+    std::tie(g.host_shard_group, g.host_replicate_group) = split_groups(session.world(), plan);
   }
   return g;
 }

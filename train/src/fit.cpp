@@ -68,26 +68,56 @@ ReportOptions Trainer::report_options(const TrainTask& task, int64_t steps) cons
   return ro;
 }
 
+namespace {
+
+// How long the run is: train.steps, or train.epochs passes over the data.
+struct RunLength {
+  bool by_epochs = false;
+  int64_t steps_per_epoch = 0;
+  int64_t steps = 0;
+};
+
+RunLength run_length(const TrainOptions& o, const BatchPlan& plan, const BatchStream& stream) {
+  RunLength r;
+  r.steps_per_epoch = stream.batches_per_epoch() / plan.micro_batches;
+  r.by_epochs = o.steps == 0;
+  ZS_REQUIRE(r.steps_per_epoch > 0 || !r.by_epochs, ConfigError, "one epoch holds ", stream.batches_per_epoch(),
+             " micro-batches per rank, fewer than train.micro_batches = ", plan.micro_batches,
+             "; set train.steps or use more data");
+  r.steps = r.by_epochs ? o.epochs * r.steps_per_epoch : o.steps;
+  return r;
+}
+
+// The label of the evaluation due once `done` steps are done (at the end of an epoch, or every
+// train.eval_interval steps before the last), or "" when none is.
+std::string due_evaluation(const TrainOptions& o, const RunLength& len, int64_t done, double train_loss) {
+  if (len.by_epochs && done % len.steps_per_epoch == 0) {
+    char label[96];
+    std::snprintf(label, sizeof(label), "epoch %lld/%d (train loss %.4f)",
+                  static_cast<long long>(done / len.steps_per_epoch), o.epochs, train_loss);
+    return label;
+  }
+  if (o.eval_interval > 0 && done % o.eval_interval == 0 && done < len.steps) return "step " + std::to_string(done);
+  return "";
+}
+
+}  // namespace
+
 TrainResult Trainer::fit(const TrainTask& task) {
   ZS_REQUIRE(task.train != nullptr && task.loss, UsageError, "Trainer::fit needs TrainTask::train and TrainTask::loss");
   const TrainOptions& o = start_.run.train;
   const BatchPlan& plan = start_.plan;
-  const TrainFlags& flags = start_.flags;
   BatchStream stream(task.train, limited(task.train->size(), task.train_samples, o.limit_train_samples), session_, o,
                      plan.micro_batch_size);
-  const int64_t steps_per_epoch = stream.batches_per_epoch() / plan.micro_batches;
-  const bool by_epochs = o.steps == 0;
-  ZS_REQUIRE(steps_per_epoch > 0 || !by_epochs, ConfigError, "one epoch holds ", stream.batches_per_epoch(),
-             " micro-batches per rank, fewer than train.micro_batches = ", plan.micro_batches,
-             "; set train.steps or use more data");
-  const int64_t steps = by_epochs ? o.epochs * steps_per_epoch : o.steps;
+  const RunLength len = run_length(o, plan, stream);
+  const int64_t steps = len.steps;
   // One micro-batch: the next batch of this rank's stream through the sharded model.
   auto micro_loss = [&](int) {
     Batch b = stream.next();
     return engine_.forward([&] { return task.loss(b); });
   };
   TrainResult result;
-  if (flags.memory_trial) {
+  if (start_.flags.memory_trial) {
     result.exit_status = run_memory_trial(micro_loss);
     return result;
   }
@@ -112,19 +142,13 @@ TrainResult Trainer::fit(const TrainTask& task) {
   if (start > 0) report.note("resumed at step " + std::to_string(start));
   if (evaluating) result.initial_eval = result.final_eval = eval_now(start, "step " + std::to_string(start));
   for (int64_t step = start; step < steps; ++step) {
-    if (by_epochs && step % steps_per_epoch == 0) stream.begin_epoch(step / steps_per_epoch);
+    if (len.by_epochs && step % len.steps_per_epoch == 0) stream.begin_epoch(step / len.steps_per_epoch);
     const StepResult r = this->step(micro_loss);
     result.final_train_loss = r.loss;
     report.step(step + 1, r.loss, r.lr, plan.global_batch * task.items_per_sample, r.seconds,
                 {r.grad_norm, r.loss_scale});
-    if (evaluating && by_epochs && (step + 1) % steps_per_epoch == 0) {
-      char label[96];
-      std::snprintf(label, sizeof(label), "epoch %lld/%d (train loss %.4f)",
-                    static_cast<long long>((step + 1) / steps_per_epoch), o.epochs, r.loss);
-      result.final_eval = eval_now(step + 1, label);
-    } else if (evaluating && o.eval_interval > 0 && (step + 1) % o.eval_interval == 0 && step + 1 < steps) {
-      result.final_eval = eval_now(step + 1, "step " + std::to_string(step + 1));
-    }
+    const std::string due = evaluating ? due_evaluation(o, len, step + 1, r.loss) : std::string();
+    if (!due.empty()) result.final_eval = eval_now(step + 1, due);
     save_if_due(stream, step + 1 == steps);
     if (r.stop_signal != 0 && step + 1 < steps) return stop_early(report, stream, r.stop_signal, steps);
   }
