@@ -183,6 +183,7 @@ struct OffloadedOptimizer::Impl {
   // Every step function takes the shards with the pager that brings their values in (offload.params)
   // and touches shards[i].param only between pager.acquire(i) and pager.release(i).
   void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
+  bool prepare_host_slot(const ParamShard& s, HostSlot& slot, bool in_place);
   void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
   // The update of one shard whose gradient or values are on a GPU, chunk by chunk: see step_cpu.
   // Returns false (nothing done) where the copies cannot run asynchronously (staging or master in

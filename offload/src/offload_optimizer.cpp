@@ -88,6 +88,27 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
 
 // ---- CPU target: state in host tensors, the update chunk by chunk where data must travel ----
 
+// The shard's state before its update: zero moments and (unless the update is in place on the
+// shard) an fp32 master at its first step; the master replaced by weights loaded since the last.
+// Returns whether this is SGD's first update, which creates the momentum buffer and writes it
+// whole (as torch's clone of d_p; an imported buffer is continued).
+bool OffloadedOptimizer::Impl::prepare_host_slot(const ParamShard& s, HostSlot& slot, bool in_place) {
+  const int64_t n = slot.numel;
+  if (!slot.started) {
+    if (!sgd) {
+      slot.m = state_pool.empty(n, at::kFloat).zero_();
+      slot.v = state_pool.empty(n, at::kFloat).zero_();
+    }
+    if (!in_place) slot.master = state_pool.empty(n, at::kFloat).copy_(s.param);
+    slot.started = true;
+  } else if (s.values_replaced && !in_place) {
+    slot.master.copy_(s.param);
+  }
+  const bool first = sgd && state_arrays == 1 && !slot.m.defined();
+  if (first) slot.m = state_pool.empty(n, at::kFloat);
+  return first;
+}
+
 void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager) {
   for (size_t i = 0; i < shards.size(); ++i) {
     const ParamShard& s = shards[i];
@@ -107,20 +128,7 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
     pager.prefetch(next_with_grad(shards, i));
     const int64_t n = slot.numel;
     const bool in_place = host_fp32(s.param);
-    if (!slot.started) {
-      if (!sgd) {
-        slot.m = state_pool.empty(n, at::kFloat).zero_();
-        slot.v = state_pool.empty(n, at::kFloat).zero_();
-      }
-      if (!in_place) slot.master = state_pool.empty(n, at::kFloat).copy_(s.param);
-      slot.started = true;
-    } else if (s.values_replaced && !in_place) {
-      slot.master.copy_(s.param);  // weights loaded since the last step replace the master
-    }
-    // SGD: the momentum buffer is created by its first update, which writes it whole (as torch's
-    // clone of d_p); an imported buffer is continued.
-    const bool first = sgd && state_arrays == 1 && !slot.m.defined();
-    if (first) slot.m = state_pool.empty(n, at::kFloat);
+    const bool first = prepare_host_slot(s, slot, in_place);
     const int64_t update = slot.updates + 1;
     float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
     const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
