@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 #include <string>
@@ -28,7 +29,6 @@
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/data/corpus_builder.h"
 #include "zeroshard/text/tokenizer.h"
 
@@ -186,15 +186,20 @@ int main(int argc, char** argv) {
     std::printf("warm build: %.2f CPU-s over %.2f s (%.2f cores busy): %.1f MB of input per CPU-second; "
                 "%.0f such cores would match the cold read\n",
                 warm.cpu, warm.seconds, warm.cpu / warm.seconds, per_cpu, std::ceil(ref_cold / per_cpu));
-    zs::JsonObject j;
-    j.add("bench", "data_shards").add("bytes", bytes).add("tokens", cold.result.tokens);
-    j.add("threads", cold.result.threads).add("read_cold_mbps", ref_cold).add("read_warm_mbps", ref_warm);
-    j.add("build_cold_mbps", static_cast<double>(bytes) / 1e6 / cold.seconds);
-    j.add("build_warm_mbps", static_cast<double>(bytes) / 1e6 / warm.seconds);
-    j.add("build_cold_tokens_per_s", static_cast<double>(cold.result.tokens) / cold.seconds);
-    j.add("ratio_cold", cold_read / cold.seconds).add("ratio_warm", warm_read / warm.seconds);
-    j.add("build_mb_per_cpu_second", per_cpu);
-    std::printf("%s\n", j.str().c_str());
+    const nlohmann::ordered_json j = {
+        {"bench", "data_shards"},
+        {"bytes", bytes},
+        {"tokens", cold.result.tokens},
+        {"threads", cold.result.threads},
+        {"read_cold_mbps", ref_cold},
+        {"read_warm_mbps", ref_warm},
+        {"build_cold_mbps", static_cast<double>(bytes) / 1e6 / cold.seconds},
+        {"build_warm_mbps", static_cast<double>(bytes) / 1e6 / warm.seconds},
+        {"build_cold_tokens_per_s", static_cast<double>(cold.result.tokens) / cold.seconds},
+        {"ratio_cold", cold_read / cold.seconds},
+        {"ratio_warm", warm_read / warm.seconds},
+        {"build_mb_per_cpu_second", per_cpu}};
+    std::printf("%s\n", j.dump().c_str());
     fs::remove_all(out);
     return 0;
   } catch (const std::exception& e) {

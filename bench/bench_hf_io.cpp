@@ -24,12 +24,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "models/llama_test_util.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/core/host_memory.h"
@@ -241,9 +241,10 @@ int run(zs::Session& s) {
     std::printf("bench_hf_io: %lld parameters (%.1f MiB fp32; largest tensor %.2f MiB) over %d rank(s), in %s\n",
                 static_cast<long long>(engine.num_params()), model_bytes / mib, largest / mib, s.world_size(),
                 a.dir.c_str());
-    zs::JsonObject j;
-    j.add("bench", "hf_io").add("ranks", s.world_size()).add("model_bytes", model_bytes).add("largest_tensor", largest);
-    std::vector<zs::JsonObject> ranks;
+    nlohmann::ordered_json j = {{"bench", "hf_io"}, {"ranks", s.world_size()}, {"model_bytes", model_bytes},
+                                {"largest_tensor", largest}};
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    auto bytes = [](double v) { return static_cast<int64_t>(v); };  // byte counts gathered as doubles
     for (int q = 0; q < s.world_size(); ++q) {
       const std::vector<double>& v = all[static_cast<size_t>(q)];
       std::printf("  rank %d load:   %.1f MiB in %.3f s (%.0f MiB/s), plain reads %.3f s: %.2fx their bandwidth "
@@ -255,14 +256,13 @@ int run(zs::Session& s) {
                   "bandwidth (through memory of the export's size: %.3f s, %.2fx); allocated %.2f MiB = %.2f "
                   "tensors\n",
                   q, v[4] / mib, v[5] / mib, v[6], v[7], v[7] / v[6], v[11], v[11] / v[6], v[8] / mib, v[8] / largest);
-      zs::JsonObject rj;
-      rj.add("rank", q).add("load_bytes", v[0]).add("load_s", v[1]).add("plain_load_s", v[2]).add("load_peak", v[3]);
-      rj.add("export_read", v[4]).add("export_written", v[5]).add("export_s", v[6]).add("plain_export_s", v[7]);
-      rj.add("export_peak", v[8]).add("shard_bytes", v[9]);
-      ranks.push_back(rj);
+      ranks.push_back({{"rank", q}, {"load_bytes", bytes(v[0])}, {"load_s", v[1]}, {"plain_load_s", v[2]},
+                       {"load_peak", bytes(v[3])}, {"export_read", bytes(v[4])}, {"export_written", bytes(v[5])},
+                       {"export_s", v[6]}, {"plain_export_s", v[7]}, {"export_peak", bytes(v[8])},
+                       {"shard_bytes", bytes(v[9])}});
     }
-    j.add("per_rank", ranks);
-    std::printf("%s\n", j.str().c_str());
+    j["per_rank"] = std::move(ranks);
+    std::printf("%s\n", j.dump().c_str());
     if (!a.keep) fs::remove_all(work);
   }
   s.world()->barrier("bench.done")->wait();

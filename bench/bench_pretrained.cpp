@@ -15,10 +15,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "gpt_bench_args.h"
 #include "engine/models.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
@@ -104,10 +104,15 @@ int run(zs::Session& s, const zs::Run&) {
     }
     std::printf("  built sharded: peak %.2f MiB; load: %.3f s, %.2f MiB read by rank 0 (%.0f MiB/s)\n", built / mib,
                 load_s, r.bytes_read / mib, r.bytes_read / mib / load_s);
-    zs::JsonObject j;
-    j.add("bench", "pretrained").add("ranks", s.world_size()).add("model_bytes", model_bytes).add("shard_bytes", shards);
-    j.add("root_unit_bytes", root).add("largest_unit_bytes", unit).add("peak_bytes_rank0", peaks[0].item<int64_t>()).add("load_s", load_s);
-    std::printf("%s\n", j.str().c_str());
+    const nlohmann::ordered_json j = {{"bench", "pretrained"},
+                                      {"ranks", s.world_size()},
+                                      {"model_bytes", model_bytes},
+                                      {"shard_bytes", shards},
+                                      {"root_unit_bytes", root},
+                                      {"largest_unit_bytes", unit},
+                                      {"peak_bytes_rank0", peaks[0].item<int64_t>()},
+                                      {"load_s", load_s}};
+    std::printf("%s\n", j.dump().c_str());
     std::filesystem::remove(path);
   }
   return 0;

@@ -11,12 +11,12 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/text/tokenizer.h"
 
 namespace zt = zeroshard::text;
@@ -36,10 +36,15 @@ std::vector<std::string> read_corpus(const std::string& path) {
   while (std::getline(in, line)) {
     ++n;
     if (line.empty()) continue;
-    const auto v = zeroshard::parse_json(line, path + ":" + std::to_string(n));
-    const auto* text = v.find("text");
-    ZS_REQUIRE(text != nullptr, zeroshard::ConfigError, path, ":", n, ": no \"text\"");
-    docs.push_back(text->string);
+    nlohmann::json v;
+    try {
+      v = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      ZS_THROW(zeroshard::ConfigError, path, ":", n, ": ", e.what());
+    }
+    const auto text = v.is_object() ? v.find("text") : v.end();
+    ZS_REQUIRE(text != v.end() && text->is_string(), zeroshard::ConfigError, path, ":", n, ": no \"text\" string");
+    docs.push_back(text->get<std::string>());
   }
   return docs;
 }
@@ -90,10 +95,11 @@ int main(int argc, char** argv) {
       for (const auto& ids : zt::encode_batch(*tok, docs, true, threads)) n += ids.size();
       return n;
     });
-    zeroshard::JsonObject out;
-    out.add("tokenizer", dir).add("documents", docs.size()).add("bytes", bytes).add("tokens", tokens);
-    out.add("load_s", load_s).add("tokens_per_s", single).add("batch_tokens_per_s", batch);
-    std::printf("%s\n", out.str().c_str());
+    const nlohmann::ordered_json out = {{"tokenizer", dir},          {"documents", docs.size()},
+                                        {"bytes", bytes},            {"tokens", tokens},
+                                        {"load_s", load_s},          {"tokens_per_s", single},
+                                        {"batch_tokens_per_s", batch}};
+    std::printf("%s\n", out.dump().c_str());
     return 0;
   } catch (const zeroshard::UsageError& e) {
     std::fprintf(stderr, "bench_tokenizer: usage error: %s\n", e.message().c_str());

@@ -9,25 +9,39 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/base/logging.h"
 
 namespace zeroshard {
 namespace {
+
+using Json = nlohmann::ordered_json;
+
+// One line of JSON; bytes that are not UTF-8 (in a tag, a reason) become U+FFFD.
+std::string line_of(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string record_line(const FlightRecord& r) {
-  JsonObject j;
-  j.add("id", r.id).add("comm", r.sig.comm).add("seq", r.sig.seq).add("op", to_string(r.sig.kind));
-  j.add("dtype", std::string(c10::toString(r.sig.dtype))).add("count", r.sig.count);
-  j.add("reduce", to_string(r.sig.op)).add("root", r.sig.root).add("tag", r.sig.tag);
-  j.add("state", to_string(r.state)).add("issued", r.issued).add("started", r.started).add("ended", r.ended);
-  return j.str();
+  Json j;
+  j["id"] = r.id;
+  j["comm"] = r.sig.comm;
+  j["seq"] = r.sig.seq;
+  j["op"] = to_string(r.sig.kind);
+  j["dtype"] = c10::toString(r.sig.dtype);
+  j["count"] = r.sig.count;
+  j["reduce"] = to_string(r.sig.op);
+  j["root"] = r.sig.root;
+  j["tag"] = r.sig.tag;
+  j["state"] = to_string(r.state);
+  j["issued"] = r.issued;
+  j["started"] = r.started;
+  j["ended"] = r.ended;
+  return line_of(j);
 }
 
 }  // namespace
@@ -129,12 +143,17 @@ std::string FlightRecorder::dump(const std::string& reason) noexcept {
     const std::string tmp = target + ".tmp" + std::to_string(::getpid());
     {
       std::ofstream out(tmp, std::ios::trunc);
-      JsonObject head;
-      head.add("flight_recorder", 1).add("rank", rank).add("world_size", world);
-      head.add("host", detail::process_host());
-      head.add("pid", static_cast<int64_t>(::getpid())).add("reason", reason).add("time", now_s());
-      head.add("entries", static_cast<int64_t>(capacity_.load())).add("recorded", recorded);
-      out << head.str() << "\n";
+      Json head;
+      head["flight_recorder"] = 1;
+      head["rank"] = rank;
+      head["world_size"] = world;
+      head["host"] = detail::process_host();
+      head["pid"] = static_cast<int64_t>(::getpid());
+      head["reason"] = reason;
+      head["time"] = now_s();
+      head["entries"] = static_cast<int64_t>(capacity_.load());
+      head["recorded"] = recorded;
+      out << line_of(head) << "\n";
       for (const FlightRecord& r : records) out << record_line(r) << "\n";
       out.flush();
       if (!out) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cuda_memory.h"
@@ -128,7 +129,7 @@ void capture_report() {
     c.summary = memory_summary();
     if (o.top_allocations > 0) c.largest = largest_allocations_table(static_cast<size_t>(o.top_allocations));
     const HostRefusal r = last_host_refusal();
-    c.snapshot = memory_snapshot(r.happened ? r.reason : "the CUDA caching allocator ran out of memory").str();
+    c.snapshot = memory_snapshot(r.happened ? r.reason : "the CUDA caching allocator ran out of memory");
     c.valid = true;
     g_captured = std::move(c);
   } catch (...) {
@@ -388,109 +389,109 @@ std::string largest_allocations_table(size_t n) {
 
 namespace {
 
-JsonObject host_allocator_json() {
+using Json = nlohmann::ordered_json;
+
+Json host_allocator_json() {
   const HostMemoryStats h = host_memory_stats();
-  JsonObject host;
-  host.add("tracked", host_memory_tracking_installed())
-      .add("current", h.current)
-      .add("peak", h.peak)
-      .add("allocated_total", h.allocated_total)
-      .add("freed_total", h.freed_total)
-      .add("allocations", h.allocations)
-      .add("allocations_total", h.allocations_total)
-      .add("limit", h.limit)
-      .add("refused", h.refused);
+  Json host;
+  host["tracked"] = host_memory_tracking_installed();
+  host["current"] = h.current;
+  host["peak"] = h.peak;
+  host["allocated_total"] = h.allocated_total;
+  host["freed_total"] = h.freed_total;
+  host["allocations"] = h.allocations;
+  host["allocations_total"] = h.allocations_total;
+  host["limit"] = h.limit;
+  host["refused"] = h.refused;
   return host;
 }
 
-JsonObject refusal_json(const HostRefusal& refusal) {
-  JsonObject r;
-  r.add("requested", refusal.requested)
-      .add("in_use", refusal.in_use)
-      .add("limit", refusal.limit)
-      .add("phase", phase_name(refusal.phase))
-      .add("reason", refusal.reason);
+Json refusal_json(const HostRefusal& refusal) {
+  Json r;
+  r["requested"] = refusal.requested;
+  r["in_use"] = refusal.in_use;
+  r["limit"] = refusal.limit;
+  r["phase"] = phase_name(refusal.phase);
+  r["reason"] = refusal.reason;
   return r;
 }
 
 // The CUDA caching allocator's counters and its largest blocks (nothing where it has none).
-void add_cuda_allocator(JsonObject& snap, int device) {
+void add_cuda_allocator(Json& snap, int device) {
   const auto c = detail::cuda_allocator_stats(device);
   if (!c.available) return;
-  JsonObject j;
-  j.add("allocated", c.allocated_current)
-      .add("allocated_peak", c.allocated_peak)
-      .add("reserved", c.reserved_current)
-      .add("reserved_peak", c.reserved_peak)
-      .add("active", c.active_current)
-      .add("num_ooms", c.num_ooms)
-      .add("num_alloc_retries", c.num_alloc_retries)
-      .add("device_total", c.device_total);
-  snap.add("cuda_allocator", j);
-  std::vector<JsonObject> blocks;
+  Json j;
+  j["allocated"] = c.allocated_current;
+  j["allocated_peak"] = c.allocated_peak;
+  j["reserved"] = c.reserved_current;
+  j["reserved_peak"] = c.reserved_peak;
+  j["active"] = c.active_current;
+  j["num_ooms"] = c.num_ooms;
+  j["num_alloc_retries"] = c.num_alloc_retries;
+  j["device_total"] = c.device_total;
+  snap["cuda_allocator"] = std::move(j);
+  Json blocks = Json::array();
   for (const auto& b : detail::largest_cuda_blocks(device, 1000)) {
-    JsonObject jb;
-    jb.add("bytes", b.bytes).add("requested", b.requested).add("segment", b.segment).add("large_pool", b.large_pool);
-    blocks.push_back(std::move(jb));
+    blocks.push_back({{"bytes", b.bytes}, {"requested", b.requested}, {"segment", b.segment},
+                      {"large_pool", b.large_pool}});
   }
-  snap.add("cuda_blocks", blocks);
+  snap["cuda_blocks"] = std::move(blocks);
 }
 
-std::vector<JsonObject> categories_json() {
-  std::vector<JsonObject> categories;
+Json categories_json() {
+  Json categories = Json::array();
   for (const auto& [title, rows] : collect_sources()) {
     for (const MemoryRow& r : rows) {
-      JsonObject j;
-      j.add("source", title)
-          .add("name", r.name)
-          .add("current", r.current)
-          .add("peak", r.peak)
-          .add("in_device_allocator", r.in_device_allocator)
-          .add("on_disk", r.on_disk);
-      categories.push_back(std::move(j));
+      categories.push_back({{"source", title},
+                            {"name", r.name},
+                            {"current", r.current},
+                            {"peak", r.peak},
+                            {"in_device_allocator", r.in_device_allocator},
+                            {"on_disk", r.on_disk}});
     }
   }
   return categories;
 }
 
 // Host allocations by phase, and the largest live ones.
-void add_host_allocations(JsonObject& snap) {
-  std::vector<JsonObject> phases;
+void add_host_allocations(Json& snap) {
+  Json phases = Json::array();
   for (const auto& p : host_allocations_by_phase()) {
-    JsonObject j;
-    j.add("phase", phase_name(p.phase)).add("bytes", p.bytes).add("count", p.count);
-    phases.push_back(std::move(j));
+    phases.push_back({{"phase", phase_name(p.phase)}, {"bytes", p.bytes}, {"count", p.count}});
   }
-  snap.add("host_by_phase", phases);
-  std::vector<JsonObject> largest;
+  snap["host_by_phase"] = std::move(phases);
+  Json largest = Json::array();
   for (const auto& a : largest_host_allocations(1000)) {
-    JsonObject j;
-    j.add("bytes", a.bytes).add("phase", phase_name(a.phase)).add("sequence", a.sequence);
-    largest.push_back(std::move(j));
+    largest.push_back({{"bytes", a.bytes}, {"phase", phase_name(a.phase)}, {"sequence", a.sequence}});
   }
-  snap.add("host_largest", largest);
+  snap["host_largest"] = std::move(largest);
 }
 
 }  // namespace
 
-JsonObject memory_snapshot(const std::string& error) {
+std::string memory_snapshot(const std::string& error) {
   const MemoryReportOptions o = memory_report_options();
-  JsonObject snap;
-  snap.add("format", "zeroshard-memory-snapshot").add("version", 1);
-  snap.add("rank", o.rank).add("world_size", o.world_size).add("host", detail::process_host());
-  snap.add("device", o.device.str()).add("error", error);
+  Json snap;
+  snap["format"] = "zeroshard-memory-snapshot";
+  snap["version"] = 1;
+  snap["rank"] = o.rank;
+  snap["world_size"] = o.world_size;
+  snap["host"] = detail::process_host();
+  snap["device"] = o.device.str();
+  snap["error"] = error;
   const HostRefusal refusal = last_host_refusal();
-  snap.add("phase", phase_name(refusal.happened ? refusal.phase : last_memory_phase()));
-  snap.add("host_allocator", host_allocator_json());
-  if (refusal.happened) snap.add("refused", refusal_json(refusal));
+  snap["phase"] = phase_name(refusal.happened ? refusal.phase : last_memory_phase());
+  snap["host_allocator"] = host_allocator_json();
+  if (refusal.happened) snap["refused"] = refusal_json(refusal);
   if (on_cuda(o)) add_cuda_allocator(snap, o.device.index());
-  snap.add("categories", categories_json());
+  snap["categories"] = categories_json();
   add_host_allocations(snap);
-  return snap;
+  // Bytes that are not UTF-8 (in an error message, a path) become U+FFFD: the snapshot stays JSON.
+  return snap.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 void write_memory_snapshot(const std::string& path, const std::string& error) {
-  write_text_atomically(path, memory_snapshot(error).str() + "\n");
+  write_text_atomically(path, memory_snapshot(error) + "\n");
 }
 
 std::string default_snapshot_path() {
@@ -521,7 +522,7 @@ std::string out_of_memory_report(const std::exception& e) {
     if (c.valid) {
       os << "Memory when the allocation failed:\n" << c.summary << c.largest;
     } else {  // no allocator hook saw it (std::bad_alloc): what is left after unwinding
-      c.snapshot = memory_snapshot(what).str();
+      c.snapshot = memory_snapshot(what);
       os << "Memory after the failed step was unwound (no allocator hook saw the failure, so the "
             "allocations of the failed step are gone; the peaks still show it):\n"
          << memory_summary();

@@ -4,9 +4,9 @@
 #include "zeroshard/data/global_sampler.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/data/permutation.h"
 
 namespace zeroshard::data {
@@ -68,52 +68,63 @@ void GlobalSampler::restore(const SamplerState& state) {
   state_ = state;
 }
 
+using Json = nlohmann::ordered_json;
+
 std::string GlobalSampler::state_json() const {
-  JsonObject o;
-  o.add("epoch", state_.epoch)
-      .add("consumed", state_.consumed)
-      .add("num_samples", options_.num_samples)
-      .add("seed", std::to_string(options_.seed))  // a string: JSON numbers lose 64-bit integers
-      .add("shuffle", options_.shuffle);
-  return o.str();
+  Json o;
+  o["epoch"] = state_.epoch;
+  o["consumed"] = state_.consumed;
+  o["num_samples"] = options_.num_samples;
+  o["seed"] = std::to_string(options_.seed);  // a string: JSON numbers lose 64-bit integers
+  o["shuffle"] = options_.shuffle;
+  return o.dump();
 }
 
 namespace {
 
-const JsonValue& member(const JsonValue& v, const char* key, JsonValue::Type type) {
-  const JsonValue* m = v.find(key);
-  ZS_REQUIRE(m != nullptr, CheckpointError, "data sampler state has no \"", key, "\"");
-  ZS_REQUIRE(m->type == type, CheckpointError, "data sampler state: \"", key, "\" is a ",
-             JsonValue::type_name(m->type), ", expected a ", JsonValue::type_name(type));
+// The member `key` of `v`, which must be a JSON `type` ("number", "string", "boolean").
+const Json& member(const Json& v, const char* key, const char* type) {
+  const auto m = v.find(key);
+  ZS_REQUIRE(m != v.end(), CheckpointError, "data sampler state has no \"", key, "\"");
+  ZS_REQUIRE(std::string(m->type_name()) == type, CheckpointError, "data sampler state: \"", key, "\" is a ",
+             m->type_name(), ", expected a ", type);
   return *m;
 }
 
-int64_t integer(const JsonValue& v, const char* key) {
-  const double d = member(v, key, JsonValue::Type::kNumber).number;
+int64_t integer(const Json& v, const char* key) {
+  const double d = member(v, key, "number").get<double>();
   ZS_REQUIRE(d >= 0 && d < 9.0e15 && std::floor(d) == d, CheckpointError, "data sampler state: \"", key, "\" = ", d,
              " is not a whole number >= 0");
   return static_cast<int64_t>(d);
 }
 
+// nlohmann's parse_error text is "[json.exception.parse_error.101] parse error at line 1, column 2:
+// WHAT"; keep WHAT (the column is given our way).
+std::string parse_error_reason(const Json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t column = what.find("column ");
+  const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
 }  // namespace
 
 void GlobalSampler::restore_json(const std::string& json) {
-  JsonValue v;
+  Json v;
   try {
-    v = parse_json(json, "data sampler state");
-  } catch (const Error& e) {
-    ZS_THROW(CheckpointError, e.message());
+    v = Json::parse(json);
+  } catch (const Json::parse_error& e) {
+    ZS_THROW(CheckpointError, "data sampler state: column ", e.byte, ": ", parse_error_reason(e));
   }
-  ZS_REQUIRE(v.is_object(), CheckpointError, "data sampler state is a ", JsonValue::type_name(v.type),
-             ", expected an object");
+  ZS_REQUIRE(v.is_object(), CheckpointError, "data sampler state is a ", v.type_name(), ", expected an object");
   const int64_t n = integer(v, "num_samples");
   ZS_REQUIRE(n == options_.num_samples, CheckpointError, "data sampler state: the checkpoint's data has ", n,
              " samples, this run's has ", options_.num_samples,
              " (another corpus, sequence length or packing): the run cannot resume at the same sample");
-  const std::string seed = member(v, "seed", JsonValue::Type::kString).string;
+  const std::string seed = member(v, "seed", "string").get<std::string>();
   ZS_REQUIRE(seed == std::to_string(options_.seed), CheckpointError, "data sampler state: the checkpoint's seed is ",
              seed, ", this run's is ", options_.seed, ": the sample order would differ");
-  const bool shuffle = member(v, "shuffle", JsonValue::Type::kBool).boolean;
+  const bool shuffle = member(v, "shuffle", "boolean").get<bool>();
   ZS_REQUIRE(shuffle == options_.shuffle, CheckpointError, "data sampler state: the checkpoint ",
              shuffle ? "shuffles" : "does not shuffle", " the samples, this run ",
              options_.shuffle ? "does" : "does not");

@@ -12,14 +12,16 @@
 #include <cstring>
 #include <limits>
 
+#include "json_text.h"
 #include "source_file.h"
 #include "tensor_file_internal.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/formats/tensor_file.h"
 
 namespace zeroshard {
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 struct DtypeName {
   const char* name;
@@ -33,11 +35,23 @@ constexpr DtypeName kDtypes[] = {
 // The largest JSON header read (the format's reference reader has the same bound): a length field
 // beyond it is damage or a crafted file, not a model.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The deepest nesting of objects and arrays a header may have (it needs 3: the header, a tensor,
+// its shape).
+constexpr int kMaxHeaderDepth = 16;
+constexpr double kMaxWhole = 9007199254740992.0;  // 2^53
 
 // A JSON number that is a whole number in [0, 2^53] (exactly representable, and far from int64's
-// end, so that it converts without overflow).
-bool whole(const JsonValue& v) {
-  return v.is_number() && v.number >= 0 && v.number <= 9007199254740992.0 && v.number == static_cast<double>(static_cast<int64_t>(v.number));
+// end, so that it converts without overflow): an integer, or a float such as 2.0.
+bool whole(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(kMaxWhole);
+  if (v.is_number_integer()) return v.get<int64_t>() >= 0 && v.get<int64_t>() <= static_cast<int64_t>(kMaxWhole);
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return d >= 0 && d <= kMaxWhole && d == static_cast<double>(static_cast<int64_t>(d));
+}
+
+int64_t whole_value(const Json& v) {
+  return v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -116,20 +130,17 @@ class SafetensorsFile final : public TensorFile {
     std::string header(static_cast<size_t>(len), '\0');
     file_.read(header.data(), static_cast<int64_t>(len), 8, "the JSON header");
     data_start_ = 8 + static_cast<int64_t>(len);
-    JsonValue root;
-    try {
-      root = parse_json(header, "the JSON header");
-    } catch (const Error& e) {
-      bad(e.message());  // parse_json's errors are not I/O errors; this file's are
-    }
+    const Json root =
+        detail::parse_untrusted_json(header, "'" + path_ + "' is not a valid safetensors file: the JSON header",
+                                     kMaxHeaderDepth);
     if (!root.is_object()) bad("the header is not a JSON object");
     const int64_t data_bytes = size - data_start_;
-    for (const auto& [name, v] : root.members) {
+    for (const auto& [name, v] : root.items()) {
       if (name == "__metadata__") {
         if (!v.is_object()) bad("\"__metadata__\" is not an object");
-        for (const auto& [k, mv] : v.members) {
-          if (mv.type != JsonValue::Type::kString) bad("\"__metadata__\" entry '" + k + "' is not a string");
-          metadata_[k] = mv.string;
+        for (const auto& [k, mv] : v.items()) {
+          if (!mv.is_string()) bad("\"__metadata__\" entry '" + k + "' is not a string");
+          metadata_[k] = mv.get<std::string>();
         }
         continue;
       }
@@ -167,45 +178,44 @@ class SafetensorsFile final : public TensorFile {
     }
   }
 
-  TensorInfo entry(const std::string& name, const JsonValue& v, int64_t data_bytes) {
+  TensorInfo entry(const std::string& name, const Json& v, int64_t data_bytes) {
     if (!v.is_object()) bad("tensor '" + name + "' is not an object");
-    const JsonValue* dtype = v.find("dtype");
-    const JsonValue* shape = v.find("shape");
-    const JsonValue* offs = v.find("data_offsets");
-    if (dtype == nullptr || dtype->type != JsonValue::Type::kString) bad("tensor '" + name + "' has no dtype string");
-    if (shape == nullptr || !shape->is_array()) bad("tensor '" + name + "' has no shape array");
-    if (offs == nullptr || !offs->is_array() || offs->items.size() != 2) {
+    const auto dtype_it = v.find("dtype"), shape = v.find("shape"), offs = v.find("data_offsets");
+    if (dtype_it == v.end() || !dtype_it->is_string()) bad("tensor '" + name + "' has no dtype string");
+    if (shape == v.end() || !shape->is_array()) bad("tensor '" + name + "' has no shape array");
+    if (offs == v.end() || !offs->is_array() || offs->size() != 2) {
       bad("tensor '" + name + "' has no data_offsets [begin, end]");
     }
+    const std::string& dtype = dtype_it->get_ref<const std::string&>();
     TensorInfo info;
     info.name = name;
     bool known = false;
     for (const DtypeName& d : kDtypes) {
-      if (dtype->string == d.name) info.dtype = d.type, known = true;
+      if (dtype == d.name) info.dtype = d.type, known = true;
     }
-    if (!known) bad("tensor '" + name + "' has dtype '" + dtype->string + "', which zeroshard does not read");
+    if (!known) bad("tensor '" + name + "' has dtype '" + dtype + "', which zeroshard does not read");
     int64_t want = static_cast<int64_t>(c10::elementSize(info.dtype));  // the tensor's bytes, checked for overflow
-    for (const JsonValue& d : shape->items) {
+    for (const Json& d : *shape) {
       if (!whole(d)) bad("tensor '" + name + "' has a shape entry that is not a whole number >= 0");
-      info.shape.push_back(static_cast<int64_t>(d.number));
+      info.shape.push_back(whole_value(d));
     }
     for (int64_t d : info.shape) {
       if (__builtin_mul_overflow(want, d, &want)) {
-        bad("tensor '" + name + "' has shape " + shape_text(info.shape) + ", whose " + dtype->string +
+        bad("tensor '" + name + "' has shape " + shape_text(info.shape) + ", whose " + dtype +
             " byte size overflows 64 bits");
       }
     }
-    for (const JsonValue& o : offs->items) {
+    for (const Json& o : *offs) {
       if (!whole(o)) bad("tensor '" + name + "' has a data offset that is not a whole number >= 0");
     }
-    const auto begin = static_cast<int64_t>(offs->items[0].number), end = static_cast<int64_t>(offs->items[1].number);
+    const int64_t begin = whole_value((*offs)[0]), end = whole_value((*offs)[1]);
     if (end < begin) {
       bad("tensor '" + name + "' has data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
           "] that end before they begin");
     }
     if (end - begin != want) {
       bad("tensor '" + name + "' spans bytes [" + std::to_string(begin) + ", " + std::to_string(end) + ") but its " +
-          dtype->string + " shape needs " + std::to_string(want) + " bytes");
+          dtype + " shape needs " + std::to_string(want) + " bytes");
     }
     ZS_REQUIRE(end <= data_bytes, IoError, "safetensors file '", path_, "' is truncated: tensor '", name,
                "' ends at data byte ", end, " but the file holds ", data_bytes, " data bytes");
@@ -269,11 +279,10 @@ std::unique_ptr<TensorFile> open_safetensors_file(const std::string& path, std::
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> tensors,
                                      std::map<std::string, std::string> metadata)
     : path_(std::move(path)), tmp_(path_ + ".tmp") {
-  JsonObject header;
+  Json header = Json::object();
   if (!metadata.empty()) {
-    JsonObject meta;
-    for (const auto& [k, v] : metadata) meta.add(k, v);
-    header.add("__metadata__", meta);
+    Json& meta = header["__metadata__"] = Json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
   }
   int64_t offset = 0;
   for (TensorInfo& t : tensors) {
@@ -284,17 +293,22 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorInfo> t
     Entry e;
     e.bytes = t.numel() * static_cast<int64_t>(c10::elementSize(t.dtype));
     e.offset = offset;
-    JsonObject j;
-    j.add("dtype", safetensors_dtype(t.dtype));
-    j.add("shape", t.shape);
-    j.add("data_offsets", std::vector<int64_t>{offset, offset + e.bytes});
-    header.add(t.name, j);
+    Json& j = header[t.name] = Json::object();
+    j["dtype"] = safetensors_dtype(t.dtype);
+    j["shape"] = t.shape;
+    j["data_offsets"] = {offset, offset + e.bytes};
     offset += e.bytes;
     e.info = std::move(t);
     index_[e.info.name] = entries_.size();
     entries_.push_back(std::move(e));
   }
-  std::string text = header.str();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const Json::type_error& e) {
+    ZS_THROW(UsageError, "SafetensorsWriter '", path_, "': a tensor name or metadata string is not UTF-8, which "
+             "the JSON header must be (", e.what(), ")");
+  }
   text.append((8 - text.size() % 8) % 8, ' ');  // data starts 8-byte aligned (the format allows padding)
   data_start_ = 8 + static_cast<int64_t>(text.size());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -9,8 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "json_text.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 
 namespace zeroshard {
 namespace fs = std::filesystem;
@@ -32,24 +32,19 @@ std::string read_text(const std::string& path) {
 
 // weight_map of an index file, in file order: (tensor, shard file name).
 std::vector<std::pair<std::string, std::string>> read_weight_map(const std::string& index) {
-  JsonValue root;
-  try {
-    root = parse_json(read_text(index), index);
-  } catch (const IoError&) {
-    throw;
-  } catch (const Error& e) {
-    ZS_THROW(IoError, "model index '", index, "' is not valid JSON: ", e.message());
-  }
-  const JsonValue* map = root.is_object() ? root.find("weight_map") : nullptr;
-  ZS_REQUIRE(map != nullptr && map->is_object(), IoError, "model index '", index,
+  // An index nests 2 levels ({"weight_map": {tensor: file}}); 16 leave room for metadata.
+  const nlohmann::ordered_json root =
+      detail::parse_untrusted_json(read_text(index), "model index '" + index + "' is not valid JSON", 16);
+  const auto map = root.is_object() ? root.find("weight_map") : root.end();
+  ZS_REQUIRE(map != root.end() && map->is_object(), IoError, "model index '", index,
              "' has no \"weight_map\" object ({\"weight_map\": {tensor: file}})");
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [tensor, file] : map->members) {
-    ZS_REQUIRE(
-        file.type == JsonValue::Type::kString && !file.string.empty() && file.string.find('/') == std::string::npos,
-        IoError, "model index '", index, "' maps tensor '", tensor,
-        "' to something that is not a file name in the directory");
-    out.emplace_back(tensor, file.string);
+  for (const auto& [tensor, file] : map->items()) {
+    ZS_REQUIRE(file.is_string() && !file.get_ref<const std::string&>().empty() &&
+                   file.get_ref<const std::string&>().find('/') == std::string::npos,
+               IoError, "model index '", index, "' maps tensor '", tensor,
+               "' to something that is not a file name in the directory");
+    out.emplace_back(tensor, file.get<std::string>());
   }
   ZS_REQUIRE(!out.empty(), IoError, "model index '", index, "' maps no tensors");
   return out;

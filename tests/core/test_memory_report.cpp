@@ -13,12 +13,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/core/memory_report.h"
 
 namespace zeroshard {
@@ -164,20 +164,22 @@ TEST(MemoryReport, LimitRefusesWithOutOfMemoryErrorAndTheReportIsTakenAtTheFailu
   EXPECT_NE(report.find("Memory snapshot (JSON): " + path), std::string::npos) << report;
   EXPECT_NE(report.find("Exit status 3"), std::string::npos) << report;
 
-  const JsonValue snap = parse_json(read_file(path), path);
-  EXPECT_EQ(snap.find("format")->string, "zeroshard-memory-snapshot");
-  EXPECT_EQ(snap.find("phase")->string, "test: the failing phase");
-  const JsonValue* refused = snap.find("refused");
-  ASSERT_NE(refused, nullptr);
-  EXPECT_EQ(refused->find("requested")->number, 3.0 * kMiB);
-  EXPECT_EQ(refused->find("phase")->string, "test: the failing phase");
-  const JsonValue* largest = snap.find("host_largest");
-  ASSERT_TRUE(largest != nullptr && largest->is_array());
-  ASSERT_GE(largest->items.size(), 2u);
-  EXPECT_EQ(largest->items[0].find("bytes")->number, 6.0 * kMiB);
-  EXPECT_EQ(largest->items[1].find("bytes")->number, 2.0 * kMiB);
-  EXPECT_EQ(largest->items[1].find("phase")->string, "test: the failing phase");
-  EXPECT_EQ(snap.find("host_allocator")->find("refused")->number, 1.0);
+  const std::string text = read_file(path);
+  const nlohmann::ordered_json snap = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(text.rfind("{\"format\":\"zeroshard-memory-snapshot\",\"version\":1,\"rank\":0,\"world_size\":1,", 0), 0u)
+      << text.substr(0, 200);
+  EXPECT_EQ(snap.at("phase").get<std::string>(), "test: the failing phase");
+  const nlohmann::ordered_json& refused = snap.at("refused");
+  EXPECT_TRUE(refused.at("requested").is_number_integer()) << "bytes are integers";
+  EXPECT_EQ(refused.at("requested").get<int64_t>(), 3 * kMiB);
+  EXPECT_EQ(refused.at("phase").get<std::string>(), "test: the failing phase");
+  const nlohmann::ordered_json& largest = snap.at("host_largest");
+  ASSERT_TRUE(largest.is_array());
+  ASSERT_GE(largest.size(), 2u);
+  EXPECT_EQ(largest[0].at("bytes").get<int64_t>(), 6 * kMiB);
+  EXPECT_EQ(largest[1].at("bytes").get<int64_t>(), 2 * kMiB);
+  EXPECT_EQ(largest[1].at("phase").get<std::string>(), "test: the failing phase");
+  EXPECT_EQ(snap.at("host_allocator").at("refused").get<int64_t>(), 1);
   EXPECT_EQ(::access((path + ".tmp").c_str(), F_OK), -1) << "no temporary file is left";
   ::unlink(path.c_str());
   ::rmdir(dir.c_str());

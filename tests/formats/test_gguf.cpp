@@ -12,11 +12,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/formats/gguf_vocab.h"
 #include "zeroshard/formats/gguf_writer.h"
 
@@ -165,10 +165,11 @@ TEST(Gguf, NodeLlamaCppReadsEveryValueType) {
   const std::string cmd = "node " + std::string(ZS_SOURCE_DIR) + "/tests/models/llama_cpp_nll.mjs --modules " +
                           modules + " --info " + path + " > " + out;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  const zs::JsonValue j = zs::parse_json(bytes_of(out), out);
-  EXPECT_EQ(j.find("version")->number, 3);
-  const zs::JsonValue& t = *j.find("metadata")->find("t");
-  auto num = [&](const char* k) { return t.find(k)->number; };
+  const nlohmann::json j = nlohmann::json::parse(bytes_of(out));
+  auto number = [](const nlohmann::json& v) { return v.get<double>(); };
+  EXPECT_EQ(number(j.at("version")), 3);
+  const nlohmann::json& t = j.at("metadata").at("t");
+  auto num = [&](const char* k) { return number(t.at(k)); };
   EXPECT_EQ(num("u8"), 200);
   EXPECT_EQ(num("i8"), -100);
   EXPECT_EQ(num("u16"), 60000);
@@ -176,35 +177,35 @@ TEST(Gguf, NodeLlamaCppReadsEveryValueType) {
   EXPECT_EQ(num("u32"), 4000000000.0);
   EXPECT_EQ(num("i32"), -2000000000.0);
   EXPECT_EQ(num("f32"), static_cast<double>(0.1f));
-  EXPECT_TRUE(t.find("bool")->boolean);
-  EXPECT_EQ(t.find("str")->string, "h\xc3\xa9llo");
+  EXPECT_TRUE(t.at("bool").get<bool>());
+  EXPECT_EQ(t.at("str").get<std::string>(), "h\xc3\xa9llo");
   EXPECT_EQ(num("u64"), 123456789012345.0);
   EXPECT_EQ(num("i64"), -123456789012345.0);
   EXPECT_EQ(num("f64"), 0.1);
-  ASSERT_EQ(t.find("ints")->items.size(), 3u);
-  EXPECT_EQ(t.find("ints")->items[1].number, -2);
-  const zs::JsonValue& nested = *t.find("nested");
-  ASSERT_EQ(nested.items.size(), 2u);
-  EXPECT_EQ(nested.items[0].items[1].string, "b");
-  EXPECT_TRUE(nested.items[1].items.empty());
-  const zs::JsonValue& tok = *j.find("metadata")->find("tokenizer")->find("ggml");
-  EXPECT_EQ(tok.find("model")->string, "gpt2");
-  ASSERT_EQ(tok.find("tokens")->items.size(), 258u);
-  EXPECT_EQ(tok.find("tokens")->items[32].string, "\xc4\xa0");  // ' ' is GPT-2's 'Ġ' (U+0120)
-  EXPECT_EQ(tok.find("tokens")->items[65].string, "A");
-  EXPECT_EQ(tok.find("tokens")->items[257].string, "<|unused_257|>");
-  EXPECT_EQ(tok.find("token_type")->items[257].number, 5);  // unused
-  EXPECT_TRUE(tok.find("merges")->items.empty());
-  EXPECT_EQ(tok.find("eos_token_id")->number, 257);
-  EXPECT_EQ(j.find("metadata")->find("general")->find("alignment")->number, 32);
-  const std::vector<zs::JsonValue>& tensors = j.find("tensors")->items;
+  ASSERT_EQ(t.at("ints").size(), 3u);
+  EXPECT_EQ(number(t.at("ints")[1]), -2);
+  const nlohmann::json& nested = t.at("nested");
+  ASSERT_EQ(nested.size(), 2u);
+  EXPECT_EQ(nested[0][1].get<std::string>(), "b");
+  EXPECT_TRUE(nested[1].empty());
+  const nlohmann::json& tok = j.at("metadata").at("tokenizer").at("ggml");
+  EXPECT_EQ(tok.at("model").get<std::string>(), "gpt2");
+  ASSERT_EQ(tok.at("tokens").size(), 258u);
+  EXPECT_EQ(tok.at("tokens")[32].get<std::string>(), "\xc4\xa0");  // ' ' is GPT-2's 'Ġ' (U+0120)
+  EXPECT_EQ(tok.at("tokens")[65].get<std::string>(), "A");
+  EXPECT_EQ(tok.at("tokens")[257].get<std::string>(), "<|unused_257|>");
+  EXPECT_EQ(number(tok.at("token_type")[257]), 5);  // unused
+  EXPECT_TRUE(tok.at("merges").empty());
+  EXPECT_EQ(number(tok.at("eos_token_id")), 257);
+  EXPECT_EQ(number(j.at("metadata").at("general").at("alignment")), 32);
+  const nlohmann::json& tensors = j.at("tensors");
   ASSERT_EQ(tensors.size(), 2u);
-  EXPECT_EQ(tensors[0].find("name")->string, "x.weight");
-  EXPECT_EQ(tensors[0].find("dims")->items[0].number, 32);
-  EXPECT_EQ(tensors[0].find("dims")->items[1].number, 64);
-  EXPECT_EQ(tensors[0].find("type")->number, 8);          // Q8_0
-  EXPECT_EQ(tensors[1].find("offset")->number, 64 * 34);  // 2176, already a multiple of 32
-  EXPECT_EQ(tensors[1].find("type")->number, 0);
+  EXPECT_EQ(tensors[0].at("name").get<std::string>(), "x.weight");
+  EXPECT_EQ(number(tensors[0].at("dims")[0]), 32);
+  EXPECT_EQ(number(tensors[0].at("dims")[1]), 64);
+  EXPECT_EQ(number(tensors[0].at("type")), 8);          // Q8_0
+  EXPECT_EQ(number(tensors[1].at("offset")), 64 * 34);  // 2176, already a multiple of 32
+  EXPECT_EQ(number(tensors[1].at("type")), 0);
 }
 
 TEST(Gguf, MisuseIsAUsageErrorNamingTheFileAndTensor) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // safetensors (tensor_file.h): SafetensorsWriter -> reader round trips (every dtype, metadata,
 // aliases, tensors written out of declaration order), the writer's refusals, and the reader's
-// errors on hand-made bad files. The reader is also checked against files written without
+// errors on hand-made bad files, the JSON header's included (malformed, a key twice, nested too
+// deep), and a model directory's index.json. The reader is also checked against files written without
 // zeroshard: the references make_tensor_files.py writes with struct and json (test_tensor_file.cpp).
 
 #include <ATen/ATen.h>
@@ -11,6 +12,7 @@
 #include "io/aio_test_util.h"
 #include "io/tensor_file_test_util.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/formats/tensor_dir.h"
 
 namespace zs = zeroshard;
 using zs::test::error_text_of;
@@ -170,7 +172,8 @@ TEST(Safetensors, ReaderErrors) {
                   "'" + p + "' is not a valid safetensors file: the header length 5000 runs past the end of the file "
                   "(" + std::to_string(8 + good.size() + 16) + " bytes): the file is truncated or not safetensors");
   EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32",)", ""),
-                  "'" + p + "' is not a valid safetensors file: the JSON header: column");
+                  "'" + p + "' is not a valid safetensors file: the JSON header: column 21: syntax error while "
+                  "parsing object key - unexpected end of input; expected string literal");
   EXPECT_CONTAINS(error(R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", std::string(16, '\0')),
                   "'" + p + "' is not a valid safetensors file: tensor 'w' spans bytes [0, 12) but its F32 shape needs "
                   "16 bytes");
@@ -232,6 +235,61 @@ TEST(Safetensors, ReaderRefusesCraftedLayouts) {
                        R"("data_offsets":[4,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                     std::string(8, '\0'));
   EXPECT_EQ(zs::open_tensor_file(p)->tensors().size(), 3u);
+}
+
+// The JSON header is untrusted: a key twice in one object (a JSON parser would keep one of them
+// silently) and nesting deeper than 16 levels are refused, at the place they occur.
+TEST(Safetensors, HeaderJsonChecks) {
+  zs::test::TempDir dir;
+  const std::string p = dir.file("json.safetensors");
+  auto error = [&](const std::string& header, const std::string& data) {
+    write_safetensors(p, header, data);
+    return error_text_of<zs::IoError>([&] { zs::open_tensor_file(p); });
+  };
+  const std::string prefix = "'" + p + "' is not a valid safetensors file: the JSON header: ";
+  const std::string w = R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  // The position is that of the repeated key's closing quote: "{" + w + "," then "w".
+  EXPECT_CONTAINS(error("{" + w + "," + w + "}", std::string(4, '\0')),
+                  prefix + "column " + std::to_string(w.size() + 5) + ": key \"w\" appears twice in one object");
+  const std::string two_dtypes = R"({"w":{"dtype":"F32","dtype":"F16","shape":[1],"data_offsets":[0,4]}})";
+  EXPECT_CONTAINS(error(two_dtypes, std::string(4, '\0')),
+                  prefix + "column 27: key \"dtype\" appears twice in one object");
+  // 16 levels (the header and 15 arrays) are read; the 17th level is refused where it opens.
+  const std::string deep = std::string(R"({"__metadata__":{},"x":)") + std::string(100000, '[');
+  EXPECT_CONTAINS(error(deep, ""), prefix + "column " + std::to_string(23 + 16) +
+                                       ": objects and arrays nested deeper than 16 levels");
+  EXPECT_CONTAINS(error(R"({"w":)" + std::string(15, '[') + std::string(15, ']') + "}", ""),
+                  "tensor 'w' is not an object");
+  // A header over several lines names the line.
+  EXPECT_CONTAINS(error("{\n  \"w\": {\"dtype\": \"F32\",\n  \"shape\": [1 2]}}", ""),
+                  prefix + "line 3, column 15: syntax error while parsing array - unexpected number literal; "
+                  "expected ']'");
+}
+
+// A model directory's index.json: malformed, a tensor mapped twice, no weight_map.
+TEST(TensorDirectory, IndexJsonErrors) {
+  zs::test::TempDir dir;
+  {
+    zs::SafetensorsWriter w(dir.file("model-00001-of-00001.safetensors"), {{"a", c10::kFloat, {2}}});
+    w.write("a", at::ones({2}));
+    w.finish();
+  }
+  const std::string index = dir.file("model.safetensors.index.json");
+  auto error = [&](const std::string& text) {
+    zs::test::write_file(index, text);
+    return error_text_of<zs::IoError>([&] { zs::TensorDirectory::open(dir.path()); });
+  };
+  const std::string a = R"("a": "model-00001-of-00001.safetensors")";
+  zs::test::write_file(index, "{\"weight_map\": {" + a + "}}");
+  EXPECT_EQ(zs::TensorDirectory::open(dir.path())->tensors().size(), 1u);
+  EXPECT_CONTAINS(error("{\n  \"weight_map\": {\n    " + a + ",\n    " + a + "\n  }\n}\n"),
+                  "model index '" + index + "' is not valid JSON: line 4, column 7: key \"a\" appears twice in one "
+                  "object");
+  const std::string unclosed = "{\"weight_map\": {" + a + "}";
+  EXPECT_CONTAINS(error(unclosed), "model index '" + index + "' is not valid JSON: column " +
+                                       std::to_string(unclosed.size() + 1) +
+                                       ": syntax error while parsing object - unexpected end of input; expected '}'");
+  EXPECT_CONTAINS(error("{\"metadata\": {}}"), "model index '" + index + "' has no \"weight_map\" object");
 }
 
 }  // namespace

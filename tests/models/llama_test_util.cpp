@@ -8,9 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "zeroshard/base/json.h"
 #include "zeroshard/formats/tensor_file.h"
 #include "zeroshard/models/hf_checkpoint.h"
 
@@ -29,7 +29,8 @@ std::string TinySpec::config_json() const {
     << ",\n  \"num_hidden_layers\": " << layers << ",\n  \"num_attention_heads\": " << heads
     << ",\n  \"num_key_value_heads\": " << kv_heads
     << ",\n  \"hidden_act\": \"silu\",\n  \"max_position_embeddings\": " << max_positions
-    << ",\n  \"rms_norm_eps\": " << zs::json_number(rms_eps) << ",\n  \"rope_theta\": " << zs::json_number(rope_theta)
+    << ",\n  \"rms_norm_eps\": " << nlohmann::json(rms_eps).dump() << ",\n  \"rope_theta\": "
+    << nlohmann::json(rope_theta).dump()
     << ",\n  \"rope_scaling\": " << rope_scaling << ",\n  \"tie_word_embeddings\": " << (tied ? "true" : "false")
     << ",\n  \"initializer_range\": 0.02,\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n  \"torch_dtype\": "
        "\"float32\""
@@ -74,7 +75,7 @@ void write_hf_dir(const std::string& dir, const std::string& config_json, const 
   fs::create_directories(dir);
   std::ofstream(dir + "/config.json") << config_json;
   const size_t per = (state.size() + shards - 1) / shards;
-  zs::JsonObject weight_map;
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   for (int k = 0; k < shards; ++k) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", k + 1, shards);
@@ -82,7 +83,7 @@ void write_hf_dir(const std::string& dir, const std::string& config_json, const 
     std::vector<zs::TensorInfo> infos;
     for (size_t i = k * per; i < std::min(state.size(), (k + 1) * per); ++i) {
       infos.push_back({state[i].first, dtype, state[i].second.sizes().vec()});
-      weight_map.add(state[i].first, file);
+      weight_map[state[i].first] = file;
     }
     zs::SafetensorsWriter w(dir + "/" + file, infos, {{"format", "pt"}});
     for (size_t i = k * per; i < std::min(state.size(), (k + 1) * per); ++i)
@@ -92,10 +93,8 @@ void write_hf_dir(const std::string& dir, const std::string& config_json, const 
   if (shards > 1) {
     int64_t total = 0;
     for (const auto& kv : state) total += kv.second.numel() * static_cast<int64_t>(c10::elementSize(dtype));
-    zs::JsonObject index, meta;
-    meta.add("total_size", total);
-    index.add("metadata", meta).add("weight_map", weight_map);
-    std::ofstream(dir + "/model.safetensors.index.json") << index.str() << "\n";
+    const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    std::ofstream(dir + "/model.safetensors.index.json") << index.dump() << "\n";
   }
 }
 

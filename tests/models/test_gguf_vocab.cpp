@@ -20,7 +20,6 @@
 #include "common/error_text.h"
 #include "models/llama_test_util.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/models/gguf_export.h"
 #include "zeroshard/models/gguf_vocabulary.h"
 #include "zeroshard/text/tokenizer.h"
@@ -130,10 +129,9 @@ void check_against_llama_cpp(const std::string& name, const std::string& tokeniz
   const zm::GgufExportReport r = zm::export_gguf(dir, dir + ".gguf", {});
   EXPECT_EQ(r.tokenizer, dir);
   const std::vector<std::string> inputs = texts(*tok);
-  std::string list;
-  for (const std::string& t : inputs) list += (list.empty() ? "" : ", ") + zs::json_string(t);
-  write_file(dir + ".jobs.json", "[{\"gguf\": " + zs::json_string(dir + ".gguf") + ", \"texts\": [" + list +
-                                     "], \"out\": " + zs::json_string(dir + ".llama_cpp.json") + "}]");
+  const nlohmann::ordered_json jobs = {
+      {{"gguf", dir + ".gguf"}, {"texts", inputs}, {"out", dir + ".llama_cpp.json"}}};
+  write_file(dir + ".jobs.json", jobs.dump());
   ASSERT_NO_FATAL_FAILURE(run("node " ZS_SOURCE_DIR "/tests/models/gguf_tokenize.mjs --modules " + kModules +
                               " --jobs " + dir + ".jobs.json"));
   std::ifstream in(dir + ".llama_cpp.json");

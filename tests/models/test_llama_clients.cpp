@@ -21,11 +21,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/test_util.h"
 #include "models/llama_test_util.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/models/gguf_export.h"
 #include "zeroshard/models/hf_checkpoint.h"
 #include "zeroshard/models/llama.h"
@@ -71,7 +71,9 @@ std::vector<Variant> variants() {
   return v;
 }
 
-zs::JsonValue read_json(const std::string& path) {
+using Json = nlohmann::json;
+
+Json read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in.good()) {
     ADD_FAILURE() << "'" << path << "' is missing: the fixture LlamaClientsPrepare did not write it (run "
@@ -80,13 +82,13 @@ zs::JsonValue read_json(const std::string& path) {
   }
   std::stringstream s;
   s << in.rdbuf();
-  return zs::parse_json(s.str(), path);
+  return Json::parse(s.str());
 }
 
-std::vector<double> numbers(const zs::JsonValue* v) {
+std::vector<double> numbers(const Json& v) {
   std::vector<double> out;
-  if (v == nullptr) return out;
-  for (const zs::JsonValue& x : v->items) out.push_back(x.is_number() ? x.number : NAN);  // null: a probability of 0
+  if (!v.is_array()) return out;
+  for (const Json& x : v) out.push_back(x.is_number() ? x.get<double>() : NAN);  // null: a probability of 0
   return out;
 }
 
@@ -101,11 +103,11 @@ struct Result {
 };
 
 Result read_result(const std::string& path) {
-  const zs::JsonValue j = read_json(path);
+  const Json j = read_json(path);
   Result r;
   if (!j.is_object()) return r;
-  r.token_nll = numbers(j.find("token_nll"));
-  for (double x : numbers(j.find("generated"))) r.generated.push_back(static_cast<int64_t>(x));
+  r.token_nll = numbers(j.value("token_nll", Json()));
+  for (double x : numbers(j.value("generated", Json()))) r.generated.push_back(static_cast<int64_t>(x));
   return r;
 }
 
@@ -131,9 +133,8 @@ bool matches_f32(const Result& got, const Result& llama_cpp) {
 }
 
 std::vector<int64_t> read_ids() {
-  const zs::JsonValue j = read_json(kWork + "/ids.json");
   std::vector<int64_t> ids;
-  for (double x : numbers(&j)) ids.push_back(static_cast<int64_t>(x));
+  for (double x : numbers(read_json(kWork + "/ids.json"))) ids.push_back(static_cast<int64_t>(x));
   return ids;
 }
 
@@ -169,8 +170,8 @@ void run(const std::string& command) {
 }
 
 std::string job(const std::string& key, const std::string& source, const std::string& out) {
-  return "{\"" + key + "\": " + zs::json_string(source) + ", \"ids\": " + zs::json_string(kWork + "/ids.json") +
-         ", \"out\": " + zs::json_string(out) + ", \"generate\": 32, \"prompt_len\": 8}";
+  return "{\"" + key + "\": " + Json(source).dump() + ", \"ids\": " + Json(kWork + "/ids.json").dump() +
+         ", \"out\": " + Json(out).dump() + ", \"generate\": 32, \"prompt_len\": 8}";
 }
 
 void write_jobs(const std::string& path, const std::vector<std::string>& jobs) {

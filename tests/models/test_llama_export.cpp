@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -33,7 +34,6 @@
 #include "common/test_util.h"
 #include "models/llama_test_util.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/engine/sharded_init.h"
@@ -77,28 +77,29 @@ std::string text_of(const std::string& path) {
   return s.str();
 }
 
-zs::JsonValue read_json(const std::string& path) {
+using Json = nlohmann::ordered_json;  // members in file order
+
+Json read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in.good()) {
     ADD_FAILURE() << "'" << path << "' is missing: the fixtures LlamaExportTrain and LlamaExportReferences did not "
                   << "write it (run ctest -R llama_export, which runs them first)";
     return {};
   }
-  return zs::parse_json(text_of(path), path);
+  return Json::parse(text_of(path));
 }
 
 std::vector<int64_t> read_ids() {
   std::vector<int64_t> ids;
-  for (const zs::JsonValue& v : read_json(kWork + "/ids.json").items) ids.push_back(static_cast<int64_t>(v.number));
+  for (const Json& v : read_json(kWork + "/ids.json")) ids.push_back(v.get<int64_t>());
   return ids;
 }
 
 std::vector<double> token_nll(const std::string& path) {
   std::vector<double> out;
-  const zs::JsonValue j = read_json(path);
-  const zs::JsonValue* t = j.find("token_nll");
-  if (t == nullptr) return out;
-  for (const zs::JsonValue& x : t->items) out.push_back(x.is_number() ? x.number : NAN);
+  const Json j = read_json(path);
+  if (!j.is_object() || !j.contains("token_nll")) return out;
+  for (const Json& x : j.at("token_nll")) out.push_back(x.is_number() ? x.get<double>() : NAN);
   return out;
 }
 
@@ -207,8 +208,8 @@ void save_tied(const std::string& base, const std::string& ckpt_dir) {
 
 std::string job(const std::string& key, const std::string& source, const std::string& out,
                 const std::string& extra = "") {
-  return "{\"" + key + "\": " + zs::json_string(source) + ", \"ids\": " + zs::json_string(kWork + "/ids.json") +
-         ", \"out\": " + zs::json_string(out) + extra + "}";
+  return "{\"" + key + "\": " + Json(source).dump() + ", \"ids\": " + Json(kWork + "/ids.json").dump() +
+         ", \"out\": " + Json(out).dump() + extra + "}";
 }
 
 void write_jobs(const std::string& path, const std::vector<std::string>& jobs) {
@@ -263,7 +264,7 @@ TEST(LlamaExportReferences, LlamaCppAndPyTorch) {
   write_jobs(kWork + "/torch-jobs.json", {job("hf_dir", kWork + "/hf", kWork + "/hf.torch.json"),
                                           job("hf_dir", kWork + "/hf-tied", kWork + "/hf-tied.torch.json")});
   write_jobs(kWork + "/peft-jobs.json", {job("hf_dir", kWork + "/base", kWork + "/peft.torch.json",
-                                             ", \"adapter\": " + zs::json_string(kWork + "/peft"))});
+                                             ", \"adapter\": " + Json(kWork + "/peft").dump())});
   const std::string tests = std::string(ZS_SOURCE_DIR) + "/tests";
   run("node " + tests + "/models/llama_cpp_nll.mjs --modules " + modules + " --jobs " + kWork + "/node-jobs.json");
   run(std::string(ZS_TORCH_PYTHON) + " " + tests + "/python/llama_ref.py nll --jobs " + kWork + "/torch-jobs.json");
@@ -343,35 +344,20 @@ std::map<std::string, std::pair<std::string, std::vector<int64_t>>> safetensors_
   in.read(header.data(), static_cast<std::streamsize>(n));
   std::map<std::string, std::pair<std::string, std::vector<int64_t>>> out;
   *data_bytes = 0;
-  for (const auto& [name, v] : zs::parse_json(header, path).members) {
+  const Json j = Json::parse(header);
+  for (const auto& [name, v] : j.items()) {
     if (name == "__metadata__") continue;
-    std::vector<int64_t> shape;
-    for (const zs::JsonValue& d : v.find("shape")->items) shape.push_back(static_cast<int64_t>(d.number));
-    out[name] = {v.find("dtype")->string, shape};
-    *data_bytes += static_cast<int64_t>(v.find("data_offsets")->items[1].number - v.find("data_offsets")->items[0].number);
+    out[name] = {v.at("dtype").get<std::string>(), v.at("shape").get<std::vector<int64_t>>()};
+    *data_bytes += v.at("data_offsets")[1].get<int64_t>() - v.at("data_offsets")[0].get<int64_t>();
   }
   return out;
 }
 
-bool same_json(const zs::JsonValue& a, const zs::JsonValue& b) {
-  if (a.type != b.type || a.boolean != b.boolean || a.string != b.string || a.items.size() != b.items.size() ||
-      a.members.size() != b.members.size() || !(a.number == b.number)) {
-    return false;
-  }
-  for (size_t i = 0; i < a.items.size(); ++i) {
-    if (!same_json(a.items[i], b.items[i])) return false;
-  }
-  for (size_t i = 0; i < a.members.size(); ++i) {
-    if (a.members[i].first != b.members[i].first || !same_json(a.members[i].second, b.members[i].second)) return false;
-  }
-  return true;
-}
-
 void check_directory(const std::string& dir, const TinySpec& spec, const std::string& dtype, const char* st_dtype) {
-  const zs::JsonValue index = read_json(dir + "/model.safetensors.index.json");
+  const Json index = read_json(dir + "/model.safetensors.index.json");
   ASSERT_TRUE(index.is_object());
   std::set<std::string> files;
-  for (const auto& [tensor, file] : index.find("weight_map")->members) files.insert(file.string);
+  for (const auto& [tensor, file] : index.at("weight_map").items()) files.insert(file.get<std::string>());
   const std::regex shard_name("model-(\\d{5})-of-(\\d{5})\\.safetensors");
   int64_t total = 0;
   std::map<std::string, std::string> holder;  // tensor -> the file whose header holds it
@@ -390,9 +376,9 @@ void check_directory(const std::string& dir, const TinySpec& spec, const std::st
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) n += e.path().extension() == ".safetensors";
   EXPECT_EQ(static_cast<size_t>(n), files.size()) << "every file is in the index";
   EXPECT_GE(files.size(), 3u) << "100KB files: the model does not fit in one";
-  EXPECT_EQ(static_cast<int64_t>(index.find("metadata")->find("total_size")->number), total);
+  EXPECT_EQ(index.at("metadata").at("total_size").get<int64_t>(), total);
   std::map<std::string, std::string> weight_map;
-  for (const auto& [tensor, file] : index.find("weight_map")->members) weight_map[tensor] = file.string;
+  for (const auto& [tensor, file] : index.at("weight_map").items()) weight_map[tensor] = file.get<std::string>();
   EXPECT_EQ(weight_map, holder);
   std::set<std::string> want;
   for (const zs::TensorInfo& t : zm::hf_tensors(spec.config())) want.insert(t.name);
@@ -401,19 +387,20 @@ void check_directory(const std::string& dir, const TinySpec& spec, const std::st
   EXPECT_EQ(got, want);
   EXPECT_EQ(weight_map.count("lm_head.weight"), spec.tied ? 0u : 1u);
   // config.json: every key the model was built from, in its order, torch_dtype the dtype written.
-  const zs::JsonValue config = read_json(dir + "/config.json");
-  const zs::JsonValue built = zs::parse_json(spec.config_json(), "spec");
-  ASSERT_EQ(config.members.size(), built.members.size());
-  for (size_t i = 0; i < built.members.size(); ++i) {
-    const auto& [key, value] = built.members[i];
-    EXPECT_EQ(config.members[i].first, key);
-    if (key != "torch_dtype") EXPECT_TRUE(same_json(config.members[i].second, value)) << key;
+  const Json config = read_json(dir + "/config.json");
+  const Json built = Json::parse(spec.config_json());
+  ASSERT_EQ(config.size(), built.size());
+  auto member = config.items().begin();
+  for (const auto& [key, value] : built.items()) {
+    EXPECT_EQ(member.key(), key);
+    if (key != "torch_dtype") EXPECT_EQ(member.value(), value) << key;  // numbers compare by value
+    ++member;
   }
-  EXPECT_EQ(config.find("torch_dtype")->string, dtype);
-  EXPECT_EQ(config.find("architectures")->items.at(0).string, "LlamaForCausalLM");
-  EXPECT_EQ(config.find("model_type")->string, "llama");
-  EXPECT_EQ(config.find("num_key_value_heads")->number, 2);
-  EXPECT_EQ(config.find("tie_word_embeddings")->boolean, spec.tied);
+  EXPECT_EQ(config.at("torch_dtype").get<std::string>(), dtype);
+  EXPECT_EQ(config.at("architectures").at(0).get<std::string>(), "LlamaForCausalLM");
+  EXPECT_EQ(config.at("model_type").get<std::string>(), "llama");
+  EXPECT_EQ(config.at("num_key_value_heads").get<int64_t>(), 2);
+  EXPECT_EQ(config.at("tie_word_embeddings").get<bool>(), spec.tied);
 }
 
 }  // namespace
@@ -421,21 +408,20 @@ void check_directory(const std::string& dir, const TinySpec& spec, const std::st
 TEST(LlamaExport, FilesFollowTheFormats) {
   check_directory(kWork + "/hf", base_spec(), "float32", "F32");
   check_directory(kWork + "/hf-tied", tied_spec(), "bfloat16", "BF16");
-  const zs::JsonValue ac = read_json(kWork + "/peft/adapter_config.json");
+  const Json ac = read_json(kWork + "/peft/adapter_config.json");
   ASSERT_TRUE(ac.is_object());
-  EXPECT_EQ(ac.find("peft_type")->string, "LORA");
-  EXPECT_EQ(ac.find("task_type")->string, "CAUSAL_LM");
-  EXPECT_EQ(ac.find("r")->number, 4);
-  EXPECT_EQ(ac.find("lora_alpha")->number, 8);
-  EXPECT_EQ(ac.find("lora_dropout")->number, 0);
-  EXPECT_EQ(ac.find("bias")->string, "none");
-  EXPECT_FALSE(ac.find("fan_in_fan_out")->boolean);
-  EXPECT_TRUE(ac.find("inference_mode")->boolean);
-  EXPECT_FALSE(ac.find("use_rslora")->boolean);
-  EXPECT_FALSE(ac.find("use_dora")->boolean);
-  EXPECT_EQ(ac.find("base_model_name_or_path")->string, "tiny-llama");
-  std::vector<std::string> targets;
-  for (const zs::JsonValue& t : ac.find("target_modules")->items) targets.push_back(t.string);
+  EXPECT_EQ(ac.at("peft_type").get<std::string>(), "LORA");
+  EXPECT_EQ(ac.at("task_type").get<std::string>(), "CAUSAL_LM");
+  EXPECT_EQ(ac.at("r").get<double>(), 4);
+  EXPECT_EQ(ac.at("lora_alpha").get<double>(), 8);
+  EXPECT_EQ(ac.at("lora_dropout").get<double>(), 0);
+  EXPECT_EQ(ac.at("bias").get<std::string>(), "none");
+  EXPECT_FALSE(ac.at("fan_in_fan_out").get<bool>());
+  EXPECT_TRUE(ac.at("inference_mode").get<bool>());
+  EXPECT_FALSE(ac.at("use_rslora").get<bool>());
+  EXPECT_FALSE(ac.at("use_dora").get<bool>());
+  EXPECT_EQ(ac.at("base_model_name_or_path").get<std::string>(), "tiny-llama");
+  const std::vector<std::string> targets = ac.at("target_modules").get<std::vector<std::string>>();
   EXPECT_EQ(targets, (std::vector<std::string>{"down_proj", "q_proj", "v_proj"}));
   int64_t bytes = 0;
   const auto header = safetensors_header(kWork + "/peft/adapter_model.safetensors", &bytes);

@@ -58,7 +58,7 @@ expect "decode --skip-special-tokens" 0 "Hello world" sh -c "echo '[128000, 9906
 # Errors: one line, the file and line, exit 1 (2 for the command line).
 expect "id outside the vocabulary" 1 "zeroshard-data: <stdin>:2: $ref/gpt2/tokenizer.json: decode: token id 999999 (position 1) is not in the vocabulary (50260 ids)" \
   sh -c "printf '[1]\n[1, 999999]\n' | '$tool' decode --tokenizer '$ref/gpt2' >/dev/null"
-expect "ids that are not JSON" 1 "zeroshard-data: $work/bad.jsonl:1: column 4: expected a value, found the end of the line" \
+expect "ids that are not JSON" 1 "zeroshard-data: $work/bad.jsonl:1: column 4: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal" \
   sh -c "echo '[1,' >'$work/bad.jsonl'; '$tool' decode --tokenizer '$ref/gpt2' '$work/bad.jsonl'"
 expect "text that is not UTF-8" 1 "zeroshard-data: <stdin>:2: $ref/gpt2/tokenizer.json: encode: the text is not valid UTF-8 (byte 0 of 1)" \
   sh -c "printf 'ok\n\377\n' | '$tool' encode --tokenizer '$ref/gpt2' >/dev/null"

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The JSON text helpers (zeroshard/base/json.h) and MetricsWriter (zeroshard/train/metrics.h):
-// escaping, round-trippable numbers, the parser's errors, and the writer's contract (opened at
-// construction, one complete line per call, visible before the writer is gone).
+// MetricsWriter (zeroshard/train/metrics.h): the lines read back by an independent JSON parser
+// (nlohmann-json) with every double exact, integers as integers, strings escaped; the fields'
+// refusals; and the writer's contract (opened at construction, one complete line per call,
+// visible before the writer is gone).
 
 #include <unistd.h>
 
@@ -10,14 +11,16 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/error_text.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/train/metrics.h"
 
 namespace zs = zeroshard;
+using Json = nlohmann::ordered_json;
 
 namespace {
 
@@ -33,84 +36,70 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-std::string parse_error(const std::string& text) {
-  try {
-    zs::parse_json(text, "t.jsonl:3");
-  } catch (const zs::Error& e) {
-    return e.message();
+// The one line a summary of `fields` is written as.
+std::string summary_line(const zs::MetricFields& fields) {
+  const std::string path = temp_path("summary.jsonl");
+  {
+    zs::MetricsWriter w(path);
+    w.write_summary(fields);
   }
-  return "<no error>";
+  const std::vector<std::string> lines = read_lines(path);
+  std::remove(path.c_str());
+  return lines.size() == 1 ? lines[0] : "<" + std::to_string(lines.size()) + " lines>";
 }
 
 }  // namespace
 
-TEST(Json, StringsAreEscaped) {
-  EXPECT_EQ(zs::json_string("plain"), "\"plain\"");
-  EXPECT_EQ(zs::json_string("a\"b\\c\nd\te\x01"), "\"a\\\"b\\\\c\\nd\\te\\u0001\"");
-  EXPECT_EQ(zs::json_string("µs ✓"), "\"µs ✓\"");  // UTF-8 passes through
-  const std::string nasty = "quote\" backslash\\ newline\n tab\t bell\x07 nul-free ✓";
-  EXPECT_EQ(zs::parse_json(zs::json_string(nasty), "x").string, nasty);
-  EXPECT_EQ(zs::parse_json("\"\\u00b5\\ud83d\\ude00\"", "x").string, "µ\xF0\x9F\x98\x80");
-}
-
-TEST(Json, NumbersRoundTripExactly) {
+TEST(MetricsWriter, NumbersReadBackExactly) {
   const double values[] = {0.1, 1.0 / 3.0, 2.0 / 3.0, 1e-300, 5e-324, 1.7976931348623157e308, 123456789012345678.0,
                            -0.0, 3.0, 6.02214076e23, 0.30000000000000004, 1e-7};
-  for (double v : values) {
-    const std::string text = zs::json_number(v);
-    const double back = zs::parse_json(text, "x").number;
-    EXPECT_EQ(std::memcmp(&back, &v, sizeof(double)), 0) << text << " did not read back to " << v;
+  zs::MetricFields fields;
+  for (size_t i = 0; i < std::size(values); ++i) fields.add("v" + std::to_string(i), values[i]);
+  const Json line = Json::parse(summary_line(fields));
+  for (size_t i = 0; i < std::size(values); ++i) {
+    const Json& v = line.at("v" + std::to_string(i));
+    ASSERT_TRUE(v.is_number_float()) << v.dump();
+    const double back = v.get<double>();
+    EXPECT_EQ(std::memcmp(&back, &values[i], sizeof(double)), 0) << v.dump() << " did not read back to " << values[i];
   }
-  EXPECT_EQ(zs::json_number(0.1), "0.1");  // the shortest form that round-trips
-  EXPECT_EQ(zs::json_number(3), "3");
-  EXPECT_EQ(zs::json_number(std::numeric_limits<double>::quiet_NaN()), "null");
-  EXPECT_EQ(zs::json_number(-std::numeric_limits<double>::infinity()), "null");
+  // The shortest form that reads back; a whole double keeps its fraction, an integer has none.
+  zs::MetricFields spelled;
+  spelled.add("tenth", 0.1).add("three", 3.0).add("steps", 3).add("bytes", int64_t{1} << 40);
+  spelled.add("max", uint64_t{18446744073709551615u}).add("nan", std::numeric_limits<double>::quiet_NaN());
+  spelled.add("inf", -std::numeric_limits<double>::infinity()).add("ok", true);
+  EXPECT_EQ(summary_line(spelled), "{\"summary\":true,\"tenth\":0.1,\"three\":3.0,\"steps\":3,\"bytes\":1099511627776,"
+                                   "\"max\":18446744073709551615,\"nan\":null,\"inf\":null,\"ok\":true}");
 }
 
-TEST(Json, ObjectBuilder) {
-  zs::JsonObject inner;
-  inner.add("gathered params", int64_t{1} << 40).add("x", 1.5);
-  zs::JsonObject o;
-  o.add("step", 7).add("ok", true).add("name", "a\"b").add("mem", inner).add("big", uint64_t{18446744073709551615u});
-  EXPECT_EQ(o.str(),
-            "{\"step\":7,\"ok\":true,\"name\":\"a\\\"b\",\"mem\":{\"gathered params\":1099511627776,\"x\":1.5},"
-            "\"big\":18446744073709551615}");
-  EXPECT_THROW(o.add("step", 8), zs::UsageError);
-  const zs::JsonValue v = zs::parse_json(o.str(), "x");
-  ASSERT_TRUE(v.is_object());
-  EXPECT_EQ(v.find("mem")->find("gathered params")->number, 1099511627776.0);
-  EXPECT_EQ(v.find("name")->string, "a\"b");
-  EXPECT_EQ(v.find("missing"), nullptr);
+TEST(MetricsWriter, StringsAreEscaped) {
+  const std::string nasty = "quote\" backslash\\ newline\n tab\t bell\x07 nul-free \u2713";
+  zs::MetricFields fields;
+  fields.add("plain", "plain").add("escaped", "a\"b\\c\nd\te\x01").add("utf8", "\u00b5s \u2713");
+  fields.add("not utf8", std::string("a\xff")).add("nasty", nasty);
+  const std::string line = summary_line(fields);
+  EXPECT_EQ(line.substr(0, line.find(",\"nasty\":")),
+            "{\"summary\":true,\"plain\":\"plain\",\"escaped\":\"a\\\"b\\\\c\\nd\\te\\u0001\","
+            "\"utf8\":\"\u00b5s \u2713\",\"not utf8\":\"a\xEF\xBF\xBD\"");
+  const Json v = Json::parse(line);
+  EXPECT_EQ(v.at("nasty").get<std::string>(), nasty);
+  // Bytes that are not UTF-8 become U+FFFD: the line stays JSON.
+  EXPECT_EQ(v.at("not utf8").get<std::string>(), "a\uFFFD");
 }
 
-TEST(Json, ArraysOfObjectsRoundTrip) {
-  std::vector<zs::JsonObject> items(2);
-  items[0].add("bytes", 1024);
-  items[1].add("bytes", 8).add("phase", "forward: unit 'blocks.0'");
-  zs::JsonObject o;
-  o.add("largest", items).add("empty", std::vector<zs::JsonObject>{});
-  EXPECT_EQ(o.str(), "{\"largest\":[{\"bytes\":1024},{\"bytes\":8,\"phase\":\"forward: unit 'blocks.0'\"}],\"empty\":[]}");
-  const zs::JsonValue v = zs::parse_json(o.str(), "x");
-  ASSERT_TRUE(v.find("largest")->is_array());
-  ASSERT_EQ(v.find("largest")->items.size(), 2u);
-  EXPECT_EQ(v.find("largest")->items[1].find("phase")->string, "forward: unit 'blocks.0'");
-  EXPECT_TRUE(v.find("empty")->items.empty());
-  EXPECT_EQ(zs::parse_json("[1, [2, 3]]", "x").items[1].items[1].number, 3.0);
-}
-
-TEST(Json, ParseErrorsNameThePlace) {
-  EXPECT_EQ(parse_error("{\"a\" 1}"), "t.jsonl:3: column 6: expected ':' after key \"a\"");
-  EXPECT_EQ(parse_error("{\"a\": [1 2]}"), "t.jsonl:3: column 10: expected ',' or ']' in an array");
-  EXPECT_EQ(parse_error("{\"a\": 1, \"a\": 2}"), "t.jsonl:3: column 13: key \"a\" appears twice in one object");
-  EXPECT_EQ(parse_error("{\"a\": 1} x"), "t.jsonl:3: column 10: unexpected 'x' after the value");
-  EXPECT_EQ(parse_error("{\"a\": tru}"),
-            "t.jsonl:3: column 7: expected a value (number, string, object, array, true, false or null), found 't'");
-  EXPECT_EQ(parse_error("{\"a\": \"x"), "t.jsonl:3: column 9: unterminated string");
-  EXPECT_EQ(parse_error("{\"a\": 1."), "t.jsonl:3: column 9: expected digits after the decimal point");
-  EXPECT_EQ(parse_error(""), "t.jsonl:3: column 1: expected a value, found the end of the line");
-  std::string deep;
-  for (int i = 0; i < 20; ++i) deep += "{\"a\":";
-  EXPECT_NE(parse_error(deep).find("nested deeper than 16"), std::string::npos);
+TEST(MetricsWriter, FieldsRefuseARepeatedKey) {
+  zs::MetricFields fields;
+  fields.add("grad_norm", 1.0);
+  EXPECT_EQ(zs::test::message_of<zs::UsageError>([&] { fields.add("grad_norm", 2.0); }),
+            "metrics: the key 'grad_norm' added twice to one line");
+  zs::StepMetrics m;
+  m.step = 1;
+  m.extra.add("loss", 2.0);
+  EXPECT_EQ(zs::test::message_of<zs::UsageError>([&] { zs::MetricsWriter::step_line(m); }),
+            "metrics: a step's extra field repeats the key 'loss' of its line");
+  m.extra = zs::MetricFields();
+  m.mem = {{"a", 1}, {"a", 2}};
+  EXPECT_EQ(zs::test::message_of<zs::UsageError>([&] { zs::MetricsWriter::step_line(m); }),
+            "metrics: the category 'a' twice in \"mem\"");
 }
 
 TEST(MetricsWriter, UnwritablePathFailsAtConstruction) {
@@ -137,15 +126,15 @@ TEST(MetricsWriter, EachLineIsOnDiskWhenWriteReturns) {
     m.tokens_per_s = 12345.678;
     m.mem = {{"sharded params", 1048576}, {"gathered params", 0}};
     m.comm_bytes = int64_t{1} << 33;
-    m.extra.add("grad_norm", 0.75);
+    m.extra.add("grad_norm", 0.75).add("clipped", 3);
     w.write_step(m);
     std::vector<std::string> lines = read_lines(path);  // the writer is still open
     ASSERT_EQ(lines.size(), 1u);
     EXPECT_EQ(lines[0],
               "{\"step\":1,\"loss\":2.302585092994046,\"lr\":3.3333333333333335e-05,\"tokens_per_s\":12345.678,"
-              "\"mem\":{\"sharded params\":1048576,\"gathered params\":0},\"comm_bytes\":8589934592,\"grad_norm\":0.75}");
-    const zs::JsonValue v = zs::parse_json(lines[0], path);
-    EXPECT_EQ(v.find("lr")->number, 1e-4 / 3);  // exact round trip
+              "\"mem\":{\"sharded params\":1048576,\"gathered params\":0},\"comm_bytes\":8589934592,\"grad_norm\":0.75,"
+              "\"clipped\":3}");
+    EXPECT_EQ(Json::parse(lines[0]).at("lr").get<double>(), 1e-4 / 3);  // exact round trip
 
     m.step = 2;
     m.loss = std::numeric_limits<double>::infinity();  // a diverged step is still a line
@@ -154,9 +143,9 @@ TEST(MetricsWriter, EachLineIsOnDiskWhenWriteReturns) {
     m.samples_per_s = 10.5;
     m.mem.clear();
     m.comm_bytes.reset();
-    m.extra = zs::JsonObject();
+    m.extra = zs::MetricFields();
     w.write_step(m);
-    zs::JsonObject summary;
+    zs::MetricFields summary;
     summary.add("steps", 2).add("final_loss", 2.25).add("note", "line\nbreak");
     w.write_summary(summary);
     EXPECT_EQ(w.lines_written(), 3);
@@ -164,9 +153,10 @@ TEST(MetricsWriter, EachLineIsOnDiskWhenWriteReturns) {
     ASSERT_EQ(lines.size(), 3u);
     EXPECT_EQ(lines[1], "{\"step\":2,\"loss\":null,\"samples_per_s\":10.5}");
     EXPECT_EQ(lines[2], "{\"summary\":true,\"steps\":2,\"final_loss\":2.25,\"note\":\"line\\nbreak\"}");
-    zs::JsonObject clash;
+    zs::MetricFields clash;
     clash.add("summary", false);
     EXPECT_THROW(w.write_summary(clash), zs::UsageError);
+    EXPECT_EQ(w.lines_written(), 3);
   }
   // A new writer truncates.
   { zs::MetricsWriter w(path); }
@@ -192,7 +182,7 @@ TEST(MetricsWriter, EvalAndPeakMemoryLines) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], "{\"eval\":\"val_loss\",\"step\":0,\"value\":5.5}");
   EXPECT_EQ(lines[1], "{\"eval\":\"test_accuracy\",\"step\":10,\"value\":null}");
-  EXPECT_EQ(lines[2], "{\"step\":1,\"loss\":2,\"mem\":{\"gathered params\":0},\"mem_peak\":{\"gathered params\":4096}}");
+  EXPECT_EQ(lines[2], "{\"step\":1,\"loss\":2.0,\"mem\":{\"gathered params\":0},\"mem_peak\":{\"gathered params\":4096}}");
   std::remove(path.c_str());
 }
 

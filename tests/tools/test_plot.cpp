@@ -102,7 +102,7 @@ std::string write_sample(const std::string& path) {
     w.write_step(m);
     if (s % 20 == 0) evals(s);
   }
-  zs::JsonObject summary;
+  zs::MetricFields summary;
   summary.add("steps", 60);
   w.write_summary(summary);
   return path;
@@ -223,7 +223,7 @@ TEST(Plot, LineKinds) {
 TEST(Plot, BadLinesNameFileAndLine) {
   const std::string ok = "{\"step\":1,\"loss\":2}\n";
   EXPECT_EQ(metrics_error(ok + "not json\n"),
-            "run.jsonl:2: column 1: expected a value (number, string, object, array, true, false or null), found 'n'");
+            "run.jsonl:2: column 2: syntax error while parsing value - invalid literal; last read: 'no'");
   EXPECT_EQ(metrics_error(ok + "\n3\n"), "run.jsonl:3: a metrics line is a JSON object, this is a number");
   EXPECT_EQ(metrics_error(ok + "{\"loss\":2}\n"),
             "run.jsonl:2: no \"step\" key in a step line (a step line has \"step\" and \"loss\"; the last line may "
@@ -258,7 +258,7 @@ TEST(Plot, BadLinesNameFileAndLine) {
             "run.jsonl:3: a line after the summary line (line 2); the summary is the last line of a run");
   EXPECT_EQ(metrics_error("\n\n"), "run.jsonl: no step lines (lines like {\"step\": 1, \"loss\": 2.3, ...})");
   EXPECT_EQ(metrics_error("{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":1"),
-            "run.jsonl:2: column 19: expected ',' or '}' in an object");
+            "run.jsonl:2: column 19: syntax error while parsing object - unexpected end of input; expected '}'");
   try {
     zp::read_metrics("/nonexistent/run.jsonl");
     ADD_FAILURE();

@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "common/test_util.h"
 #include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/train/tensorboard.h"
 
 namespace zs = zeroshard;
@@ -86,27 +86,27 @@ TEST(TensorBoard, AnIndependentReaderReadsTheValuesBack) {
   EXPECT_EQ(fs::path(path).filename().string().rfind("events.out.tfevents.", 0), 0u) << path;
   const ReaderRun r = read_back(dir, "--json --expect-tag train/loss --expect-tag eval/val_loss");
   ASSERT_EQ(r.status, 0) << r.out;
-  const zs::JsonValue doc = zs::parse_json(r.out, "read_tfevents.py output");
-  const auto& events = doc.find("events")->items;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  const nlohmann::json& events = doc.at("events");
   ASSERT_EQ(events.size(), 4u) << r.out;
-  EXPECT_EQ(events[0].find("file_version")->string, "brain.Event:2");
-  EXPECT_GT(events[1].find("wall_time")->number, 1.6e9);  // seconds since 1970, in this decade
+  EXPECT_EQ(events[0].at("file_version").get<std::string>(), "brain.Event:2");
+  EXPECT_GT(events[1].at("wall_time").get<double>(), 1.6e9);  // seconds since 1970, in this decade
   const std::vector<std::pair<int64_t, std::vector<std::pair<std::string, double>>>> want = {
       {1, {{"train/loss", 2.5}, {"train/lr", 3e-4}, {"memory_mib/sharded_params", 12.75}}},
       {2, {{"eval/val_loss", 1.2345678}}},
       {int64_t{1} << 40, {{"train/loss", NAN}, {"neg", -7.0}}}};
   for (size_t i = 0; i < want.size(); ++i) {
-    const zs::JsonValue& e = events[i + 1];
-    EXPECT_EQ(static_cast<int64_t>(e.find("step")->number), want[i].first);
-    const auto& values = e.find("values")->items;
+    const nlohmann::json& e = events[i + 1];
+    EXPECT_EQ(e.at("step").get<int64_t>(), want[i].first);
+    const nlohmann::json& values = e.at("values");
     ASSERT_EQ(values.size(), want[i].second.size()) << r.out;
     for (size_t j = 0; j < values.size(); ++j) {
-      EXPECT_EQ(values[j].items[0].string, want[i].second[j].first);
+      EXPECT_EQ(values[j][0].get<std::string>(), want[i].second[j].first);
       const double v = want[i].second[j].second;
       if (std::isnan(v)) {
-        EXPECT_TRUE(values[j].items[1].is_null()) << "NaN reads back as NaN (null in the reader's JSON)";
+        EXPECT_TRUE(values[j][1].is_null()) << "NaN reads back as NaN (null in the reader's JSON)";
       } else {
-        EXPECT_EQ(values[j].items[1].number, static_cast<double>(static_cast<float>(v)));  // float32 as TensorBoard
+        EXPECT_EQ(values[j][1].get<double>(), static_cast<double>(static_cast<float>(v)));  // float32 as TensorBoard
       }
     }
   }

@@ -16,13 +16,13 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "subcommand.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/text/tokenizer.h"
 
 namespace zs = zeroshard;
@@ -69,28 +69,41 @@ std::string ids_json(const std::vector<int32_t>& ids) {
   return out;
 }
 
+using Json = nlohmann::json;
+
+// One input line as JSON; a malformed line is an Error "WHERE: column C: what was wrong".
+Json parse_line(const std::string& line, const std::string& where) {
+  try {
+    return Json::parse(line);
+  } catch (const Json::parse_error& e) {
+    // nlohmann's text is "[json.exception.parse_error.101] parse error at line 1, column C: WHAT".
+    const std::string what = e.what();
+    const size_t column = what.find("column ");
+    const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
+    ZS_THROW(zs::Error, where, ": column ", e.byte, ": ", colon == std::string::npos ? what : what.substr(colon + 2));
+  }
+}
+
 // The text to encode from one input line.
 std::string text_of(const std::string& line, bool jsonl, const std::string& field, const std::string& where) {
   if (!jsonl) return line;
-  const zs::JsonValue v = zs::parse_json(line, where);
-  const zs::JsonValue* text = v.is_object() ? v.find(field) : nullptr;
-  ZS_REQUIRE(text != nullptr && text->type == zs::JsonValue::Type::kString, zs::Error, where,
-             ": expected a JSON object with a string \"", field, "\"");
-  return text->string;
+  const Json v = parse_line(line, where);
+  const auto text = v.is_object() ? v.find(field) : v.end();
+  ZS_REQUIRE(text != v.end() && text->is_string(), zs::Error, where, ": expected a JSON object with a string \"",
+             field, "\"");
+  return text->get<std::string>();
 }
 
 std::vector<int32_t> ids_of(const std::string& line, const std::string& where) {
-  const zs::JsonValue v = zs::parse_json(line, where);
-  ZS_REQUIRE(v.is_array(), zs::Error, where, ": expected a JSON array of token ids, got ",
-             zs::JsonValue::type_name(v.type));
+  const Json v = parse_line(line, where);
+  ZS_REQUIRE(v.is_array(), zs::Error, where, ": expected a JSON array of token ids, got ", v.type_name());
   std::vector<int32_t> ids;
-  ids.reserve(v.items.size());
-  for (size_t i = 0; i < v.items.size(); ++i) {
-    const zs::JsonValue& item = v.items[i];
-    ZS_REQUIRE(item.is_number() && std::nearbyint(item.number) == item.number && item.number >= 0 &&
-                   item.number <= 2147483647.0,
-               zs::Error, where, ": item ", i, " is not a token id (an integer in [0, 2^31))");
-    ids.push_back(static_cast<int32_t>(item.number));
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double item = v[i].is_number() ? v[i].get<double>() : -1;
+    ZS_REQUIRE(std::nearbyint(item) == item && item >= 0 && item <= 2147483647.0, zs::Error, where, ": item ", i,
+               " is not a token id (an integer in [0, 2^31))");
+    ids.push_back(static_cast<int32_t>(item));
   }
   return ids;
 }
@@ -163,7 +176,9 @@ int run_decode(const std::vector<std::string>& args) {
     } catch (const zs::UsageError& e) {  // an id outside the vocabulary
       ZS_THROW(zs::Error, reader.where(), ": ", e.message());
     }
-    const std::string out = jsonl ? zs::JsonObject().add("text", text).str() : text;
+    // Bytes that are not UTF-8 (a token that is part of a character) become U+FFFD in JSON.
+    const std::string out =
+        jsonl ? Json{{"text", text}}.dump(-1, ' ', false, Json::error_handler_t::replace) : text;
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fputc('\n', stdout);
   }

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,6 @@
 #include "token_ids.h"
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 #include "zeroshard/config/main.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/models/hf_checkpoint.h"
@@ -136,18 +136,21 @@ int run(zs::Session& s, const zs::Run& run) {
   source.load(engine);
   model->eval();
   torch::NoGradGuard no_grad;
-  zs::JsonObject line;
+  nlohmann::ordered_json line;
   if (a.generate > 0) {
     const std::vector<int64_t> out = generate(s, engine, model, ids, a.generate);
-    line.add("prompt", ids).add("generated", out);
+    line["prompt"] = ids;
+    line["generated"] = out;
   } else {
     const auto [sum, count] = score(engine, model, ids, context, s.rank(), s.world_size(), s.device());
     at::Tensor totals = at::tensor(std::vector<double>{sum, count}, at::kDouble);
     s.world()->all_reduce(totals, zs::ReduceOp::kSum, "eval.nll")->wait();
     const double nll = totals[0].item<double>() / totals[1].item<double>();
-    line.add("nll", nll).add("ppl", std::exp(nll)).add("tokens", static_cast<int64_t>(totals[1].item<double>()));
+    line["nll"] = nll;
+    line["ppl"] = std::exp(nll);
+    line["tokens"] = static_cast<int64_t>(totals[1].item<double>());
   }
-  if (s.rank() == 0) std::printf("%s\n", line.str().c_str());
+  if (s.rank() == 0) std::printf("%s\n", line.dump().c_str());
   return 0;
 }
 

@@ -3,13 +3,14 @@
 
 #include "token_ids.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 
 namespace zs_eval {
 namespace zs = zeroshard;
@@ -37,14 +38,23 @@ std::string read_all(const std::string& path) {
 }
 
 std::vector<int64_t> from_json(const std::string& path) {
-  const zs::JsonValue v = zs::parse_json(read_all(path), path);
+  nlohmann::json v;
+  try {
+    v = nlohmann::json::parse(read_all(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's text names the line and column: "[json.exception.parse_error.101] parse error at line 1, ...".
+    const std::string what = e.what();
+    const size_t at = what.find("] ");
+    ZS_THROW(zs::UsageError, "token id file '", path, "' is not valid JSON: ",
+             at == std::string::npos ? what : what.substr(at + 2));
+  }
   ZS_REQUIRE(v.is_array(), zs::UsageError, "token id file '", path, "' is not a JSON array of integers");
   std::vector<int64_t> ids;
-  for (size_t i = 0; i < v.items.size(); ++i) {
-    const zs::JsonValue& x = v.items[i];
-    ZS_REQUIRE(x.is_number() && x.number == static_cast<double>(static_cast<int64_t>(x.number)), zs::UsageError,
-               "token id file '", path, "': element ", i, " is not an integer");
-    ids.push_back(static_cast<int64_t>(x.number));
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double x = v[i].is_number() ? v[i].get<double>() : 0.5;
+    ZS_REQUIRE(std::fabs(x) < 9.2e18 && x == std::floor(x), zs::UsageError, "token id file '", path,
+               "': element ", i, " is not an integer");
+    ids.push_back(static_cast<int64_t>(x));
   }
   return ids;
 }

@@ -10,59 +10,66 @@
 #include <cerrno>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "plot.h"
 #include "zeroshard/base/error.h"
-#include "zeroshard/base/json.h"
 
 namespace zeroshard::plot {
 namespace {
 
+using Json = nlohmann::ordered_json;  // members in file order: categories keep the writer's order
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// The member `key` of the object `line`, or nullptr.
+const Json* find(const Json& line, const char* key) {
+  const auto it = line.find(key);
+  return it == line.end() ? nullptr : &*it;
+}
+
 // A number, null (a non-finite value the writer could not spell), or absent (NaN both).
-double number_or_nan(const JsonValue& line, const char* key, const std::string& where) {
-  const JsonValue* v = line.find(key);
+double number_or_nan(const Json& line, const char* key, const std::string& where) {
+  const Json* v = find(line, key);
   if (v == nullptr || v->is_null()) return kNaN;
-  ZS_REQUIRE(v->is_number(), Error, where, ": \"", key, "\" is a ", JsonValue::type_name(v->type),
-             "; expected a number");
-  return v->number;
+  ZS_REQUIRE(v->is_number(), Error, where, ": \"", key, "\" is a ", v->type_name(), "; expected a number");
+  return v->get<double>();
 }
 
 // One step line's "mem" or "mem_peak" object into `columns` (category -> bytes per step).
 void add_memory(MetricsLog& log, std::map<std::string, std::vector<double>>& columns, const char* key,
-                const JsonValue& mem, const std::string& where) {
-  ZS_REQUIRE(mem.is_object(), Error, where, ": \"", key, "\" is a ", JsonValue::type_name(mem.type),
+                const Json& mem, const std::string& where) {
+  ZS_REQUIRE(mem.is_object(), Error, where, ": \"", key, "\" is a ", mem.type_name(),
              "; expected an object of category -> bytes");
   const size_t row = log.step.size() - 1;
-  for (const auto& [category, bytes] : mem.members) {
+  for (const auto& [category, bytes] : mem.items()) {
     ZS_REQUIRE(bytes.is_number() || bytes.is_null(), Error, where, ": \"", key, "\".\"", category, "\" is a ",
-               JsonValue::type_name(bytes.type), "; expected a number of bytes");
+               bytes.type_name(), "; expected a number of bytes");
     if (std::find(log.mem_categories.begin(), log.mem_categories.end(), category) == log.mem_categories.end()) {
       log.mem_categories.push_back(category);
     }
     std::vector<double>& column = columns[category];
     column.resize(row, kNaN);
-    column.push_back(bytes.is_null() ? kNaN : bytes.number);
+    column.push_back(bytes.is_null() ? kNaN : bytes.get<double>());
   }
 }
 
 // A finite number under `key`, or the error naming the line kind.
-double required_number(const JsonValue& line, const char* key, const char* kind, const std::string& where) {
-  const JsonValue* v = line.find(key);
+double required_number(const Json& line, const char* key, const char* kind, const std::string& where) {
+  const Json* v = find(line, key);
   ZS_REQUIRE(v != nullptr, Error, where, ": no \"", key, "\" key in ", kind);
-  ZS_REQUIRE(v->is_number() && std::isfinite(v->number), Error, where, ": \"", key, "\" is a ",
-             JsonValue::type_name(v->type), "; expected a number");
-  return v->number;
+  ZS_REQUIRE(v->is_number() && std::isfinite(v->get<double>()), Error, where, ": \"", key, "\" is a ",
+             v->type_name(), "; expected a number");
+  return v->get<double>();
 }
 
-void add_step(MetricsLog& log, const JsonValue& v, const std::string& where, int& last_step_line, int number) {
+void add_step(MetricsLog& log, const Json& v, const std::string& where, int& last_step_line, int number) {
   const char* kind = "a step line (a step line has \"step\" and \"loss\"; the last line may be {\"summary\": true, ...})";
   const double step = required_number(v, "step", kind, where);
   ZS_REQUIRE(log.step.empty() || step > log.step.back(), Error, where, ": step ", step, " does not follow step ",
              log.step.empty() ? 0 : log.step.back(), " (line ", last_step_line, "); steps must increase");
-  const bool tokens = v.find("tokens_per_s") != nullptr, samples = v.find("samples_per_s") != nullptr;
+  const bool tokens = v.contains("tokens_per_s"), samples = v.contains("samples_per_s");
   ZS_REQUIRE(!(tokens && samples), Error, where, ": both \"tokens_per_s\" and \"samples_per_s\"; log one");
   if (tokens || samples) {
     const std::string key = tokens ? "tokens_per_s" : "samples_per_s";
@@ -75,36 +82,50 @@ void add_step(MetricsLog& log, const JsonValue& v, const std::string& where, int
   log.lr.push_back(number_or_nan(v, "lr", where));
   log.throughput.push_back(log.throughput_key.empty() ? kNaN : number_or_nan(v, log.throughput_key.c_str(), where));
   log.comm_bytes.push_back(number_or_nan(v, "comm_bytes", where));
-  if (const JsonValue* mem = v.find("mem")) add_memory(log, log.mem, "mem", *mem, where);
-  if (const JsonValue* peak = v.find("mem_peak")) add_memory(log, log.mem_peak, "mem_peak", *peak, where);
+  if (const Json* mem = find(v, "mem")) add_memory(log, log.mem, "mem", *mem, where);
+  if (const Json* peak = find(v, "mem_peak")) add_memory(log, log.mem_peak, "mem_peak", *peak, where);
   last_step_line = number;
 }
 
-void add_eval(MetricsLog& log, const JsonValue& v, const std::string& where) {
+void add_eval(MetricsLog& log, const Json& v, const std::string& where) {
   const char* kind = "an evaluation line ({\"eval\": NAME, \"step\": S, \"value\": V})";
-  const JsonValue& name = *v.find("eval");
-  ZS_REQUIRE(name.type == JsonValue::Type::kString && !name.string.empty(), Error, where,
-             ": \"eval\" is a ", JsonValue::type_name(name.type), "; expected the evaluation's name");
+  const Json& eval = v.at("eval");
+  ZS_REQUIRE(eval.is_string() && !eval.get_ref<const std::string&>().empty(), Error, where, ": \"eval\" is a ",
+             eval.type_name(), "; expected the evaluation's name");
+  const std::string& name = eval.get_ref<const std::string&>();
   const double step = required_number(v, "step", kind, where);
-  ZS_REQUIRE(v.find("value") != nullptr, Error, where, ": no \"value\" key in ", kind);
+  ZS_REQUIRE(v.contains("value"), Error, where, ": no \"value\" key in ", kind);
   const double value = number_or_nan(v, "value", where);
-  auto it = std::find_if(log.evals.begin(), log.evals.end(), [&](const EvalSeries& e) { return e.name == name.string; });
-  if (it == log.evals.end()) it = log.evals.insert(log.evals.end(), EvalSeries{name.string, {}, {}});
-  ZS_REQUIRE(it->step.empty() || step > it->step.back(), Error, where, ": evaluation \"", name.string, "\" at step ",
+  auto it = std::find_if(log.evals.begin(), log.evals.end(), [&](const EvalSeries& e) { return e.name == name; });
+  if (it == log.evals.end()) it = log.evals.insert(log.evals.end(), EvalSeries{name, {}, {}});
+  ZS_REQUIRE(it->step.empty() || step > it->step.back(), Error, where, ": evaluation \"", name, "\" at step ",
              step, " does not follow its step ", it->step.empty() ? 0 : it->step.back(), "; steps must increase");
   it->step.push_back(step);
   it->value.push_back(value);
 }
 
 // A line of a kind this reader does not know: counted; the first few named in a note.
-void skip_unknown(MetricsLog& log, const JsonValue& v, const std::string& where) {
+void skip_unknown(MetricsLog& log, const Json& v, const std::string& where) {
   constexpr size_t kMaxNotes = 3;
   ++log.skipped_lines;
   if (log.notes.size() >= kMaxNotes) return;
   std::string keys;
-  for (const auto& [key, value] : v.members) keys += (keys.empty() ? "" : ", ") + key;
+  for (const auto& [key, value] : v.items()) keys += (keys.empty() ? "" : ", ") + key;
   log.notes.push_back(where + ": skipped a line of a kind this zeroshard-plot does not know (keys: " +
                       (keys.empty() ? "none" : keys) + "); it reads step, eval and summary lines");
+}
+
+// One line as JSON; a malformed line is an Error "WHERE: column C: what was wrong".
+Json parse_line(const std::string& line, const std::string& where) {
+  try {
+    return Json::parse(line);
+  } catch (const Json::parse_error& e) {
+    // nlohmann's text is "[json.exception.parse_error.101] parse error at line 1, column C: WHAT".
+    const std::string what = e.what();
+    const size_t column = what.find("column ");
+    const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
+    ZS_THROW(Error, where, ": column ", e.byte, ": ", colon == std::string::npos ? what : what.substr(colon + 2));
+  }
 }
 
 }  // namespace
@@ -118,17 +139,16 @@ MetricsLog parse_metrics(const std::string& text, const std::string& path) {
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(number);
-    const JsonValue v = parse_json(line, where);
-    ZS_REQUIRE(v.is_object(), Error, where, ": a metrics line is a JSON object, this is a ",
-               JsonValue::type_name(v.type));
+    const Json v = parse_line(line, where);
+    ZS_REQUIRE(v.is_object(), Error, where, ": a metrics line is a JSON object, this is a ", v.type_name());
     ZS_REQUIRE(summary_line == 0, Error, where, ": a line after the summary line (line ", summary_line,
                "); the summary is the last line of a run");
-    if (const JsonValue* s = v.find("summary"); s != nullptr && s->type == JsonValue::Type::kBool && s->boolean) {
+    if (const Json* s = find(v, "summary"); s != nullptr && s->is_boolean() && s->get<bool>()) {
       summary_line = number;
       log.has_summary = true;
-    } else if (v.find("eval") != nullptr) {
+    } else if (v.contains("eval")) {
       add_eval(log, v, where);
-    } else if (v.find("loss") != nullptr) {
+    } else if (v.contains("loss")) {
       add_step(log, v, where, last_step_line, number);
     } else {
       skip_unknown(log, v, where);

@@ -176,21 +176,20 @@ void Trainer::summarize(const TrainTask& task, TrainingReport& report, TrainResu
                 static_cast<long long>(result.steps), train_seconds_, result.items_per_s,
                 tokens ? "tokens" : task.sample_noun.c_str());
   text << buf;
-  std::vector<std::pair<std::string, double>> values = {{"steps", static_cast<double>(result.steps)},
-                                                        {"train_seconds", train_seconds_},
-                                                        {tokens ? "tokens_per_s" : "samples_per_s", result.items_per_s}};
+  MetricFields values;
+  values.add("steps", result.steps)
+      .add("train_seconds", train_seconds_)
+      .add(tokens ? "tokens_per_s" : "samples_per_s", result.items_per_s);
   for (size_t i = 0; i < result.initial_eval.size(); ++i) {
     const EvalSpec::Metric& m = task.eval.metrics[i];
     std::snprintf(buf, sizeof(buf), "%s%s %.4f -> %.4f", i ? ", " : "; ", m.label.c_str(), result.initial_eval[i],
                   result.final_eval[i]);
     text << buf;
-    values.emplace_back("initial_" + m.name, result.initial_eval[i]);
-    values.emplace_back("final_" + m.name, result.final_eval[i]);
+    values.add("initial_" + m.name, result.initial_eval[i]).add("final_" + m.name, result.final_eval[i]);
   }
   std::snprintf(buf, sizeof(buf), "; last train loss %.4f", result.final_train_loss);
   text << buf;
-  values.emplace_back("final_train_loss", result.final_train_loss);
-  values.emplace_back("skipped_steps", static_cast<double>(result.skipped_steps));
+  values.add("final_train_loss", result.final_train_loss).add("skipped_steps", result.skipped_steps);
   report.summary(values, text.str());
 
   if (start_.flags.memory_summary && session_.rank() == 0) std::printf("%s", memory_summary().c_str());

@@ -5,10 +5,35 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <nlohmann/json.hpp>
 
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Appends `fields` to `o`; a key `o` already has is a UsageError (a reader would keep one of them).
+void append(Json& o, const MetricFields& fields, const char* what) {
+  for (const auto& [key, value] : fields.fields()) {
+    ZS_REQUIRE(!o.contains(key), UsageError, "metrics: ", what, " repeats the key '", key, "' of its line");
+    std::visit([&o, &key = key](const auto& v) { o[key] = v; }, value);
+  }
+}
+
+// One line of JSON; bytes that are not UTF-8 (in a name, a string value) become U+FFFD.
+std::string line_of(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+}  // namespace
+
+MetricFields& MetricFields::put(const std::string& key, Value v) {
+  for (const auto& field : fields_) {
+    ZS_REQUIRE(field.first != key, UsageError, "metrics: the key '", key, "' added twice to one line");
+  }
+  fields_.emplace_back(key, std::move(v));
+  return *this;
+}
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   ZS_REQUIRE(!path.empty(), UsageError, "MetricsWriter needs a file path");
@@ -20,29 +45,39 @@ MetricsWriter::~MetricsWriter() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-JsonObject MetricsWriter::step_object(const StepMetrics& m) {
-  JsonObject o;
-  o.add("step", m.step).add("loss", m.loss);
-  if (m.lr) o.add("lr", *m.lr);
-  if (m.tokens_per_s) o.add("tokens_per_s", *m.tokens_per_s);
-  if (m.samples_per_s) o.add("samples_per_s", *m.samples_per_s);
+std::string MetricsWriter::step_line(const StepMetrics& m) {
+  Json o;
+  o["step"] = m.step;
+  o["loss"] = m.loss;
+  if (m.lr) o["lr"] = *m.lr;
+  if (m.tokens_per_s) o["tokens_per_s"] = *m.tokens_per_s;
+  if (m.samples_per_s) o["samples_per_s"] = *m.samples_per_s;
   auto add_bytes = [&o](const char* key, const std::vector<std::pair<std::string, int64_t>>& by_category) {
     if (by_category.empty()) return;
-    JsonObject mem;
-    for (const auto& [category, bytes] : by_category) mem.add(category, bytes);
-    o.add(key, mem);
+    Json mem = Json::object();
+    for (const auto& [category, bytes] : by_category) {
+      ZS_REQUIRE(!mem.contains(category), UsageError, "metrics: the category '", category, "' twice in \"", key,
+                 "\"");
+      mem[category] = bytes;
+    }
+    o[key] = std::move(mem);
   };
   add_bytes("mem", m.mem);
   add_bytes("mem_peak", m.mem_peak);
-  if (m.comm_bytes) o.add("comm_bytes", *m.comm_bytes);
-  return o.merge(m.extra);
+  if (m.comm_bytes) o["comm_bytes"] = *m.comm_bytes;
+  append(o, m.extra, "a step's extra field");
+  return line_of(o);
 }
 
-void MetricsWriter::write_step(const StepMetrics& m) { write_line(step_object(m)); }
+void MetricsWriter::write_step(const StepMetrics& m) { write_line(step_line(m)); }
 
 void MetricsWriter::write_eval(int64_t step, const std::string& name, double value) {
   ZS_REQUIRE(!name.empty(), UsageError, "an evaluation line needs a name (e.g. \"val_loss\")");
-  write_line(JsonObject().add("eval", name).add("step", step).add("value", value));
+  Json o;
+  o["eval"] = name;
+  o["step"] = step;
+  o["value"] = value;
+  write_line(line_of(o));
 }
 
 void record_memory(StepMetrics& m, const MemoryStats& mem) {
@@ -56,14 +91,15 @@ void record_memory(StepMetrics& m, const MemoryStats& mem) {
   mem.restart_window();
 }
 
-void MetricsWriter::write_summary(const JsonObject& fields) {
-  JsonObject o;
-  o.add("summary", true);
-  write_line(o.merge(fields));
+void MetricsWriter::write_summary(const MetricFields& fields) {
+  Json o;
+  o["summary"] = true;
+  append(o, fields, "the summary");
+  write_line(line_of(o));
 }
 
-void MetricsWriter::write_line(const JsonObject& object) {
-  const std::string line = object.str() + "\n";
+void MetricsWriter::write_line(const std::string& json) {
+  const std::string line = json + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   size_t done = 0;
   while (done < line.size()) {

@@ -112,14 +112,10 @@ void TrainingReport::eval(int64_t step, const std::string& name, double value, c
   if (tensorboard_) tensorboard_->write_scalar(step, "eval/" + name, value);
 }
 
-void TrainingReport::summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text) {
+void TrainingReport::summary(const MetricFields& values, const std::string& text) {
   bar_.finish();
   bar_.println(text);
-  if (metrics_) {
-    JsonObject fields;
-    for (const auto& [k, v] : values) fields.add(k, v);
-    metrics_->write_summary(fields);
-  }
+  if (metrics_) metrics_->write_summary(values);
 }
 
 void TrainingReport::finish_progress() { bar_.finish(); }

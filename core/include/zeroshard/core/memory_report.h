@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "zeroshard/base/error.h"  // kOutOfMemoryExitCode
-#include "zeroshard/base/json.h"
 #include "zeroshard/core/session_options.h"  // MemoryOptions
 
 namespace zeroshard {
@@ -79,8 +78,8 @@ std::string memory_summary();
 // The `n` largest live allocations (host; on CUDA the largest allocated blocks) as a table.
 std::string largest_allocations_table(size_t n);
 // Everything the summary knows, plus every live host allocation grouped by phase and the largest
-// 1000, as one JSON object; `error` (may be empty) is recorded as the cause.
-JsonObject memory_snapshot(const std::string& error);
+// 1000, as the text of one JSON object on one line; `error` (may be empty) is recorded as the cause.
+std::string memory_snapshot(const std::string& error);
 // Writes memory_snapshot(error) to `path` (created or replaced; written to a temporary file
 // first, then renamed, so a half-written snapshot never appears). IoError naming the path.
 void write_memory_snapshot(const std::string& path, const std::string& error);

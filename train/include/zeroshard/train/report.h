@@ -54,8 +54,8 @@ class TrainingReport {
   // An evaluation result: `text` is printed (unless empty); recorded as
   // {"eval":name,"step":step,"value":value} and as TensorBoard scalar "eval/<name>".
   void eval(int64_t step, const std::string& name, double value, const std::string& text);
-  // The final summary line of the metrics file; `text` is printed.
-  void summary(const std::vector<std::pair<std::string, double>>& values, const std::string& text);
+  // The final summary line of the metrics file ({"summary":true, ...values}); `text` is printed.
+  void summary(const MetricFields& values, const std::string& text);
   void finish_progress();
 
   // Items per second over the whole run so far (not the recent window).
