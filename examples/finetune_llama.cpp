@@ -37,8 +37,8 @@
 #include <unistd.h>
 #include <vector>
 
-#include "zeroshard/base/cli.h"
 #include "zeroshard/adapt/nf4.h"
+#include "zeroshard/base/cli.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/core/main.h"
@@ -153,9 +153,11 @@ std::string read_text(const std::string& path) {
 class TrainingShards {
  public:
   TrainingShards(const Args& a, const zs::Session& s, const zm::LlamaConfig& cfg, const zs::text::Tokenizer& tok) {
+    for (const std::string& d : a.data) {
+      ZS_REQUIRE(!zd::is_shard_set(d) || a.data.size() == 1, zs::UsageError, "--data '", d, "' is a set of token "
+                 "shards; give it alone (it cannot be mixed with other --data inputs)");
+    }
     if (zd::is_shard_set(a.data.front())) {
-      ZS_REQUIRE(a.data.size() == 1, zs::UsageError, "--data '", a.data.front(), "' is a set of token shards; give it "
-                 "alone (it cannot be mixed with other --data inputs)");
       use_manifest(zd::read_shard_manifest(a.data.front()), a, tok);
       return;
     }
