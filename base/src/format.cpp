@@ -62,4 +62,10 @@ bool is_close_spelling(const std::string& typed, const std::string& candidate, s
   return distance <= budget;
 }
 
+std::string json_error_reason(const std::string& what) {
+  const size_t column = what.find("column ");
+  const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
 }  // namespace zeroshard

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 #include "zeroshard/data/permutation.h"
 
 namespace zeroshard::data {
@@ -98,15 +99,6 @@ int64_t integer(const Json& v, const char* key) {
   return static_cast<int64_t>(d);
 }
 
-// nlohmann's parse_error text is "[json.exception.parse_error.101] parse error at line 1, column 2:
-// WHAT"; keep WHAT (the column is given our way).
-std::string parse_error_reason(const Json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t column = what.find("column ");
-  const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
-}
-
 }  // namespace
 
 void GlobalSampler::restore_json(const std::string& json) {
@@ -114,7 +106,7 @@ void GlobalSampler::restore_json(const std::string& json) {
   try {
     v = Json::parse(json);
   } catch (const Json::parse_error& e) {
-    ZS_THROW(CheckpointError, "data sampler state: column ", e.byte, ": ", parse_error_reason(e));
+    ZS_THROW(CheckpointError, "data sampler state: column ", e.byte, ": ", json_error_reason(e.what()));
   }
   ZS_REQUIRE(v.is_object(), CheckpointError, "data sampler state is a ", v.type_name(), ", expected an object");
   const int64_t n = integer(v, "num_samples");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard::detail {
 namespace {
@@ -56,15 +57,6 @@ std::string position(const std::string& text, size_t taken) {
   return text.find('\n') == std::string::npos ? column : "line " + std::to_string(line) + ", " + column;
 }
 
-// nlohmann's parse_error text is "[json.exception.parse_error.101] parse error at line 1, column 2:
-// WHAT"; the position is given our way, so keep WHAT.
-std::string reason(const Json::parse_error& e) {
-  const std::string what = e.what();
-  const size_t column = what.find("column ");
-  const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
-}
-
 }  // namespace
 
 nlohmann::ordered_json parse_untrusted_json(const std::string& text, const std::string& what, int max_depth) {
@@ -88,7 +80,7 @@ nlohmann::ordered_json parse_untrusted_json(const std::string& text, const std::
     const CountingIterator begin(text.data(), &taken), end(text.data() + text.size(), &taken);
     return Json::parse(begin, end, check);
   } catch (const Json::parse_error& e) {
-    ZS_THROW(IoError, what, ": ", position(text, e.byte), ": ", reason(e));
+    ZS_THROW(IoError, what, ": ", position(text, e.byte), ": ", json_error_reason(e.what()));
   } catch (const Refusal& r) {
     ZS_THROW(IoError, what, ": ", position(text, taken), ": ", r.what);
   }

@@ -15,6 +15,7 @@
 
 #include "plot.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard::plot {
 namespace {
@@ -120,11 +121,7 @@ Json parse_line(const std::string& line, const std::string& where) {
   try {
     return Json::parse(line);
   } catch (const Json::parse_error& e) {
-    // nlohmann's text is "[json.exception.parse_error.101] parse error at line 1, column C: WHAT".
-    const std::string what = e.what();
-    const size_t column = what.find("column ");
-    const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
-    ZS_THROW(Error, where, ": column ", e.byte, ": ", colon == std::string::npos ? what : what.substr(colon + 2));
+    ZS_THROW(Error, where, ": column ", e.byte, ": ", json_error_reason(e.what()));
   }
 }
 

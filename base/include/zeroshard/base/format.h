@@ -23,6 +23,11 @@ std::string format_bytes(int64_t bytes, int decimals = 2);
 // `ignore_case`, ASCII letters compare case-insensitively.
 size_t edit_distance(const std::string& a, const std::string& b, bool ignore_case = false);
 
+// The reason in a JSON parser's error text without its own position prefix: nlohmann-json's
+// "[json.exception.parse_error.101] parse error at line 1, column 2: WHAT" -> "WHAT" (callers
+// give the position their way); text without a "column N: " part is returned whole.
+std::string json_error_reason(const std::string& what);
+
 // Whether `typed` is close enough to `candidate` to suggest it ("did you mean ...?"): at most a
 // third of the longer name, and at least 2 edits, differ.
 bool is_close_spelling(const std::string& typed, const std::string& candidate, size_t distance);
