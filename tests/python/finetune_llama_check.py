@@ -413,6 +413,11 @@ def cmd_shards(a):
                  "--data '%s': the shards were tokenized with a vocabulary of 256 ids (tokenizer 'bytes'), the "
                  "model's tokenizer has %d: make them with zeroshard-data shards --tokenizer %s"
                  % (other, MODEL_VOCAB + 1, model))
+    no_eos = os.path.join(work, "no_eos")
+    run([tool, "shards", "--tokenizer", model, "--no-eos", "--out", no_eos, "--progress", "none", inputs[1]])
+    expect_error(a, "shards without the model's end-of-text token", [model, "--data", no_eos] + common,
+                 "--data '%s': the shards end their documents with token none, the model's tokenizer with %d: make "
+                 "them with zeroshard-data shards --tokenizer %s" % (no_eos, MODEL_VOCAB - 1, model))
     expect_error(a, "shards mixed with JSONL", [model, "--data", shards, "--data", inputs[0]] + common,
                  "--data '%s' is a set of token shards; give it alone (it cannot be mixed with other --data inputs)"
                  % shards)
