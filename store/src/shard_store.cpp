@@ -61,9 +61,12 @@ struct ShardStore::Impl {
     int64_t file_bytes = 0;  // numel * 4 rounded up to kDirectAlignment
     // CPU
     at::Tensor host;
-    // NVME: records of block_size bytes
-    std::unique_ptr<RecordFile> file;
-    bool written = false;
+    // NVME: records of block_size bytes, one file per generation
+    std::unique_ptr<RecordFile> files[2];
+    int current = 0;             // the generation loads read, unless `staged`
+    bool staged = false;         // saved into generation 1 - current since begin_step()
+    bool written[2] = {false, false};  // the generation holds the last content saved into it
+    int write_gen = 0;           // the generation the write-behind in flight goes to
     bool reading = false;
     // Write-behind (save_async): the bytes in memory until the write completes, or after it failed.
     bool writing = false;
@@ -88,6 +91,7 @@ struct ShardStore::Impl {
   int64_t disk_bytes = 0;
   int64_t host_bytes = 0;
   int last_write = -1;  // the slot written behind last: one write-behind in flight at a time
+  bool staging = false;  // between begin_step() and commit() / abandon()
 
   Impl(const StoreOptions& opts, Kind k, int r, MemoryStats* m, std::shared_ptr<IoEngine> engine)
       : o(opts),
@@ -103,6 +107,8 @@ struct ShardStore::Impl {
                "a ", what, " ShardStore needs StoreOptions.target = CPU or NVME, got ", to_string(o.target));
     ZS_REQUIRE(o.block_size >= kDirectAlignment && o.block_size % kDirectAlignment == 0, UsageError,
                "StoreOptions.block_size = ", o.block_size, " must be a positive multiple of ", kDirectAlignment);
+    ZS_REQUIRE(o.generations == 1 || o.generations == 2, UsageError, "StoreOptions.generations = ", o.generations,
+               " must be 1 or 2");
     if (o.target != OffloadTarget::kNvme) return;
     dir = kind == Kind::kParams
               ? std::make_unique<OffloadDir>(o.nvme_path, "zeroshard-params-rank", rank, ".param", "parameter shards")
@@ -118,10 +124,19 @@ struct ShardStore::Impl {
   }
   const Slot& at(int slot) const { return const_cast<Impl*>(this)->at(slot); }
 
+  static int read_gen(const Slot& s) { return s.staged ? 1 - s.current : s.current; }
+  // The generation a save goes to (marking the slot staged): the one not read from during a step.
+  int next_write_gen(Slot& s) {
+    if (!staging || o.generations == 1) return s.current;
+    s.staged = true;
+    return 1 - s.current;
+  }
+
   void start_read(Slot& s) {
-    ZS_CHECK(s.written, "ShardStore: slot of unit '", s.unit, "' read before it was saved");
+    RecordFile& f = *s.files[read_gen(s)];
+    ZS_CHECK(s.written[read_gen(s)], "ShardStore: slot of unit '", s.unit, "' read before it was saved");
     s.read_buf = aligned_empty(s.file_bytes / static_cast<int64_t>(sizeof(float)));
-    s.read = s.file->read(*io, 0, s.file->records(), s.read_buf.data_ptr());
+    s.read = f.read(*io, 0, f.records(), s.read_buf.data_ptr());
     s.reading = true;
     // A shard on its way in is memory like a resident one (the FlatParam counts it from load()).
     if (mem != nullptr) mem->add(reading, s.numel * 4);
@@ -136,11 +151,11 @@ struct ShardStore::Impl {
     try {
       io->wait(s.write);
       stats.bytes_written += s.file_bytes;
-      s.written = true;
+      s.written[s.write_gen] = true;
       s.write_error.clear();
       if (!keep) drop_held(s);
     } catch (const Error& e) {
-      s.written = false;
+      s.written[s.write_gen] = false;
       s.write_error = e.message();
     }
   }
@@ -160,7 +175,8 @@ struct ShardStore::Impl {
     io->wait(s.read);  // IoError naming the file and offset (short read: truncated)
     stats.read_wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     stats.bytes_read += s.file_bytes;
-    s.file->verify(0, s.file->records(), buf.data_ptr());
+    RecordFile& f = *s.files[read_gen(s)];
+    f.verify(0, f.records(), buf.data_ptr());
     return buf.narrow(0, 0, s.numel);
   }
 };
@@ -176,7 +192,9 @@ ShardStore::~ShardStore() {
     impl_->mem->sub(MemCategory::kNvme, impl_->disk_bytes);
     impl_->mem->sub(MemCategory::kOffloadHost, impl_->host_bytes);
   }
-  for (auto& s : impl_->slots) s.file.reset();
+  for (auto& s : impl_->slots) {
+    for (auto& f : s.files) f.reset();
+  }
 }
 
 OffloadTarget ShardStore::target() const { return impl_->o.target; }
@@ -191,13 +209,17 @@ int ShardStore::add(const std::string& unit, int64_t numel) {
   const int index = static_cast<int>(impl_->slots.size());
   if (impl_->o.target == OffloadTarget::kNvme) {
     const bool params = impl_->kind == Kind::kParams;
+    const std::string stem =
+        impl_->dir->path() + "/" + std::to_string(index) + "-" + offload_file_stem(unit) + (params ? ".param" : ".grad");
     // The space is reserved now: a drive too small for the shards fails here, at wrap time.
-    s.file = std::make_unique<RecordFile>(
-        impl_->dir->path() + "/" + std::to_string(index) + "-" + offload_file_stem(unit) + (params ? ".param" : ".grad"),
-        s.file_bytes, impl_->o.block_size, impl_->o.direct_io,
-        RecordFile::Label{std::string(impl_->what) + " shard", std::string(impl_->what) + " shards", unit, impl_->rank});
-    impl_->disk_bytes += s.file_bytes;
-    if (impl_->mem != nullptr) impl_->mem->add(MemCategory::kNvme, s.file_bytes);
+    for (int g = 0; g < impl_->o.generations; ++g) {
+      s.files[g] = std::make_unique<RecordFile>(
+          g == 0 ? stem : stem + "." + std::to_string(g), s.file_bytes, impl_->o.block_size, impl_->o.direct_io,
+          RecordFile::Label{std::string(impl_->what) + " shard", std::string(impl_->what) + " shards", unit,
+                            impl_->rank});
+      impl_->disk_bytes += s.file_bytes;
+      if (impl_->mem != nullptr) impl_->mem->add(MemCategory::kNvme, s.file_bytes);
+    }
   }
   impl_->slots.push_back(std::move(s));
   return index;
@@ -232,10 +254,12 @@ void ShardStore::save(int slot, const at::Tensor& values) {
   auto* data = static_cast<char*>(src.data_ptr());
   // The padding is part of the file: zero it, so the checksums never depend on stale bytes.
   std::memset(data + s.numel * 4, 0, static_cast<size_t>(s.file_bytes - s.numel * 4));
-  s.written = false;  // until the write completes, the file holds neither old nor new content
-  impl_->io->wait(s.file->write(*impl_->io, 0, s.file->records(), data));
+  const int gen = impl_->next_write_gen(s);
+  RecordFile& f = *s.files[gen];
+  s.written[gen] = false;  // until the write completes, the file holds neither old nor new content
+  impl_->io->wait(f.write(*impl_->io, 0, f.records(), data));
   impl_->stats.bytes_written += s.file_bytes;
-  s.written = true;
+  s.written[gen] = true;
 }
 
 void ShardStore::save_async(int slot, const at::Tensor& values) {
@@ -260,10 +284,12 @@ void ShardStore::save_async(int slot, const at::Tensor& values) {
   }
   auto* data = static_cast<char*>(src.data_ptr());
   std::memset(data + s.numel * 4, 0, static_cast<size_t>(s.file_bytes - s.numel * 4));
-  s.written = false;
+  s.write_gen = impl_->next_write_gen(s);
+  RecordFile& f = *s.files[s.write_gen];
+  s.written[s.write_gen] = false;
   s.held = src;
   if (impl_->mem != nullptr) impl_->mem->add(impl_->reading, s.numel * 4);
-  s.write = s.file->write(*impl_->io, 0, s.file->records(), data);
+  s.write = f.write(*impl_->io, 0, f.records(), data);
   s.writing = true;
 }
 
@@ -291,7 +317,9 @@ void ShardStore::discard(int slot) noexcept {
 void ShardStore::prefetch(int slot, c10::Device device) {
   (void)device;
   Impl::Slot& s = impl_->at(slot);
-  if (impl_->o.target != OffloadTarget::kNvme || s.reading || !s.written || s.held.defined()) return;
+  if (impl_->o.target != OffloadTarget::kNvme || s.reading || !s.written[Impl::read_gen(s)] || s.held.defined()) {
+    return;
+  }
   impl_->start_read(s);
 }
 
@@ -308,7 +336,7 @@ at::Tensor ShardStore::load(int slot, c10::Device device) {
     // they are the only copy (the write failed: the slot keeps them and the next save retries).
     impl_->complete_write(s, /*keep=*/true);
     values = s.held.narrow(0, 0, s.numel);
-    if (s.written) {
+    if (s.written[s.write_gen]) {
       impl_->drop_held(s);
     } else {
       values = values.clone();
@@ -316,8 +344,8 @@ at::Tensor ShardStore::load(int slot, c10::Device device) {
     return device.is_cpu() ? values : values.to(device);
   }
   // After a failed write the FlatParam keeps the shard resident and modified: it never loads it.
-  ZS_CHECK(s.written, "ShardStore: load of the shard of unit '", s.unit, "' whose last write to '", s.file->path(),
-           "' failed");
+  ZS_CHECK(s.written[Impl::read_gen(s)], "ShardStore: load of the shard of unit '", s.unit, "' whose last write to '",
+           s.files[Impl::read_gen(s)]->path(), "' failed");
   if (!s.reading) impl_->start_read(s);
   values = impl_->finish_read(s);
   return device.is_cpu() ? values : values.to(device);
@@ -347,11 +375,36 @@ const std::string& ShardStore::unit(int slot) const { return impl_->at(slot).uni
 void ShardStore::rename(int slot, const std::string& unit) {
   Impl::Slot& s = impl_->at(slot);
   s.unit = unit;
-  if (s.file) s.file->rename(unit);
+  for (auto& f : s.files) {
+    if (f) f->rename(unit);
+  }
 }
 std::string ShardStore::file(int slot) const {
   const Impl::Slot& s = impl_->at(slot);
-  return s.file ? s.file->path() : std::string();
+  const auto& f = s.files[Impl::read_gen(s)];
+  return f ? f->path() : std::string();
+}
+
+int ShardStore::generations() const { return impl_->o.target == OffloadTarget::kNvme ? impl_->o.generations : 1; }
+
+void ShardStore::begin_step() { impl_->staging = true; }
+
+void ShardStore::commit() {
+  if (impl_->o.target == OffloadTarget::kNvme) flush();  // throws with the step still open
+  for (auto& s : impl_->slots) {
+    if (!s.staged) continue;
+    s.current = 1 - s.current;
+    s.staged = false;
+  }
+  impl_->staging = false;
+}
+
+void ShardStore::abandon() noexcept {
+  for (auto& s : impl_->slots) {
+    discard(static_cast<int>(&s - impl_->slots.data()));
+    s.staged = false;
+  }
+  impl_->staging = false;
 }
 int64_t ShardStore::bytes_on_disk() const { return impl_->disk_bytes; }
 int64_t ShardStore::bytes_in_host() const { return impl_->host_bytes; }

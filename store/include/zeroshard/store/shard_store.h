@@ -18,6 +18,10 @@
 //         read whole through the async I/O engine (O_DIRECT where the filesystem allows), space
 //         reserved (fallocate; where the filesystem has none, its free space is checked) when the
 //         slot is added, so a disk too small fails at wrap time.
+//         With StoreOptions.generations = 2 (parameter shards whose fp32 master the offloaded
+//         optimizer does not copy into its own records) a second file <slot>-<unit>.param.1: an
+//         optimizer step writes each shard into the generation it did not read (begin_step), and
+//         commit() makes those current, or abandon() drops them, so the step before stays whole.
 //         A CRC-32C per block_size chunk is kept in memory; a read that does not match is an
 //         IoError naming the file, the chunk's offset and the unit. A write that fails (disk full,
 //         I/O error) is an IoError naming the file and offset, and the caller keeps its tensor:
@@ -83,12 +87,26 @@ class ShardStore {
   // Waits for and drops a prefetch that will not be loaded (never throws).
   void cancel(int slot) noexcept;
 
+  // --- an optimizer step over the store's shards (NVME with 2 generations; otherwise saves go in
+  // place and abandon() cannot undo them) ---
+  int generations() const;
+  // From now on save() writes a slot into the generation it was not read from; loads of a slot
+  // saved since read that generation.
+  void begin_step();
+  // Waits for every write (flush(): IoError, with the step still open, when one failed), then
+  // makes the generations written since begin_step() current.
+  void commit();
+  // Drops what was saved since begin_step() (and every read ahead): loads read the generations
+  // current before it. Never throws.
+  void abandon() noexcept;
+
   const std::string& unit(int slot) const;
   // The unit's final name (a unit built by a ShardedInit is renamed once the model is complete),
   // for messages; the file keeps its name.
   void rename(int slot, const std::string& unit);
-  std::string file(int slot) const;  // NVME: the slot's file; CPU: ""
-  // Bytes held for the slots: on disk (NVME, whole files) or in host memory (CPU on CUDA).
+  std::string file(int slot) const;  // NVME: the slot's file a load reads; CPU: ""
+  // Bytes held for the slots: on disk (NVME, whole files, every generation) or in host memory (CPU
+  // on CUDA).
   int64_t bytes_on_disk() const;
   int64_t bytes_in_host() const;
   struct IoStats {

@@ -30,6 +30,9 @@ struct StoreOptions {
   bool direct_io = true;          // O_DIRECT (falls back with a warning where refused)
   std::shared_ptr<IoEngine> io;   // the I/O engine to use; null: built from the fields above
                                   // (tests pass a FaultInjectingIo)
+  // NVME: files per shard. 2: an optimizer step writes the generation it does not read, so a
+  // failed step can be rolled back (ShardStore::begin_step / commit / abandon); 1: in place.
+  int generations = 1;
 };
 
 }  // namespace zeroshard
