@@ -5,7 +5,7 @@
 // stores and the optimizer's pager in engine_offload.cpp.
 #include "buffers.h"
 #include "engine_internal.h"
-#include "sharded_init_internal.h"
+#include "sharded_init_state.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/nan_to_num.h>
@@ -40,12 +40,12 @@ void unregister_managed_unit(const torch::nn::Module* module);
 }  // namespace detail
 
 detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
-                           detail::ShardedInitImpl* sharded_init)
+                           detail::ShardedInitState* sharded_init)
     : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init),
       schedule(units, options.limit_all_gathers) {
   if (init != nullptr) {
     init->deactivate();
-    mem = init->mem;
+    mem = init->memory();
   }
   ZS_REQUIRE(!options.autocast || options.param_dtype == c10::kFloat, UsageError,
              "ShardingOptions: autocast keeps fp32 parameters; set param_dtype = Float (autocast_dtype picks the "
@@ -55,7 +55,7 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
              "this model is already wrapped by another ShardingEngine; wrap a module once");
   // Adapters finish the model before its units are found (unit_hook.h).
   const std::function<bool(const torch::nn::Module*)> built_in_unit = [this](const torch::nn::Module* m) {
-    return init != nullptr && init->in_units.count(m) > 0;
+    return init != nullptr && init->built_in_unit(m);
   };
   for (const auto& hook : options.unit_hooks) hook->on_wrap(*model, built_in_unit);
   setup_groups();
@@ -70,12 +70,13 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
 }
 
 void detail::ShardingEngineImpl::setup_groups() {
-  if (init != nullptr && init->groups_ready) {
-    comm = init->groups.comm;
-    shard_group = init->groups.shard_group;
-    replicate_group = init->groups.replicate_group;
-    host_shard_group = init->groups.host_shard_group;
-    host_replicate_group = init->groups.host_replicate_group;
+  if (init != nullptr && init->groups() != nullptr) {
+    const detail::ShardGroups& g = *init->groups();
+    comm = g.comm;
+    shard_group = g.shard_group;
+    replicate_group = g.replicate_group;
+    host_shard_group = g.host_shard_group;
+    host_replicate_group = g.host_replicate_group;
     return;
   }
   const bool on_cuda = !model->parameters().empty() && model->parameters().front().is_cuda();
@@ -214,35 +215,35 @@ void detail::ShardingEngineImpl::discover_units() {
 
 bool detail::ShardingEngineImpl::adopt(detail::ShardedUnit* u, const detail::UnitSlots& slots) {
   if (init == nullptr) return false;
-  auto it = init->units.find(u->module);
-  if (it == init->units.end()) return false;
+  const std::vector<std::unique_ptr<FlatParam>>* built = init->built_flats(u->module);
+  if (built == nullptr) return false;
   const std::vector<const std::vector<ParamSlot>*> wanted = slots.lists();
   auto describe = [](const std::vector<ParamSlot>& slots) {
     std::ostringstream os;
     for (size_t i = 0; i < slots.size(); ++i) os << (i ? ", " : "") << slots[i].name;
     return os.str();
   };
-  bool same = wanted.size() == it->second.size();
+  bool same = wanted.size() == built->size();
   for (size_t k = 0; same && k < wanted.size(); ++k) {
-    const auto& built = it->second[k]->slots();
-    same = built.size() == wanted[k]->size();
-    for (size_t i = 0; same && i < built.size(); ++i) {
-      same = built[i].param.unsafeGetTensorImpl() == (*wanted[k])[i].param.unsafeGetTensorImpl();
+    const auto& slots_built = (*built)[k]->slots();
+    same = slots_built.size() == wanted[k]->size();
+    for (size_t i = 0; same && i < slots_built.size(); ++i) {
+      same = slots_built[i].param.unsafeGetTensorImpl() == (*wanted[k])[i].param.unsafeGetTensorImpl();
     }
   }
   ZS_REQUIRE(same, UsageError, "unit '", u->name, "' was sharded at construction (ShardedInit) with parameters [",
-             it->second.empty() ? std::string() : describe(it->second.front()->slots()),
+             built->empty() ? std::string() : describe(built->front()->slots()),
              "] but in the finished model it owns [", wanted.empty() ? std::string() : describe(*wanted.front()),
              "]: a parameter shared with another unit (tied weights) must be created in their common parent, "
              "not inside a unit");
+  std::vector<std::unique_ptr<FlatParam>> flats = init->take_unit(u->module);
   for (size_t k = 0; k < wanted.size(); ++k) {
     std::vector<std::pair<std::string, std::vector<std::string>>> names;
     for (const ParamSlot& s : *wanted[k]) names.emplace_back(s.name, s.aliases);
-    it->second[k]->rename(detail::flat_name(u->name, it->second[k]->trainable(), it->second[k]->codec()), names);
-    u->flats.push_back(std::move(it->second[k]));
+    flats[k]->rename(detail::flat_name(u->name, flats[k]->trainable(), flats[k]->codec()), names);
+    u->flats.push_back(std::move(flats[k]));
   }
   u->adopted = true;
-  init->units.erase(it);
   return true;
 }
 
@@ -257,8 +258,8 @@ void detail::ShardingEngineImpl::check_same_structure() {
 }
 
 void detail::ShardingEngineImpl::check_parameters() const {
-  if (init != nullptr && !init->units.empty()) {
-    ZS_THROW(UsageError, init->units.size(), " unit(s) sharded at construction by this ShardedInit are not part "
+  if (init != nullptr && init->units_not_taken() > 0) {
+    ZS_THROW(UsageError, init->units_not_taken(), " unit(s) sharded at construction by this ShardedInit are not part "
              "of the model given to the engine; build the model's units while the ShardedInit is alive and wrap "
              "that model");
   }
@@ -363,7 +364,8 @@ ShardingEngine::ShardingEngine(Session& session, std::shared_ptr<torch::nn::Modu
     : ShardingEngine(std::make_unique<detail::ShardingEngineImpl>(session, std::move(model), std::move(options), nullptr)) {}
 
 ShardingEngine::ShardingEngine(ShardedInit& init, std::shared_ptr<torch::nn::Module> model)
-    : ShardingEngine(std::make_unique<detail::ShardingEngineImpl>(init.impl_->session, std::move(model), init.impl_->options, init.impl_.get())) {}
+    : ShardingEngine(std::make_unique<detail::ShardingEngineImpl>(init.impl_->session(), std::move(model),
+                                                             init.impl_->options(), init.impl_.get())) {}
 
 ShardingEngine::ShardingEngine(std::unique_ptr<detail::ShardingEngineImpl> impl) : impl_(std::move(impl)) {
   // The memory summary and out-of-memory reports (zeroshard/core/memory_report.h) show these

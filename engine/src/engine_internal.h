@@ -28,7 +28,7 @@
 namespace zeroshard {
 namespace detail {
 
-struct ShardedInitImpl;
+class ShardedInitState;
 
 // Keeps a weak reference to a gradient function recorded by a forward (engine_graph.cpp).
 void remember_node(std::vector<std::weak_ptr<torch::autograd::Node>>* nodes,
@@ -63,7 +63,7 @@ class FlatParamGradients final : public GradientShards {
 
 struct ShardingEngineImpl {
   ShardingEngineImpl(Session& session, std::shared_ptr<torch::nn::Module> model, ShardingOptions options,
-                     ShardedInitImpl* init);
+                     ShardedInitState* init);
 
   // --- construction (engine.cpp) ---
   void setup_groups();
@@ -145,7 +145,7 @@ struct ShardingEngineImpl {
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
   std::shared_ptr<Communicator> host_shard_group;      // the same groups on the host (groups.h)
   std::shared_ptr<Communicator> host_replicate_group;  // null when not replicated
-  ShardedInitImpl* init = nullptr;  // units sharded at construction, adopted by discover_units
+  ShardedInitState* init = nullptr;  // units sharded at construction, adopted by discover_units
   // Declared before `units`: FlatParams report into it when destroyed. Shared with ShardedInit.
   std::shared_ptr<MemoryStats> mem = std::make_shared<MemoryStats>();
   // offload.params = CPU / NVME: where the shards live between uses (null otherwise). Declared

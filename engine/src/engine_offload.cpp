@@ -4,7 +4,7 @@
 // resident, and the pager through which an offloaded optimizer step brings shards in.
 #include "zeroshard/comm/collective_step.h"
 #include "engine_internal.h"
-#include "sharded_init_internal.h"
+#include "sharded_init_state.h"
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
@@ -29,9 +29,8 @@ void detail::ShardingEngineImpl::start_param_store() {
   }
   if (!wanted) return;
   // Units a ShardedInit built are in its store already: the engine takes it over.
-  if (init != nullptr && init->store != nullptr) {
-    param_store = std::move(init->store);
-  } else {
+  if (init != nullptr) param_store = init->take_store();
+  if (param_store == nullptr) {
     detail::io_on_every_rank(*session.world(), "creating the parameter shards' store", "zs.offload.params", [&] {
       param_store =
           std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);

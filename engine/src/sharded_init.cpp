@@ -6,20 +6,41 @@
 #include <unordered_map>
 
 #include "zeroshard/comm/collective_step.h"
-#include "sharded_init_internal.h"
+#include "sharded_init_state.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
-namespace detail {
-// The ShardedInit that shards Units constructed on this thread (engine_hooks.cpp calls it).
-thread_local detail::ShardedInitImpl* t_active_init = nullptr;
-}  // namespace detail
+namespace {
+// The ShardedInit that shards Units constructed on this thread.
+thread_local detail::ShardedInitState* t_active_init = nullptr;
+}  // namespace
 
-detail::ShardedInitImpl::ShardedInitImpl(Session& s, ShardingOptions o) : session(s), options(std::move(o)) {}
+detail::ShardedInitState::ShardedInitState(Session& s, ShardingOptions o, ShardedInit* owner)
+    : session_(s), options_(std::move(o)), owner_(owner) {
+  ZS_REQUIRE(t_active_init == nullptr, UsageError,
+             "a ShardedInit is already active on this thread; use one at a time");
+  t_active_init = this;
+}
 
-void detail::ShardedInitImpl::deactivate() {
-  active = false;
-  if (detail::t_active_init == this) detail::t_active_init = nullptr;
+detail::ShardedInitState* detail::ShardedInitState::active() { return t_active_init; }
+
+void detail::ShardedInitState::deactivate() {
+  active_ = false;
+  if (t_active_init == this) t_active_init = nullptr;
+}
+
+const std::vector<std::unique_ptr<FlatParam>>* detail::ShardedInitState::built_flats(
+    const torch::nn::Module* module) const {
+  auto it = units_.find(module);
+  return it == units_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::unique_ptr<FlatParam>> detail::ShardedInitState::take_unit(const torch::nn::Module* module) {
+  auto it = units_.find(module);
+  ZS_CHECK(it != units_.end(), "ShardedInit: no unit built for module ", module->name());
+  std::vector<std::unique_ptr<FlatParam>> flats = std::move(it->second);
+  units_.erase(it);
+  return flats;
 }
 
 namespace {
@@ -87,76 +108,69 @@ std::vector<FoundParam> unit_params(const torch::nn::Module& unit, const UnitFla
   return found;
 }
 
+}  // namespace
+
 // Offloaded parameters: the unit's shards go to the init's store (made by the first unit). All
 // ranks fail together when one cannot store (see ShardingEngineImpl::init_flat_params).
-void store_shards(detail::ShardedInitImpl& init, const std::string& name,
-                  const std::vector<std::unique_ptr<FlatParam>>& flats) {
-  detail::io_on_every_rank(*init.session.world(), detail::concat("storing the parameter shards of unit '", name, "'"),
+void detail::ShardedInitState::store_shards(const std::string& name,
+                                            const std::vector<std::unique_ptr<FlatParam>>& flats) {
+  detail::io_on_every_rank(*session_.world(), detail::concat("storing the parameter shards of unit '", name, "'"),
                            "zs.offload.params", [&] {
-                             if (init.store == nullptr) {
-                               init.store = std::make_unique<ShardStore>(init.options.offload_params,
-                                                                         init.session.rank(), init.mem.get(),
-                                                                         init.options.offload_params.io);
+                             if (store_ == nullptr) {
+                               store_ = std::make_unique<ShardStore>(options_.offload_params, session_.rank(),
+                                                                     mem_.get(), options_.offload_params.io);
                              }
                              for (const auto& f : flats) {
-                               if (f->offload_capable()) {
-                                 f->attach_store(init.store.get(), init.options.keep_param_dtype_shard);
-                               }
+                               if (f->offload_capable()) f->attach_store(store_.get(), options_.keep_param_dtype_shard);
                              }
                            });
 }
 
-}  // namespace
-
-void detail::ShardedInitImpl::shard_unit(const torch::nn::Module* module) {
-  if (!active || units.count(module) > 0) return;
+void detail::ShardedInitState::shard_unit(const torch::nn::Module* module) {
+  if (!active_ || units_.count(module) > 0) return;
   auto& unit = const_cast<torch::nn::Module&>(*module);  // still being built: ours to adapt
-  const std::vector<std::pair<std::string, torch::nn::Module*>> own = own_modules(unit, units);
-  for (const auto& hook : options.unit_hooks) hook->on_unit_built(module->name(), own);
-  for (const auto& [key, m] : own) in_units.insert(m);
-  std::vector<FoundParam> found = unit_params(*module, units);
+  const std::vector<std::pair<std::string, torch::nn::Module*>> own = own_modules(unit, units_);
+  for (const auto& hook : options_.unit_hooks) hook->on_unit_built(module->name(), own);
+  for (const auto& [key, m] : own) in_units_.insert(m);
+  std::vector<FoundParam> found = unit_params(*module, units_);
   if (found.empty()) return;
   detail::UnitSlots slots;
-  for (FoundParam& f : found) detail::sort_slot(slots, std::move(f.slot), *f.module, f.key, options);
-  if (!groups_ready) {
+  for (FoundParam& f : found) detail::sort_slot(slots, std::move(f.slot), *f.module, f.key, options_);
+  if (!groups_ready_) {
     const bool on_cuda = found.front().slot.param.is_cuda();
-    groups = detail::make_shard_groups(session, options, on_cuda);
-    groups_ready = true;
+    groups_ = detail::make_shard_groups(session_, options_, on_cuda);
+    groups_ready_ = true;
   }
-  const std::string name = detail::concat(module->name(), " #", count);
+  const std::string name = detail::concat(module->name(), " #", count_);
   std::vector<std::unique_ptr<FlatParam>> flats =
-      detail::make_unit_flats(name, std::move(slots), groups, mem.get(), options);
+      detail::make_unit_flats(name, std::move(slots), groups_, mem_.get(), options_);
   // Same unit on every rank, checked before the broadcast below could mismatch.
   std::ostringstream desc;
   desc << "unit " << name << "\n";
   for (const auto& f : flats) desc << detail::describe_flat(*f);
-  detail::check_same_description(*session.world(), desc.str(), detail::concat("units at construction (", name, ")"));
+  detail::check_same_description(*session_.world(), desc.str(), detail::concat("units at construction (", name, ")"));
   for (const auto& f : flats) f->check_params();
-  Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
+  Communicator* sync = options_.sync_module_states ? groups_.comm.get() : nullptr;
   for (const auto& f : flats) f->init_from_params(sync);  // leaves the unit resharded
-  if (options.offload_params.target != OffloadTarget::kDevice) store_shards(*this, name, flats);
-  units[module] = std::move(flats);
-  ++count;
+  if (options_.offload_params.target != OffloadTarget::kDevice) store_shards(name, flats);
+  units_[module] = std::move(flats);
+  ++count_;
 }
 
 ShardedInit::ShardedInit(Session& session, ShardingOptions options)
-    : impl_(std::make_unique<detail::ShardedInitImpl>(session, std::move(options))) {
-  impl_->owner = this;
-  ZS_REQUIRE(detail::t_active_init == nullptr, UsageError,
-             "a ShardedInit is already active on this thread; use one at a time");
-  detail::t_active_init = impl_.get();
-}
+    : impl_(std::make_unique<detail::ShardedInitState>(session, std::move(options), this)) {}
 
 ShardedInit::~ShardedInit() { impl_->deactivate(); }
 
 void ShardedInit::stop() { impl_->deactivate(); }
 
 const ShardedInit* ShardedInit::active() {
-  return detail::t_active_init != nullptr ? detail::t_active_init->owner : nullptr;
+  const detail::ShardedInitState* s = detail::ShardedInitState::active();
+  return s != nullptr ? s->owner() : nullptr;
 }
-bool ShardedInit::built_in_unit(const torch::nn::Module* module) const { return impl_->in_units.count(module) > 0; }
-const ShardingOptions& ShardedInit::options() const { return impl_->options; }
-int ShardedInit::units_sharded() const { return impl_->count; }
-const MemoryStats& ShardedInit::memory() const { return *impl_->mem; }
+bool ShardedInit::built_in_unit(const torch::nn::Module* module) const { return impl_->built_in_unit(module); }
+const ShardingOptions& ShardedInit::options() const { return impl_->options(); }
+int ShardedInit::units_sharded() const { return impl_->units_sharded(); }
+const MemoryStats& ShardedInit::memory() const { return *impl_->memory(); }
 
 }  // namespace zeroshard

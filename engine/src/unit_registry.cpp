@@ -5,7 +5,7 @@
 #include <unordered_map>
 
 #include "engine_internal.h"
-#include "sharded_init_internal.h"
+#include "sharded_init_state.h"
 
 namespace zeroshard::detail {
 
@@ -31,7 +31,7 @@ void declare_unit(const torch::nn::Module* module) {
     std::lock_guard<std::mutex> lock(registry_mutex());
     declared()[module] = module->weak_from_this();
   }
-  if (t_active_init != nullptr) t_active_init->shard_unit(module);
+  if (ShardedInitState* init = ShardedInitState::active()) init->shard_unit(module);
 }
 
 bool is_declared_unit(const torch::nn::Module* module) {

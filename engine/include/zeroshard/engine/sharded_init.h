@@ -25,7 +25,7 @@
 namespace zeroshard {
 
 namespace detail {
-struct ShardedInitImpl;
+class ShardedInitState;
 }  // namespace detail
 
 class ShardedInit {
@@ -49,7 +49,7 @@ class ShardedInit {
 
  private:
   friend class ShardingEngine;  // adopts the units sharded so far
-  std::unique_ptr<detail::ShardedInitImpl> impl_;
+  std::unique_ptr<detail::ShardedInitState> impl_;
 };
 
 }  // namespace zeroshard
