@@ -6,6 +6,8 @@
 
 #include "zeroshard/config/resolve.h"
 
+#include <ATen/Context.h>
+
 #include <string>
 #include <vector>
 
@@ -163,6 +165,11 @@ ShardingOptions sharding_options(const Config& c) {
   o.auto_wrap_module_types = split_list(s.auto_wrap_module_types());
   set_precision(c.precision(), &o);
   o.offload_params = store_options(c.offload(), c.offload().params());
+  // With the optimizer's state on NVMe too, the parameter store keeps the fp32 master for it, in as
+  // many generations as the state (on a CPU run; a GPU run's optimizer keeps its own master).
+  if (c.offload().optimizer() == opt::OffloadConfig::NVME) {
+    o.offload_params.generations = c.offload().nvme_generations();
+  }
   o.offload_grads = store_options(c.offload(), c.offload().grads());
   o.keep_param_dtype_shard = c.offload().keep_param_dtype_shard();
   // The adapters, in this order: NF4 storage of the frozen Linear weights, then LoRA (whose hook
@@ -292,6 +299,7 @@ EstimateOptions estimate_options(const Config& c, const RunOptions& run) {
   o.keep_param_dtype_shard = run.sharding.keep_param_dtype_shard;
   o.offload_staging_bytes = static_cast<int64_t>(c.offload().buffer_count()) * c.offload().block_size();
   o.nvme_generations = c.offload().nvme_generations();
+  o.gpu = run.session.device == DevicePolicy::kCuda || (run.session.device == DevicePolicy::kAuto && at::hasCUDA());
   return o;
 }
 

@@ -307,7 +307,7 @@ void detail::ShardingEngineImpl::optimizer_step(ShardingEngine& engine, ShardedO
       if (f->trainable()) flats.push_back(f.get());
     }
   }
-  detail::FlatParamPager pager(flats, shards);
+  detail::FlatParamPager pager(flats, shards, param_store.get());
   try {
     optimizer.step(shards, pager);
   } catch (...) {

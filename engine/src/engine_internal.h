@@ -38,15 +38,23 @@ void remember_node(std::vector<std::weak_ptr<torch::autograd::Node>>* nodes,
 // is trainable flat parameter i.
 class FlatParamPager final : public ShardPager {
  public:
-  FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards);
+  // `store`: the parameter store the shards live in (null when they are resident).
+  FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards, ShardStore* store);
   int64_t numel(size_t i) const override;
   void acquire(size_t i, bool read, bool grad) override;
   void release(size_t i, bool modified) override;
   void prefetch(size_t i, bool read) override;
+  // The store's generations when every shard is in it, on NVMe, and computed on the CPU (the
+  // optimizer then updates the stored values themselves); else 0.
+  int master_generations() const override;
+  void begin_step() override;
+  void commit() override;
+  void abandon() noexcept override;
 
  private:
   std::vector<FlatParam*> flats_;
   std::vector<ParamShard>& shards_;
+  ShardStore* store_;
 };
 
 // ShardingEngine::gradients(): the trainable flat parameters that hold a gradient.

@@ -32,8 +32,8 @@ void detail::ShardingEngineImpl::start_param_store() {
   if (init != nullptr) param_store = init->take_store();
   if (param_store == nullptr) {
     detail::io_on_every_rank(*session.world(), "creating the parameter shards' store", "zs.offload.params", [&] {
-      param_store =
-          std::make_unique<ShardStore>(options.offload_params, session.rank(), mem.get(), options.offload_params.io);
+      param_store = std::make_unique<ShardStore>(detail::param_store_options(options.offload_params, session.device()),
+                                                 session.rank(), mem.get(), options.offload_params.io);
     });
   }
 }
@@ -115,8 +115,9 @@ void detail::ShardingEngineImpl::release_offloaded_shards_noexcept() noexcept {
   }
 }
 
-detail::FlatParamPager::FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards)
-    : flats_(std::move(flats)), shards_(shards) {
+detail::FlatParamPager::FlatParamPager(std::vector<FlatParam*> flats, std::vector<ParamShard>& shards,
+                                       ShardStore* store)
+    : flats_(std::move(flats)), shards_(shards), store_(store) {
   ZS_CHECK(flats_.size() == shards_.size(), "pager over ", flats_.size(), " flat parameters and ", shards_.size(),
            " shards");
 }
@@ -152,6 +153,37 @@ void detail::FlatParamPager::prefetch(size_t i, bool read) {
   if (i >= flats_.size()) return;
   if (read) flats_[i]->prefetch_shard();
   flats_[i]->prefetch_grad();
+}
+
+int detail::FlatParamPager::master_generations() const {
+  if (store_ == nullptr || store_->target() != OffloadTarget::kNvme) return 0;
+  for (const FlatParam* f : flats_) {
+    if (!f->shard_offloaded() || !f->device().is_cpu()) return 0;
+  }
+  return store_->generations();
+}
+
+// Shards still resident from before the step (a write-back that failed) are written first, into
+// the generation the step reads: what abandon() drops afterwards is only the step's own.
+void detail::FlatParamPager::begin_step() {
+  for (FlatParam* f : flats_) f->release_shard();
+  store_->begin_step();
+}
+
+void detail::FlatParamPager::commit() { store_->commit(); }
+
+void detail::FlatParamPager::abandon() noexcept {
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    FlatParam* f = flats_[i];
+    try {
+      f->release_grad();  // read only: dropped, nothing written
+    } catch (...) {
+    }
+    shards_[i].grad = f->grad_shard();
+    shards_[i].param = at::Tensor();
+    f->abandon_shard();
+  }
+  if (store_ != nullptr) store_->abandon();
 }
 
 }  // namespace zeroshard

@@ -97,6 +97,9 @@ class FlatParam final : public FlatShard {
   void prefetch_shard() { storage_->prefetch(); }
   // With `retired`, the dropped tensor goes there (a side stream may still read it).
   void release_shard(std::vector<at::Tensor>* retired) { storage_->release(retired); }
+  // The store's step was abandoned: what is resident goes unwritten (never throws).
+  void abandon_shard() noexcept { storage_->abandon(); }
+  c10::Device device() const { return device_; }
   std::string shard_file() const { return storage_->file(); }
 
   // --- the gradient shard ---

@@ -124,6 +124,12 @@ class StoredShard final : public ShardStorage {
   // shard resident itself (handed out by values(), perhaps changed) is gathered from its values.
   std::shared_ptr<Work> gather(const GatherInto& g) override {
     if (!copy_.defined() || shard_.defined()) return gather_fp32(g, for_read(), shape_);
+    if (copy_stale_) {  // a step was abandoned after the copy followed its new values: cast again
+      c10::AutoGradMode no_grad(false);
+      copy_.copy_(for_read());
+      copy_stale_ = false;
+      release(nullptr);  // unchanged: nothing written
+    }
     if (g.group->size() == 1) {
       c10::AutoGradMode no_grad(false);
       g.full.copy_(copy_);
@@ -134,6 +140,13 @@ class StoredShard final : public ShardStorage {
   }
 
   bool stored() const override { return true; }
+  void abandon() noexcept override {
+    if (copy_.defined()) copy_stale_ = true;  // it may have followed values now dropped
+    if (!shard_.defined()) return;
+    shard_ = at::Tensor();
+    dirty_ = false;
+    shape_.mem->sub(MemCategory::kShardedParams, fp32_bytes(shape_));
+  }
   bool has_param_dtype_copy() const override { return copy_.defined(); }
   std::string file() const override { return store_->file(slot_); }
   void rename(const std::string& name) override {
@@ -158,6 +171,7 @@ class StoredShard final : public ShardStorage {
   at::Tensor shard_;  // resident fp32 values, or undefined
   bool dirty_;        // handed out by values() since it was loaded: release() writes it back
   at::Tensor copy_;   // [S] in param_dtype, or undefined
+  bool copy_stale_ = false;  // copy_ no longer the cast of the stored values (an abandoned step)
 };
 
 class EncodedShard final : public ShardStorage {
@@ -282,6 +296,11 @@ std::unique_ptr<ShardStorage> resident_shard(const ShardShape& shape, at::Tensor
 std::unique_ptr<ShardStorage> stored_shard(const ShardShape& shape, at::Tensor values, ShardStore* store,
                                            bool keep_param_dtype_copy) {
   return std::make_unique<StoredShard>(shape, std::move(values), store, keep_param_dtype_copy);
+}
+
+StoreOptions param_store_options(StoreOptions options, c10::Device device) {
+  if (!device.is_cpu()) options.generations = 1;
+  return options;
 }
 
 std::unique_ptr<ShardStorage> encoded_shard(const ShardShape& shape, at::Tensor values,

@@ -22,6 +22,7 @@
 #include "zeroshard/comm/communicator.h"
 #include "zeroshard/core/memory_stats.h"
 #include "zeroshard/engine/unit_hook.h"
+#include "zeroshard/store/store_options.h"
 
 namespace zeroshard {
 
@@ -66,6 +67,9 @@ class ShardStorage {
   virtual const ShardCodec* codec() const { return nullptr; }
   virtual std::string file() const { return {}; }
   virtual void rename(const std::string& name) {}
+  // A step over the store was abandoned (ShardStore::abandon): drops what is resident without
+  // writing it; the store's values are the shard's again. Never throws.
+  virtual void abandon() noexcept {}
 };
 
 // The fp32 values `shard` gathered into g.full: the cast copy when one rank holds everything, else
@@ -78,6 +82,10 @@ std::unique_ptr<ShardStorage> resident_shard(const ShardShape& shape, at::Tensor
 // the shard cast to param_dtype stays resident, kept equal to the master whenever it changes.
 std::unique_ptr<ShardStorage> stored_shard(const ShardShape& shape, at::Tensor values, ShardStore* store,
                                            bool keep_param_dtype_copy);
+// The parameter store's options for shards computed on `device`: two generations (the optimizer's
+// master held once, in the store: OffloadedOptimizer) only on a CPU run; a GPU run's optimizer
+// keeps its master in its own records, so one generation.
+StoreOptions param_store_options(StoreOptions options, c10::Device device);
 // Encodes `values` with `codec` (UsageError naming the unit for a value it cannot store).
 std::unique_ptr<ShardStorage> encoded_shard(const ShardShape& shape, at::Tensor values,
                                             std::shared_ptr<const ShardCodec> codec);

@@ -117,8 +117,9 @@ void detail::ShardedInitState::store_shards(const std::string& name,
   detail::io_on_every_rank(*session_.world(), detail::concat("storing the parameter shards of unit '", name, "'"),
                            "zs.offload.params", [&] {
                              if (store_ == nullptr) {
-                               store_ = std::make_unique<ShardStore>(options_.offload_params, session_.rank(),
-                                                                     mem_.get(), options_.offload_params.io);
+                               store_ = std::make_unique<ShardStore>(
+                                   detail::param_store_options(options_.offload_params, session_.device()),
+                                   session_.rank(), mem_.get(), options_.offload_params.io);
                              }
                              for (const auto& f : flats) {
                                if (f->offload_capable()) f->attach_store(store_.get(), options_.keep_param_dtype_shard);

@@ -195,11 +195,17 @@ std::vector<int64_t> shards_largest_first(const std::vector<int64_t>& f, int n) 
   return shards;
 }
 
+// Everything on NVMe on a CPU run: the parameter store's generations are the optimizer's master.
+bool master_in_param_store(const EstimateOptions& o) {
+  return !o.gpu && o.offload_optimizer == Target::kNvme && o.offload_params == Target::kNvme;
+}
+
 // Offloaded optimizer state: the fp32 master and the moments leave the device. Returns whether the
 // NVMe staging buffers were counted (offloaded parameters share them).
 bool offload_optimizer_state(MemoryEstimate& e, const EstimateOptions& o, int64_t shard) {
   e.offloaded = true;
-  const int64_t state = (4 + static_cast<int64_t>(o.optimizer_state_bytes)) * shard;  // fp32 master + moments
+  // fp32 master (unless the parameter store holds it) + moments
+  const int64_t state = ((master_in_param_store(o) ? 0 : 4) + static_cast<int64_t>(o.optimizer_state_bytes)) * shard;
   // On NVMe the store keeps offload.nvme_generations copies (with 2, the previous step's survives a
   // failed step).
   if (o.offload_optimizer == Target::kCpu) {
@@ -227,7 +233,9 @@ int64_t offload_param_shards(MemoryEstimate& e, const EstimateOptions& o, const 
   const bool master_is_param = o.offload_optimizer == Target::kCpu && o.offload_params == Target::kCpu;
   // offload.keep_param_dtype_shard: the shard cast to param_dtype stays on the device.
   e.sharded_params = o.keep_param_dtype_shard ? static_cast<int64_t>(p) * shard : 0;
-  if (!master_is_param) (o.offload_params == Target::kCpu ? e.offload_host : e.nvme) += 4 * shard;
+  // On NVMe as the optimizer's master too: in as many generations as its state.
+  const int64_t copies = master_in_param_store(o) ? o.nvme_generations : 1;
+  if (!master_is_param) (o.offload_params == Target::kCpu ? e.offload_host : e.nvme) += copies * 4 * shard;
   // A unit's shard is dropped once its gather is done, but while it computes the next unit's
   // gather (prefetched) still holds that unit's shard and the one after is read ahead: two shards
   // (at most the two largest) are in memory at the peak. With the param_dtype copy the gathers

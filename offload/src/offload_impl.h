@@ -194,8 +194,14 @@ struct OffloadedOptimizer::Impl {
   void prepare_nvme_state(const std::vector<ParamShard>& shards, ShardPager& pager);
   [[noreturn]] void fail_nvme_step(const std::vector<ParamShard>& shards, ShardPager& pager, size_t done,
                                    const Error& e);
+  class NvmeShardPass;  // offload_nvme.cpp
   void nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
                   const ShardOptimizerState* imported = nullptr);
+  // NVME: the state records hold the fp32 master (decided at the first step). Not where the pager
+  // keeps the master on the drive in as many generations as the records would
+  // (ShardPager::master_generations): then the records hold the moments only and the step updates
+  // the shard brought in through the pager, bracketed by its begin_step / commit / abandon.
+  bool master_in_records = true;
   void apply_pending(const std::vector<ParamShard>& shards, ShardPager& pager);
   std::vector<at::Tensor> read_moments(detail::NvmeShardFiles& f);
   // The next shard after `i` with a gradient (shards.size() when none): read ahead while i updates.

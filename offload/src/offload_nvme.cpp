@@ -23,108 +23,183 @@ void OffloadedOptimizer::Impl::read_record(detail::NvmeShardFiles& f, int gen, i
   f.files[gen]->verify(k, 1, buf);
 }
 
-// Streams one shard: record k+1.. read ahead while record k is updated and record k-1 written.
-// initialize: the shard has no state yet; records are built from the shard (master) and zero
-// moments and written to generation `current`, without updating.
-void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
-                                          const ShardOptimizerState* imported) {
-  const int B = static_cast<int>(buffers.size());
-  const int lookahead = std::max(1, B - 2);
-  const int src = f.current;
-  const int dst = initialize ? f.current : f.next();
-  const int64_t C = f.chunk_elems;
-  const int64_t update = f.updates + 1;
-  const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
-  const bool first = !f.started;  // SGD: the buffer is written whole by this update
-  std::vector<IoEngine::Handle> reads(static_cast<size_t>(f.chunks), 0);
-  std::vector<IoEngine::Handle> writes(static_cast<size_t>(f.chunks), 0);
-  std::vector<bool> write_pending(static_cast<size_t>(f.chunks), false);
-  int64_t next_read = 0;
-  auto buf_of = [&](int64_t k) { return buffers[static_cast<size_t>(k % B)].data_ptr<float>(); };
-  // A shard on a GPU (not when initializing: no gradient is read, the values come down once): the
-  // gradient's chunks come down ahead through two pinned buffers and each updated chunk goes up
-  // from its record buffer on the copy stream, as in update_device_shard; a record buffer is read
-  // into again only once its upload is done. Not run yet (no GPU here).
-  DeviceStreams* st = initialize ? nullptr : copy_streams_for(s, buffers.front());
-  std::unique_ptr<GradChunks> grads = st != nullptr ? std::make_unique<GradChunks>(*st, grad_pair, s.grad, C) : nullptr;
-  std::vector<std::unique_ptr<StreamMark>> up(static_cast<size_t>(B));  // per record buffer: its last upload
-  std::unique_ptr<StreamMark>* last_up = nullptr;
-  auto finish_uploads = [&] {
-    if (last_up == nullptr) return;
-    (*last_up)->block(st->current());  // the shard's readers on the device follow the uploads
-    GradChunks::wait_on_host(*last_up);  // the copy stream runs in order: all of them are done
-  };
-  auto wait_write = [&](int64_t k) {
-    if (k >= 0 && write_pending[static_cast<size_t>(k)]) {
-      write_pending[static_cast<size_t>(k)] = false;
-      io->wait(writes[static_cast<size_t>(k)]);
-      io_stats.bytes_written += f.record_bytes;
-    }
-  };
-  try {
-    if (grads) grads->fetch(0);
-    for (int64_t k = 0; k < f.chunks; ++k) {
-      if (!initialize) {
-        for (; next_read < f.chunks && next_read <= k + lookahead; ++next_read) {
-          wait_write(next_read - B);  // the buffer's previous record must be on disk first
-          GradChunks::wait_on_host(up[static_cast<size_t>(next_read % B)]);  // and uploaded
-          reads[static_cast<size_t>(next_read)] = f.files[src]->read(*io, next_read, 1, buf_of(next_read));
-        }
-      } else {
-        wait_write(k - B);
-      }
-      float* buf = buf_of(k);
-      const int64_t c = f.chunk_numel(k);
-      float* p = buf;
-      float* m = state_arrays >= 1 ? buf + C : nullptr;
-      float* v = state_arrays >= 2 ? buf + 2 * C : nullptr;
-      if (initialize) {
-        std::memset(buf, 0, static_cast<size_t>(f.record_bytes));
-        at::from_blob(p, {c}, at::kFloat).copy_(s.param.narrow(0, k * C, c));
-        if (imported != nullptr) {
-          for (size_t j = 0; j < imported->tensors.size(); ++j) {
-            at::from_blob(buf + (1 + static_cast<int64_t>(j)) * C, {c}, at::kFloat)
-                .copy_(imported->tensors[j].narrow(0, k * C, c));
-          }
-        }
-      } else {
-        io->wait(reads[static_cast<size_t>(k)]);
-        io_stats.bytes_read += f.record_bytes;
-        f.files[src]->verify(k, 1, buf);
-        const float* g = nullptr;
-        if (grads) {
-          g = grads->get(k * C);
-          grads->fetch((k + 1) * C);  // into the other buffer, whose chunk the host has finished with
-        } else if (host_fp32(s.grad)) {
-          g = s.grad.data_ptr<float>() + k * C;
-        } else {
-          at::Tensor staged = grad_staging.narrow(0, 0, c);
-          staged.copy_(s.grad.narrow(0, k * C, c));
-          g = staged.data_ptr<float>();
-        }
-        update_elements(runs, update, first, k * C, p, g, m, v, c);
-        if (host_fp32(s.param)) {
-          std::memcpy(s.param.data_ptr<float>() + k * C, p, static_cast<size_t>(c) * sizeof(float));
-        } else if (st != nullptr) {
-          last_up = &up[static_cast<size_t>(k % B)];
-          *last_up = st->copy_async(s.param.narrow(0, k * C, c), at::from_blob(p, {c}, at::kFloat));
-        } else {
-          s.param.narrow(0, k * C, c).copy_(at::from_blob(p, {c}, at::kFloat));
-        }
-      }
-      writes[static_cast<size_t>(k)] = f.files[dst]->write(*io, k, 1, buf);
-      write_pending[static_cast<size_t>(k)] = true;
-    }
-    for (int64_t k = 0; k < f.chunks; ++k) wait_write(k);
-    finish_uploads();
-  } catch (...) {
+// One shard through the chunk pipeline: record k+1.. read ahead while record k is updated and
+// record k-1 written behind. `initialize`: the shard has no state yet; its records are built (the
+// master from the shard where the records hold it, moments zero or imported) and written to
+// generation `current`, without an update. Where the records hold no master, the update changes
+// the shard's values in place (on the host: the shard is the store's, which keeps the master).
+class OffloadedOptimizer::Impl::NvmeShardPass {
+ public:
+  NvmeShardPass(Impl& im, const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
+                const ShardOptimizerState* imported)
+      : im_(im),
+        s_(s),
+        f_(f),
+        initialize_(initialize),
+        imported_(imported),
+        B_(static_cast<int>(im.buffers.size())),
+        lookahead_(std::max(1, B_ - 2)),
+        src_(f.current),
+        dst_(initialize ? f.current : f.next()),
+        C_(f.chunk_elems),
+        update_(f.updates + 1),
+        first_(!f.started),
+        reads_(static_cast<size_t>(f.chunks), 0),
+        writes_(static_cast<size_t>(f.chunks), 0),
+        write_pending_(static_cast<size_t>(f.chunks), false),
+        up_(static_cast<size_t>(B_)) {
+    if (initialize_) return;
+    runs_ = shard_runs(s, im.default_weight_decay());
+    ZS_CHECK(f.master || host_fp32(s.param), "offloaded optimizer: shard '", s.name,
+             "' holds its master outside the state files but is not a host fp32 tensor");
+    // A shard on a GPU (the master in the records): the gradient's chunks come down ahead through
+    // two pinned buffers and each updated chunk goes up from its record buffer on the copy stream,
+    // as in update_device_shard; a record buffer is read into again only once its upload is done.
+    st_ = f.master ? im.copy_streams_for(s, im.buffers.front()) : nullptr;
+    if (st_ != nullptr) grads_ = std::make_unique<GradChunks>(*st_, im.grad_pair, s.grad, C_);
+  }
+
+  void run() {
     try {
-      io->wait_all();  // nothing may still write into our buffers
+      if (grads_) grads_->fetch(0);
+      for (int64_t k = 0; k < f_.chunks; ++k) chunk(k);
+      for (int64_t k = 0; k < f_.chunks; ++k) wait_write(k);
+      finish_uploads();
+    } catch (...) {
+      drain();
+      throw;
+    }
+  }
+
+ private:
+  void chunk(int64_t k) {
+    const int64_t c = f_.chunk_numel(k);
+    if (!f_.has_records()) {  // plain SGD, the master in the shard: nothing on the drive
+      if (!initialize_) im_.update_elements(runs_, update_, first_, k * C_, param_at(k), gradient(k, c), nullptr,
+                                            nullptr, c);
+      return;
+    }
+    if (initialize_) {
+      wait_write(k - B_);
+    } else {
+      read_ahead(k);
+    }
+    float* buf = buf_of(k);
+    if (initialize_) {
+      fill_initial(k, c, buf);
+    } else {
+      update(k, c, buf);
+    }
+    writes_[static_cast<size_t>(k)] = f_.files[dst_]->write(*im_.io, k, 1, buf);
+    write_pending_[static_cast<size_t>(k)] = true;
+  }
+
+  void read_ahead(int64_t k) {
+    for (; next_read_ < f_.chunks && next_read_ <= k + lookahead_; ++next_read_) {
+      wait_write(next_read_ - B_);  // the buffer's previous record must be on disk first
+      GradChunks::wait_on_host(up_[static_cast<size_t>(next_read_ % B_)]);  // and uploaded
+      reads_[static_cast<size_t>(next_read_)] = f_.files[src_]->read(*im_.io, next_read_, 1, buf_of(next_read_));
+    }
+  }
+
+  void fill_initial(int64_t k, int64_t c, float* buf) {
+    std::memset(buf, 0, static_cast<size_t>(f_.record_bytes));
+    if (f_.master) at::from_blob(buf, {c}, at::kFloat).copy_(s_.param.narrow(0, k * C_, c));
+    if (imported_ == nullptr) return;
+    for (size_t j = 0; j < imported_->tensors.size(); ++j) {
+      at::from_blob(buf + f_.state_offset(static_cast<int>(j)), {c}, at::kFloat)
+          .copy_(imported_->tensors[j].narrow(0, k * C_, c));
+    }
+  }
+
+  void update(int64_t k, int64_t c, float* buf) {
+    im_.io->wait(reads_[static_cast<size_t>(k)]);
+    im_.io_stats.bytes_read += f_.record_bytes;
+    f_.files[src_]->verify(k, 1, buf);
+    const float* g = gradient(k, c);
+    float* p = f_.master ? buf : param_at(k);
+    float* m = im_.state_arrays >= 1 ? buf + f_.state_offset(0) : nullptr;
+    float* v = im_.state_arrays >= 2 ? buf + f_.state_offset(1) : nullptr;
+    im_.update_elements(runs_, update_, first_, k * C_, p, g, m, v, c);
+    if (f_.master) store_values(k, c, p);
+  }
+
+  const float* gradient(int64_t k, int64_t c) {
+    if (grads_) {
+      const float* g = grads_->get(k * C_);
+      grads_->fetch((k + 1) * C_);  // into the other buffer, whose chunk the host has finished with
+      return g;
+    }
+    if (host_fp32(s_.grad)) return s_.grad.data_ptr<float>() + k * C_;
+    at::Tensor staged = im_.grad_staging.narrow(0, 0, c);
+    staged.copy_(s_.grad.narrow(0, k * C_, c));
+    return staged.data_ptr<float>();
+  }
+
+  // The updated master chunk (in record buffer `p`) into the shard.
+  void store_values(int64_t k, int64_t c, const float* p) {
+    if (host_fp32(s_.param)) {
+      std::memcpy(s_.param.data_ptr<float>() + k * C_, p, static_cast<size_t>(c) * sizeof(float));
+    } else if (st_ != nullptr) {
+      last_up_ = &up_[static_cast<size_t>(k % B_)];
+      *last_up_ = st_->copy_async(s_.param.narrow(0, k * C_, c),
+                                  at::from_blob(const_cast<float*>(p), {c}, at::kFloat));
+    } else {
+      s_.param.narrow(0, k * C_, c).copy_(at::from_blob(const_cast<float*>(p), {c}, at::kFloat));
+    }
+  }
+
+  void wait_write(int64_t k) {
+    if (k < 0 || !write_pending_[static_cast<size_t>(k)]) return;
+    write_pending_[static_cast<size_t>(k)] = false;
+    im_.io->wait(writes_[static_cast<size_t>(k)]);
+    im_.io_stats.bytes_written += f_.record_bytes;
+  }
+
+  void finish_uploads() {
+    if (last_up_ == nullptr) return;
+    (*last_up_)->block(st_->current());  // the shard's readers on the device follow the uploads
+    GradChunks::wait_on_host(*last_up_);  // the copy stream runs in order: all of them are done
+  }
+
+  // After a failure: nothing may still write into the buffers, nor read from them.
+  void drain() {
+    try {
+      im_.io->wait_all();
     } catch (...) {
     }
-    for (const auto& mark : up) GradChunks::wait_on_host(mark);  // nor read from them
-    throw;
+    for (const auto& mark : up_) GradChunks::wait_on_host(mark);
   }
+
+  float* param_at(int64_t k) const { return s_.param.data_ptr<float>() + k * C_; }
+  float* buf_of(int64_t k) const { return im_.buffers[static_cast<size_t>(k % B_)].data_ptr<float>(); }
+
+  Impl& im_;
+  const ParamShard& s_;
+  detail::NvmeShardFiles& f_;
+  const bool initialize_;
+  const ShardOptimizerState* imported_;
+  const int B_;
+  const int lookahead_;
+  const int src_;
+  const int dst_;
+  const int64_t C_;
+  const int64_t update_;
+  const bool first_;  // SGD: the buffer is written whole by this update
+  std::vector<ShardGroupRange> runs_;
+  std::vector<IoEngine::Handle> reads_;
+  std::vector<IoEngine::Handle> writes_;
+  std::vector<bool> write_pending_;
+  int64_t next_read_ = 0;
+  DeviceStreams* st_ = nullptr;
+  std::unique_ptr<GradChunks> grads_;
+  std::vector<std::unique_ptr<StreamMark>> up_;  // per record buffer: its last upload
+  std::unique_ptr<StreamMark>* last_up_ = nullptr;
+};
+
+void OffloadedOptimizer::Impl::nvme_shard(const ParamShard& s, detail::NvmeShardFiles& f, bool initialize,
+                                          const ShardOptimizerState* imported) {
+  NvmeShardPass(*this, s, f, initialize, imported).run();
 }
 
 // Puts the master values of generation `current` (the last completed step) back into the shard.
@@ -161,22 +236,23 @@ void OffloadedOptimizer::Impl::ensure_buffers() {
   grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
 }
 
-// Shards seen for the first time: write their initial state (master from the shard, zero moments)
-// so every later step, and a rollback, has a complete previous generation to read. Others whose
-// values were replaced since the last step take them as their master.
+// Shards seen for the first time: write their initial state (the master from the shard where the
+// records hold it, zero moments) so every later step, and a rollback, has a complete previous
+// generation to read. Others whose values were replaced since the last step take them as their
+// master (where the records hold one: otherwise the shard's values are the master already).
 void OffloadedOptimizer::Impl::prepare_nvme_state(const std::vector<ParamShard>& shards, ShardPager& pager) {
   std::vector<bool> fresh(shards.size(), false);
   for (size_t i = 0; i < shards.size(); ++i) {
     detail::NvmeShardFiles& f = *files[i];
     if (f.initialized || !shards[i].grad.defined()) continue;
-    pager.acquire(i, /*read=*/true, /*grad=*/false);
+    if (f.master) pager.acquire(i, /*read=*/true, /*grad=*/false);
     nvme_shard(shards[i], f, /*initialize=*/true);
-    pager.release(i, false);
+    if (f.master) pager.release(i, false);
     f.initialized = true;
     fresh[i] = true;
   }
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (!shards[i].values_replaced || fresh[i] || !shards[i].grad.defined()) continue;
+    if (!files[i]->master || !shards[i].values_replaced || fresh[i] || !shards[i].grad.defined()) continue;
     pager.acquire(i, /*read=*/true, /*grad=*/false);
     reseed_master(shards[i], *files[i]);
     pager.release(i, false);
@@ -188,10 +264,14 @@ void OffloadedOptimizer::Impl::prepare_nvme_state(const std::vector<ParamShard>&
 // advanced): offloaded parameter shards are brought in, restored and written back, and one whose
 // write-back fails keeps the restored values in memory (the pager's contract), so the training
 // state is still whole. With one generation nothing can be rolled back. Throws IoError saying which.
+// Where the records hold no master (master_in_records false), the pager abandons the step instead:
+// its store's values, like the records' current generation, are the previous step's.
 void OffloadedOptimizer::Impl::fail_nvme_step(const std::vector<ParamShard>& shards, ShardPager& pager, size_t done,
                                               const Error& e) {
-  const std::string where = "shard " + std::to_string(done) + " ('" + shards[std::min(done, shards.size() - 1)].name +
-                            "')";
+  const std::string where = done < shards.size()
+                                ? "shard " + std::to_string(done) + " ('" + shards[done].name + "')"
+                                : std::string("committing the parameter shards");
+  if (!master_in_records) pager.abandon();
   if (o.nvme_generations == 1) {
     // In place: records of this shard (and every shard before it) hold this step's state, the
     // rest the previous step's.
@@ -201,8 +281,12 @@ void OffloadedOptimizer::Impl::fail_nvme_step(const std::vector<ParamShard>& sha
              "restart from the last checkpoint (offload.nvme_generations = 2 keeps the previous step's state and "
              "rolls back)");
   }
-  std::string rollback = "the parameters and optimizer state are as before this step; fix the cause and retry, "
+  std::string rollback = "The parameters and optimizer state are as before this step; fix the cause and retry, "
                          "or save a checkpoint";
+  if (!master_in_records) {
+    ZS_THROW(IoError, "offloaded optimizer step ", steps + 1, " failed on rank ", rank, " at ", where, ": ",
+             e.message(), ". ", rollback);
+  }
   std::string unwritten;
   try {
     for (size_t i = 0; i <= done && i < shards.size(); ++i) {
@@ -217,7 +301,7 @@ void OffloadedOptimizer::Impl::fail_nvme_step(const std::vector<ParamShard>& sha
       }
     }
   } catch (const Error& e2) {
-    rollback = std::string("rolling back failed too (") + e2.message() +
+    rollback = std::string("Rolling back failed too (") + e2.message() +
                "); the parameters of this rank are inconsistent: restart from the last checkpoint";
   }
   rollback += unwritten;
@@ -229,17 +313,21 @@ void OffloadedOptimizer::Impl::step_nvme(const std::vector<ParamShard>& shards, 
   const auto t0 = std::chrono::steady_clock::now();
   ensure_buffers();
   prepare_nvme_state(shards, pager);
+  // With the master in the records the update only writes the shard: nothing of it is read (an
+  // offloaded gradient is, the next one ahead). Otherwise the shard is the master, read ahead,
+  // updated in place and written into the store's other generation, which commit() makes current.
+  const bool read = !master_in_records;
+  if (read) pager.begin_step();  // outside the try: a failure here changed nothing
   size_t done = 0;
   try {
     for (; done < shards.size(); ++done) {
       if (!shards[done].grad.defined()) continue;
-      // The update takes the master from the state file and only writes the shard: nothing to read
-      // of it (an offloaded gradient is read, the next one ahead).
-      pager.acquire(done, /*read=*/false);
-      pager.prefetch(next_with_grad(shards, done), /*read=*/false);
+      pager.acquire(done, read);
+      pager.prefetch(next_with_grad(shards, done), read);
       nvme_shard(shards[done], *files[done], /*initialize=*/false);
       pager.release(done, true);
     }
+    if (read) pager.commit();
   } catch (const Error& e) {
     fail_nvme_step(shards, pager, done, e);
   }

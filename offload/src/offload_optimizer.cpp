@@ -66,10 +66,11 @@ void OffloadedOptimizer::Impl::check_shards(const std::vector<ParamShard>& shard
       host.resize(shards.size());
       for (size_t i = 0; i < shards.size(); ++i) host[i].numel = pager.numel(i);
     } else {
+      master_in_records = pager.master_generations() < o.nvme_generations;
       for (size_t i = 0; i < shards.size(); ++i) {
-        files.push_back(std::make_unique<detail::NvmeShardFiles>(
-            dir->path(), i, shards[i].name, rank, pager.numel(i), chunk_elems, state_arrays, o.direct_io,
-            o.nvme_generations));
+        files.push_back(std::make_unique<detail::NvmeShardFiles>(dir->path(), i, shards[i].name, rank,
+                                                                 pager.numel(i), chunk_elems, state_arrays,
+                                                                 master_in_records, o.direct_io, o.nvme_generations));
       }
     }
     layout_recorded = true;
@@ -248,9 +249,9 @@ void OffloadedOptimizer::Impl::apply_pending(const std::vector<ParamShard>& shar
       f.initialized = false;
       f.started = false;
       if (!st.tensors.empty()) {
-        pager.acquire(i, /*read=*/true, /*grad=*/false);
+        if (f.master) pager.acquire(i, /*read=*/true, /*grad=*/false);
         nvme_shard(shards[i], f, /*initialize=*/true, &st);
-        pager.release(i, false);
+        if (f.master) pager.release(i, false);
         f.initialized = true;
         f.started = true;
       }
@@ -377,7 +378,7 @@ std::vector<at::Tensor> OffloadedOptimizer::Impl::read_moments(detail::NvmeShard
     const int64_t c = f.chunk_numel(k);
     read_record(f, f.current, k, buf);
     for (int j = 0; j < state_arrays; ++j) {
-      std::memcpy(out[static_cast<size_t>(j)].data_ptr<float>() + k * f.chunk_elems, buf + (1 + j) * f.chunk_elems,
+      std::memcpy(out[static_cast<size_t>(j)].data_ptr<float>() + k * f.chunk_elems, buf + f.state_offset(j),
                   static_cast<size_t>(c) * sizeof(float));
     }
   }

@@ -121,6 +121,7 @@ TEST(Resolve, OffloadCheckpointAndRunDefaultsAreTheSchemas) {
   EXPECT_EQ(o.buffer_count, r.offload.buffer_count);
   EXPECT_EQ(o.nvme_generations, r.offload.nvme_generations);
   EXPECT_EQ(o.io_backend, r.offload.io_backend);
+  EXPECT_EQ(StoreOptions().generations, r.sharding.offload_params.generations) << "optimizer state not on NVMe";
   const CheckpointOptions c;
   EXPECT_EQ(c.dir, r.checkpoint.dir);
   EXPECT_EQ(c.keep_last, r.checkpoint.keep_last);
@@ -219,6 +220,9 @@ TEST(Resolve, EverySectionMapsItsKeys) {
   EXPECT_EQ(r.sharding.offload_params.nvme_path, "/nvme");
   EXPECT_EQ(r.sharding.offload_params.io_backend, IoBackend::kThreads);
   EXPECT_EQ(r.sharding.offload_grads.target, OffloadTarget::kDevice);
+  EXPECT_EQ(r.sharding.offload_params.generations, 2) << "the optimizer's master in the store, as its state";
+  EXPECT_EQ(r.sharding.offload_grads.generations, 1);
+  EXPECT_FALSE(r.estimate.gpu) << "runtime.device = CPU";
   EXPECT_EQ(r.offload.target, OffloadTarget::kNvme);
   EXPECT_EQ(r.offload.params, OffloadTarget::kNvme) << "the optimizer knows the engine's parameter placement";
   EXPECT_EQ(r.offload.buffer_count, 3);

@@ -228,8 +228,13 @@ TEST(EstimateModelStates, OffloadFormulas) {
   EXPECT_EQ(on_device.device_peak - e.device_peak, 8 * shard);
   o.offload_optimizer = zs::OffloadTarget::kNvme;
   o.offload_params = zs::OffloadTarget::kNvme;
+  o.gpu = true;
   e = zs::estimate_memory(m, o);
-  EXPECT_EQ(e.nvme, 2 * 12 * shard + 4 * shard);  // two generations of optimizer state + the fp32 shard
+  EXPECT_EQ(e.nvme, 2 * 12 * shard + 4 * shard);  // two generations of master + moments, and the fp32 shard
+  // On a CPU run the parameter store holds the master, in as many generations as the moments.
+  o.gpu = false;
+  e = zs::estimate_memory(m, o);
+  EXPECT_EQ(e.nvme, 2 * 8 * shard + 2 * 4 * shard);
   EXPECT_EQ(e.sharded_params, 0);
   EXPECT_EQ(e.offload_host, 0);
   EXPECT_EQ(e.pinned_host, 4 * shard + 4 * 1048576);  // gradient shard + buffer_count x block_size

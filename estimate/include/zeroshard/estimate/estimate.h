@@ -77,6 +77,10 @@ struct EstimateOptions {
   bool keep_param_dtype_shard = false;
   int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
   int nvme_generations = 2;                  // offload.nvme_generations: copies of the state on NVMe
+  // The ranks compute on GPUs. On a CPU run with the optimizer state and the parameters both on
+  // NVMe the parameter store holds the fp32 master (nvme_generations copies) and the optimizer's
+  // files the moments only; a GPU run's optimizer keeps a master of its own in its files.
+  bool gpu = false;
 };
 
 // Bytes per rank. The categories match zeroshard::MemCategory.

@@ -97,6 +97,19 @@ class ShardPager {
   virtual void release(size_t i, bool modified) = 0;
   // Starts loading shard i ahead of acquire(i, read) (no-op for i past the end).
   virtual void prefetch(size_t i, bool read = true) = 0;
+
+  // Generations of the shards' fp32 values that the pager keeps where they live (files on NVMe,
+  // written by a step into the one it did not read); 0 when it keeps none the optimizer could use
+  // as its master (resident shards, host memory, a GPU run). An offloaded optimizer whose records
+  // would keep as many generations keeps its moments only and reads the master through acquire().
+  virtual int master_generations() const { return 0; }
+  // Bracket a step that relies on them: between begin_step() and commit(), released shards are
+  // written into the generation not read; commit() makes them current (IoError when a write
+  // failed, the step still open); abandon() returns every shard to its values before begin_step(),
+  // dropping what is resident (never throws).
+  virtual void begin_step() {}
+  virtual void commit() {}
+  virtual void abandon() noexcept {}
 };
 
 // Gradient shards that may live off memory between uses (offload.grads): read one at a time, and
