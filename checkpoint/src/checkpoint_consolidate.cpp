@@ -160,51 +160,80 @@ namespace {
 
 bool is_lora_name(const std::string& name) { return lora::has_leaf(name, "lora_A") || lora::has_leaf(name, "lora_B"); }
 
+std::vector<int64_t> shape_of(const ParamEntry& p) { return std::vector<int64_t>(p.shape().begin(), p.shape().end()); }
+
+// The LoRA adapters by name: read first (small: they are what trained), to be folded into their
+// layer's weight as that is written.
+std::map<std::string, at::Tensor> read_adapters(OpenCheckpoint& c) {
+  std::map<std::string, at::Tensor> adapters;
+  for (const FlatEntry& fe : c.m.flats()) {
+    at::Tensor flat;
+    for (const ParamEntry& p : fe.params()) {
+      if (!is_lora_name(p.name())) continue;
+      if (!flat.defined()) flat = c.unit(fe);
+      adapters[p.name()] = flat.narrow(0, p.offset(), p.numel()).view(shape_of(p)).clone();
+    }
+  }
+  ZS_REQUIRE(!adapters.empty(), CheckpointError, "checkpoint '", c.dir, "' has no lora_A / lora_B tensors to merge");
+  return adapters;
+}
+
+// What the file declares before any data (the header comes first): every tensor, adapters left out
+// when they are merged; tied names are written once, under the first name, and listed in the
+// metadata.
+struct ExportHeader {
+  std::vector<TensorInfo> infos;
+  std::map<std::string, std::string> metadata;
+};
+ExportHeader export_header(const OpenCheckpoint& c, c10::ScalarType dtype, bool merge_lora, double scale) {
+  ExportHeader h;
+  std::string aliases;
+  for (const FlatEntry& fe : c.m.flats()) {
+    for (const ParamEntry& p : fe.params()) {
+      if (merge_lora && is_lora_name(p.name())) continue;
+      h.infos.push_back({p.name(), dtype, shape_of(p)});
+      for (const auto& a : p.aliases()) aliases += (aliases.empty() ? "" : ";") + a + "=" + p.name();
+    }
+  }
+  for (const BufferEntry& b : c.m.buffers()) {
+    const c10::ScalarType t = parse_dtype(b.dtype(), "buffer '" + b.name() + "'");
+    h.infos.push_back({b.name(), c10::isFloatingType(t) ? dtype : t, std::vector<int64_t>(b.shape().begin(), b.shape().end())});
+  }
+  h.metadata = {{"format", "pt"},
+                {"zeroshard.step", std::to_string(c.m.step())},
+                {"zeroshard.version", c.m.zeroshard_version()}};
+  if (!aliases.empty()) h.metadata["zeroshard.aliases"] = aliases;
+  if (merge_lora) h.metadata["zeroshard.lora_merged_scale"] = std::to_string(scale);
+  return h;
+}
+
+// Weight `name` with its layer's adapters folded in where it has them (counted in `merged`).
+at::Tensor with_adapters(const OpenCheckpoint& c, const std::map<std::string, at::Tensor>& adapters,
+                         const std::string& name, at::Tensor weight, double scale, size_t* merged) {
+  if (!lora::has_leaf(name, "weight")) return weight;
+  const std::string prefix = name.substr(0, name.size() - std::string("weight").size());
+  auto a = adapters.find(prefix + "lora_A");
+  auto b = adapters.find(prefix + "lora_B");
+  ZS_REQUIRE((a == adapters.end()) == (b == adapters.end()), CheckpointError, "checkpoint '", c.dir, "': '", name,
+             "' has only one of ", prefix, "lora_A and ", prefix, "lora_B");
+  if (a == adapters.end()) return weight;
+  std::map<std::string, at::Tensor> layer = {{"weight", weight}, {"lora_A", a->second}, {"lora_B", b->second}};
+  ++*merged;
+  return lora::merged(layer, scale).at("weight");
+}
+
 }  // namespace
 
 ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::string& out_path, c10::ScalarType dtype,
                                     double merge_lora_scale) {
   check_export_dtype(dtype, "export to safetensors");
   OpenCheckpoint c(ckpt_path);
-  // Merging: the adapters (small: they are what trained) are read first, then folded into their
-  // layer's weight as that is written; they are not written themselves.
-  std::map<std::string, at::Tensor> adapters;
   ZS_REQUIRE(std::isfinite(merge_lora_scale) && merge_lora_scale >= 0, UsageError,
              "export_safetensors: merge_lora_scale = ", merge_lora_scale, " must be finite and >= 0 (0: no merge)");
   const bool merge_lora = merge_lora_scale > 0;
-  const double scale = merge_lora_scale;
-  if (merge_lora) {
-    for (const FlatEntry& fe : c.m.flats()) {
-      at::Tensor flat;
-      for (const ParamEntry& p : fe.params()) {
-        if (!is_lora_name(p.name())) continue;
-        if (!flat.defined()) flat = c.unit(fe);
-        adapters[p.name()] = flat.narrow(0, p.offset(), p.numel()).view(std::vector<int64_t>(p.shape().begin(), p.shape().end())).clone();
-      }
-    }
-    ZS_REQUIRE(!adapters.empty(), CheckpointError, "checkpoint '", c.dir, "' has no lora_A / lora_B tensors to merge");
-  }
-  // Every tensor is declared first (the header comes first); tied names are written once, under
-  // the first name, and listed in the metadata.
-  std::vector<TensorInfo> infos;
-  std::string aliases;
-  for (const FlatEntry& fe : c.m.flats()) {
-    for (const ParamEntry& p : fe.params()) {
-      if (merge_lora && is_lora_name(p.name())) continue;
-      infos.push_back({p.name(), dtype, std::vector<int64_t>(p.shape().begin(), p.shape().end())});
-      for (const auto& a : p.aliases()) aliases += (aliases.empty() ? "" : ";") + a + "=" + p.name();
-    }
-  }
-  for (const BufferEntry& b : c.m.buffers()) {
-    const c10::ScalarType t = parse_dtype(b.dtype(), "buffer '" + b.name() + "'");
-    infos.push_back({b.name(), c10::isFloatingType(t) ? dtype : t, std::vector<int64_t>(b.shape().begin(), b.shape().end())});
-  }
-  std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                 {"zeroshard.step", std::to_string(c.m.step())},
-                                                 {"zeroshard.version", c.m.zeroshard_version()}};
-  if (!aliases.empty()) metadata["zeroshard.aliases"] = aliases;
-  if (merge_lora) metadata["zeroshard.lora_merged_scale"] = std::to_string(scale);
-  SafetensorsWriter w(out_path, infos, metadata);
+  const std::map<std::string, at::Tensor> adapters = merge_lora ? read_adapters(c) : std::map<std::string, at::Tensor>{};
+  const ExportHeader header = export_header(c, dtype, merge_lora, merge_lora_scale);
+  SafetensorsWriter w(out_path, header.infos, header.metadata);
   ConsolidateStats stats;
   size_t merged_layers = 0;
   for (const FlatEntry& fe : c.m.flats()) {
@@ -212,20 +241,8 @@ ConsolidateStats export_safetensors(const std::string& ckpt_path, const std::str
     stats.peak_flat_bytes = std::max<int64_t>(stats.peak_flat_bytes, fe.padded_numel() * 4);
     for (const ParamEntry& p : fe.params()) {
       if (merge_lora && is_lora_name(p.name())) continue;
-      std::vector<int64_t> shape(p.shape().begin(), p.shape().end());
-      at::Tensor t = flat.narrow(0, p.offset(), p.numel()).view(shape);
-      if (merge_lora && lora::has_leaf(p.name(), "weight")) {
-        const std::string prefix = p.name().substr(0, p.name().size() - std::string("weight").size());
-        auto a = adapters.find(prefix + "lora_A");
-        auto b = adapters.find(prefix + "lora_B");
-        ZS_REQUIRE((a == adapters.end()) == (b == adapters.end()), CheckpointError, "checkpoint '", c.dir, "': '",
-                   p.name(), "' has only one of ", prefix, "lora_A and ", prefix, "lora_B");
-        if (a != adapters.end()) {
-          std::map<std::string, at::Tensor> layer = {{"weight", t}, {"lora_A", a->second}, {"lora_B", b->second}};
-          t = lora::merged(layer, scale).at("weight");
-          ++merged_layers;
-        }
-      }
+      at::Tensor t = flat.narrow(0, p.offset(), p.numel()).view(shape_of(p));
+      if (merge_lora) t = with_adapters(c, adapters, p.name(), t, merge_lora_scale, &merged_layers);
       w.write(p.name(), t.to(dtype));
       stats.parameters += 1 + p.aliases_size();
       stats.elements += p.numel();

@@ -65,6 +65,107 @@ bool ring_supports(c10::ScalarType dtype, ReduceOp op) {
   return combine_for(dtype) != nullptr;
 }
 
+namespace {
+
+// The scratch blocks of the calling (progress) thread, kept between calls up to kKeepScratchBytes:
+// a fresh allocation's page faults cost about a third of the transfer.
+at::Tensor& ring_scratch() {
+  thread_local at::Tensor scratch;
+  return scratch;
+}
+
+// One reduce-scatter of n > 1 ranks over the ring, each step's block moved in pieces.
+// Received partial results are combined in place: the last step's in `out` itself, the earlier
+// ones' (n > 2) in scratch blocks, two when n > 3 so that one is sent while the next arrives.
+// Requests by step parity and piece. Pieces flow through the steps on their own: piece k of step
+// s + 1 is sent as soon as piece k of step s is combined, so the steps overlap as well. Every rank
+// posts its receives and its sends in the same (step, piece) order, which MPI's in-order matching
+// of one source and tag pairs up.
+class Ring {
+ public:
+  Ring(MPI_Comm comm, int rank, int n, const at::Tensor& out, const at::Tensor& in, CombineFn fn, ReduceOp op,
+       int64_t max_piece, int (*wait)(MPI_Request*))
+      : comm_(comm),
+        rank_(rank),
+        n_(n),
+        out_(static_cast<char*>(out.data_ptr())),
+        in_(static_cast<const char*>(in.data_ptr())),
+        fn_(fn),
+        op_(op),
+        wait_(wait),
+        shard_(out.numel()),
+        esize_(static_cast<int64_t>(in.element_size())),
+        type_(mpi_datatype(in.scalar_type())),
+        right_((rank + 1) % n),
+        left_((rank + n - 1) % n),
+        piece_(std::min(max_piece, std::max((shard_ + kPiecesPerStep - 1) / kPiecesPerStep,
+                                            std::max<int64_t>(1, kMinPieceBytes / esize_)))),
+        pieces_((shard_ + piece_ - 1) / piece_),
+        block_bytes_(shard_ * esize_),
+        recvs_(static_cast<size_t>(2 * pieces_), MPI_REQUEST_NULL),
+        sends_(static_cast<size_t>(2 * pieces_), MPI_REQUEST_NULL) {
+    const int scratch_blocks = std::min(n - 2, 2);
+    at::Tensor& scratch = ring_scratch();
+    if (scratch_blocks > 0 && (!scratch.defined() || scratch.numel() < scratch_blocks * block_bytes_)) {
+      scratch = at::empty({scratch_blocks * block_bytes_}, at::TensorOptions().dtype(at::kByte));
+    }
+    scratch_ = scratch.defined() ? static_cast<char*>(scratch.data_ptr()) : nullptr;
+  }
+
+  void run() {
+    for (int64_t k = 0; k < pieces_; ++k) post(0, k, in_ + block_of(0, 1) * block_bytes_);  // own input
+    for (int s = 0; s < n_ - 1; ++s) step(s);
+    for (MPI_Request& r : sends_) ZS_MPI_CHECK(wait_(&r));  // the last step's (the rest are null)
+    at::Tensor& scratch = ring_scratch();
+    if (scratch.defined() && scratch.numel() > kKeepScratchBytes) scratch = at::Tensor();
+  }
+
+ private:
+  // Step s receives into (and combines in) `out` at the last step, else scratch block s % 2.
+  char* target(int s) const { return s == n_ - 2 ? out_ : scratch_ + (s % 2) * block_bytes_; }
+  int64_t block_of(int s, int64_t shift) const { return (((rank_ - s - shift) % n_) + n_) % n_; }
+  size_t slot(int s, int64_t k) const { return static_cast<size_t>((s % 2) * pieces_ + k); }
+
+  void post(int s, int64_t k, const char* src) {
+    const int64_t off = k * piece_, len = std::min(piece_, shard_ - off);
+    ZS_MPI_CHECK(MPI_Irecv(target(s) + off * esize_, static_cast<int>(len), type_, left_, kRingTag, comm_,
+                           &recvs_[slot(s, k)]));
+    ZS_MPI_CHECK(MPI_Isend(src + off * esize_, static_cast<int>(len), type_, right_, kRingTag, comm_,
+                           &sends_[slot(s, k)]));
+  }
+
+  void step(int s) {
+    char* rbuf = target(s);
+    const char* mine = in_ + block_of(s, 2) * block_bytes_;
+    for (int64_t k = 0; k < pieces_; ++k) {
+      const int64_t off = k * piece_, len = std::min(piece_, shard_ - off);
+      ZS_MPI_CHECK(wait_(&recvs_[slot(s, k)]));
+      fn_(rbuf + off * esize_, rbuf + off * esize_, mine + off * esize_, len, op_);
+      if (s + 1 < n_ - 1) {
+        // This step's send of piece k read from the buffer the next step receives into (s >= 1).
+        ZS_MPI_CHECK(wait_(&sends_[slot(s, k)]));
+        post(s + 1, k, rbuf);
+      }
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_, n_;
+  char* out_;
+  const char* in_;
+  CombineFn fn_;
+  ReduceOp op_;
+  int (*wait_)(MPI_Request*);
+  int64_t shard_, esize_;
+  MPI_Datatype type_;
+  int right_, left_;
+  int64_t piece_, pieces_, block_bytes_;
+  char* scratch_ = nullptr;
+  std::vector<MPI_Request> recvs_, sends_;
+};
+
+}  // namespace
+
 void reduce_scatter_ring(MPI_Comm comm, const at::Tensor& out, const at::Tensor& in, ReduceOp op,
                          int64_t max_piece, int (*wait)(MPI_Request*)) {
   int rank = 0, n = 1;
@@ -74,62 +175,11 @@ void reduce_scatter_ring(MPI_Comm comm, const at::Tensor& out, const at::Tensor&
   const CombineFn fn = combine_for(in.scalar_type());
   ZS_CHECK(fn != nullptr && in.numel() == shard * n, "reduce_scatter_ring: ", in.numel(), " ",
            c10::toString(in.scalar_type()), " elements in for ", shard, " out on ", n, " ranks");
-  const auto esize = static_cast<int64_t>(in.element_size());
-  const char* in_p = static_cast<const char*>(in.data_ptr());
   if (n == 1 || shard == 0) {
-    if (shard > 0) std::memcpy(out.data_ptr(), in_p, static_cast<size_t>(shard * esize));
+    if (shard > 0) std::memcpy(out.data_ptr(), in.data_ptr(), static_cast<size_t>(shard * in.element_size()));
     return;
   }
-  const MPI_Datatype type = mpi_datatype(in.scalar_type());
-  const int right = (rank + 1) % n, left = (rank + n - 1) % n;
-  const int64_t piece = std::min(
-      max_piece, std::max((shard + kPiecesPerStep - 1) / kPiecesPerStep, std::max<int64_t>(1, kMinPieceBytes / esize)));
-  const int64_t pieces = (shard + piece - 1) / piece;
-  // Received partial results are combined in place: the last step's in `out` itself, the earlier
-  // ones' (n > 2) in scratch blocks, two when n > 3 so that one is sent while the next arrives.
-  // The scratch stays with the calling (progress) thread up to kKeepScratchBytes: a fresh
-  // allocation's page faults cost about a third of the transfer.
-  const int scratch_blocks = std::min(n - 2, 2);
-  const int64_t block_bytes = shard * esize;
-  thread_local at::Tensor scratch;
-  if (scratch_blocks > 0 && (!scratch.defined() || scratch.numel() < scratch_blocks * block_bytes)) {
-    scratch = at::empty({scratch_blocks * block_bytes}, at::TensorOptions().dtype(at::kByte));
-  }
-  // Requests by step parity and piece. Pieces flow through the steps on their own: piece k of step
-  // s + 1 is sent as soon as piece k of step s is combined, so the steps overlap as well. Every
-  // rank posts its receives and its sends in the same (step, piece) order, which MPI's in-order
-  // matching of one source and tag pairs up.
-  std::vector<MPI_Request> recvs(static_cast<size_t>(2 * pieces), MPI_REQUEST_NULL);
-  std::vector<MPI_Request> sends(static_cast<size_t>(2 * pieces), MPI_REQUEST_NULL);
-  // Step s receives into (and combines in) `out` at the last step, else scratch block s % 2.
-  auto target = [&](int s) {
-    return s == n - 2 ? static_cast<char*>(out.data_ptr()) : static_cast<char*>(scratch.data_ptr()) + (s % 2) * block_bytes;
-  };
-  auto block_of = [&](int s, int64_t shift) { return (((rank - s - shift) % n) + n) % n; };
-  auto post = [&](int s, int64_t k, const char* src) {
-    const int64_t off = k * piece, len = std::min(piece, shard - off);
-    const size_t slot = static_cast<size_t>((s % 2) * pieces + k);
-    ZS_MPI_CHECK(MPI_Irecv(target(s) + off * esize, static_cast<int>(len), type, left, kRingTag, comm, &recvs[slot]));
-    ZS_MPI_CHECK(MPI_Isend(src + off * esize, static_cast<int>(len), type, right, kRingTag, comm, &sends[slot]));
-  };
-  for (int64_t k = 0; k < pieces; ++k) post(0, k, in_p + block_of(0, 1) * block_bytes);  // own input
-  for (int s = 0; s < n - 1; ++s) {
-    char* rbuf = target(s);
-    const char* mine = in_p + block_of(s, 2) * block_bytes;
-    for (int64_t k = 0; k < pieces; ++k) {
-      const int64_t off = k * piece, len = std::min(piece, shard - off);
-      const size_t slot = static_cast<size_t>((s % 2) * pieces + k);
-      ZS_MPI_CHECK(wait(&recvs[slot]));
-      fn(rbuf + off * esize, rbuf + off * esize, mine + off * esize, len, op);
-      if (s + 1 < n - 1) {
-        // This step's send of piece k read from the buffer the next step receives into (s >= 1).
-        ZS_MPI_CHECK(wait(&sends[slot]));
-        post(s + 1, k, rbuf);
-      }
-    }
-  }
-  for (MPI_Request& r : sends) ZS_MPI_CHECK(wait(&r));  // the last step's (the rest are null)
-  if (scratch.defined() && scratch.numel() > kKeepScratchBytes) scratch = at::Tensor();
+  Ring(comm, rank, n, out, in, fn, op, max_piece, wait).run();
 }
 
 }  // namespace zeroshard::comm
