@@ -3,7 +3,8 @@
 // reflection over zeroshard.proto: the schema is the only place a key, default or range is written.
 
 #include "zeroshard/config/config.h"
-#include "config_internal.h"
+#include "config_rules.h"
+#include "schema_text.h"
 
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/struct.pb.h>
@@ -31,9 +32,7 @@ namespace pb = ::google::protobuf;
 namespace opt = ::zeroshard::config;
 using Cpp = pb::FieldDescriptor::CppType;
 
-std::string join_path(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
-}
+using schema_text::join_path;
 
 std::string quote(const std::string& s) {
   std::string out = "\"";
@@ -78,9 +77,9 @@ std::string leaf_text(const pb::Message& m, const pb::FieldDescriptor* f) {
     case Cpp::CPPTYPE_UINT64:
       return std::to_string(r->GetUInt64(m, f));
     case Cpp::CPPTYPE_DOUBLE:
-      return config_detail::format_value(r->GetDouble(m, f));
+      return schema_text::format_value(r->GetDouble(m, f));
     case Cpp::CPPTYPE_FLOAT:
-      return config_detail::format_value(r->GetFloat(m, f));
+      return schema_text::format_value(r->GetFloat(m, f));
     case Cpp::CPPTYPE_ENUM:
       return r->GetEnum(m, f)->name();
     case Cpp::CPPTYPE_STRING:
@@ -114,7 +113,7 @@ long double numeric_value(const pb::Message& m, const pb::FieldDescriptor* f) {
 
 std::string bound_text(const pb::FieldDescriptor* f, double bound) {
   if (is_integer_type(f)) return std::to_string(static_cast<long long>(bound));
-  return config_detail::format_value(bound);
+  return schema_text::format_value(bound);
 }
 
 // "[0.1, 86400]", "(0, 1)", ">= 1", "any"; plus ", multiple of N".
@@ -140,7 +139,7 @@ std::string range_text(const pb::FieldDescriptor* f) {
 }
 
 std::string allowed_text(const pb::FieldDescriptor* f) {
-  if (f->cpp_type() == Cpp::CPPTYPE_ENUM) return config_detail::enum_names(f->enum_type());
+  if (f->cpp_type() == Cpp::CPPTYPE_ENUM) return schema_text::enum_names(f->enum_type());
   if (f->cpp_type() == Cpp::CPPTYPE_BOOL) return "true, false";
   if (f->cpp_type() == Cpp::CPPTYPE_STRING) {
     return f->options().HasExtension(opt::zs_allowed) ? f->options().GetExtension(opt::zs_allowed)
@@ -300,7 +299,7 @@ class TextErrorCollector : public pb::io::ErrorCollector {
       const pb::Descriptor* d =
           pb::DescriptorPool::generated_pool()->FindMessageTypeByName(type_name);
       if (d != nullptr) {
-        first_ = where + config_detail::unknown_key_message(d, join(pos.sections), field_name);
+        first_ = where + schema_text::unknown_key_message(d, join(pos.sections), field_name);
         return;
       }
     }
@@ -312,7 +311,7 @@ class TextErrorCollector : public pb::io::ErrorCollector {
     first_ = where + "in '" + path + "': " + message;
     const pb::FieldDescriptor* f = find_field(path);
     if (f != nullptr && f->cpp_type() == Cpp::CPPTYPE_ENUM) {
-      first_ += " Allowed: " + config_detail::enum_names(f->enum_type());
+      first_ += " Allowed: " + schema_text::enum_names(f->enum_type());
     }
   }
 
@@ -329,7 +328,7 @@ std::string value_kind(const pb::Value& v) {
     case pb::Value::kNullValue:
       return "null";
     case pb::Value::kNumberValue:
-      return "number " + config_detail::format_value(v.number_value());
+      return "number " + schema_text::format_value(v.number_value());
     case pb::Value::kStringValue:
       return "string " + quote(v.string_value());
     case pb::Value::kBoolValue:
@@ -366,7 +365,7 @@ void check_json_object(const pb::Struct& obj, const pb::Descriptor* d, const std
     }
     if (f == nullptr) {
       ZS_THROW(ConfigError, json_location(text, source, key), ": ",
-               config_detail::unknown_key_message(d, prefix, key));
+               schema_text::unknown_key_message(d, prefix, key));
     }
     const std::string path = join_path(prefix, f->name());
     if (value.kind_case() == pb::Value::kNullValue) continue;  // null: leave the default
@@ -392,9 +391,9 @@ void check_json_object(const pb::Struct& obj, const pb::Descriptor* d, const std
         if (!is_number && !is_string) fail(std::string("a number (") + f->type_name() + ")");
         break;
       case Cpp::CPPTYPE_ENUM: {
-        if (!is_string) fail("a string, one of " + config_detail::enum_names(f->enum_type()));
+        if (!is_string) fail("a string, one of " + schema_text::enum_names(f->enum_type()));
         if (f->enum_type()->FindValueByName(value.string_value()) == nullptr) {
-          fail("one of " + config_detail::enum_names(f->enum_type()));
+          fail("one of " + schema_text::enum_names(f->enum_type()));
         }
         break;
       }
@@ -464,7 +463,7 @@ std::vector<ConfigProblem> check_config(const Config& cfg) {
                   std::string problem = range_problem(m, f, path);
                   if (!problem.empty()) problems.push_back({{path}, problem});
                 });
-  config_detail::check_cross_field(cfg, &problems);
+  config_rules::check_cross_field(cfg, &problems);
   return problems;
 }
 
@@ -472,33 +471,8 @@ void validate_config(const Config& cfg) {
   auto problems = check_config(cfg);
   if (problems.empty()) return;
   ZS_THROW(ConfigError,
-           config_detail::format_problems(problems, [](const ConfigProblem&) { return ""; }));
+           schema_text::format_problems(problems, [](const ConfigProblem&) { return ""; }));
 }
-
-namespace config_detail {
-
-std::string format_value(double v) {
-  std::string s = format_double(v);  // shortest round trip, e.g. "1e-08"
-  const size_t e = s.find('e');
-  if (e == std::string::npos) return s;
-  const std::string mantissa = s.substr(0, e), exponent = s.substr(e + 1);
-  const std::string sign = exponent[0] == '-' ? "-" : "";
-  const size_t digits = exponent.find_first_not_of("+-0");
-  return mantissa + "e" + sign + (digits == std::string::npos ? "0" : exponent.substr(digits));
-}
-
-std::string format_problems(const std::vector<ConfigProblem>& problems,
-                            const std::function<std::string(const ConfigProblem&)>& suffix) {
-  std::string out;
-  if (problems.size() > 1) out = detail::concat(problems.size(), " problems:\n  ");
-  for (size_t i = 0; i < problems.size(); ++i) {
-    if (i > 0) out += "\n  ";
-    out += problems[i].message + suffix(problems[i]);
-  }
-  return out;
-}
-
-}  // namespace config_detail
 
 std::string to_textproto(const Config& cfg) {
   std::string out;

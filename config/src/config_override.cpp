@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "zeroshard/config/config.h"
-#include "config_internal.h"
+#include "schema_text.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 
@@ -22,6 +22,8 @@ namespace zeroshard {
 namespace {
 
 namespace pb = ::google::protobuf;
+using schema_text::collect_leaf_paths;
+using schema_text::join_path;
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -44,54 +46,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
     if (next == std::string::npos) return parts;
     pos = next + 1;
   }
-}
-
-std::string join_path(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "." + name;
-}
-
-// Every leaf path of `message` (relative to it), depth-first.
-void collect_leaf_paths(const pb::Descriptor* message, const std::string& prefix,
-                        std::vector<std::string>* out) {
-  for (int i = 0; i < message->field_count(); ++i) {
-    const pb::FieldDescriptor* f = message->field(i);
-    if (f->is_repeated()) continue;  // lists (optimizer.param_groups) come from config files only
-    std::string path = join_path(prefix, f->name());
-    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-      collect_leaf_paths(f->message_type(), path, out);
-    } else {
-      out->push_back(path);
-    }
-  }
-}
-
-// The nearest valid key for `name` typed inside `message` at `prefix`: first a close sibling
-// name, then any leaf anywhere in the schema whose last component matches or is close (for a key
-// put in the wrong section). Empty when nothing is close.
-std::string suggest_key(const pb::Descriptor* message, const std::string& prefix,
-                        const std::string& name) {
-  std::string best;
-  size_t best_distance = std::numeric_limits<size_t>::max();
-  for (int i = 0; i < message->field_count(); ++i) {
-    const std::string& candidate = message->field(i)->name();
-    size_t d = edit_distance(name, candidate, /*ignore_case=*/true);
-    if (d < best_distance && is_close_spelling(name, candidate, d)) {
-      best = join_path(prefix, candidate);
-      best_distance = d;
-    }
-  }
-  if (!best.empty()) return best;
-  std::vector<std::string> leaves;
-  collect_leaf_paths(Config::descriptor(), "", &leaves);
-  for (const std::string& leaf : leaves) {
-    std::string last = leaf.substr(leaf.rfind('.') + 1);
-    size_t d = edit_distance(name, last, /*ignore_case=*/true);
-    if (d < best_distance && is_close_spelling(name, last, d)) {
-      best = leaf;
-      best_distance = d;
-    }
-  }
-  return best;
 }
 
 bool parse_bool(const std::string& text, bool* out) {
@@ -229,7 +183,7 @@ void set_leaf(pb::Message* msg, const pb::FieldDescriptor* field, const std::str
           return;
         }
       }
-      fail("one of " + config_detail::enum_names(e), "");
+      fail("one of " + schema_text::enum_names(e), "");
       return;
     }
     case pb::FieldDescriptor::CPPTYPE_STRING:
@@ -297,32 +251,6 @@ std::vector<std::string> config_key_paths() {
 
 }  // namespace
 
-namespace config_detail {
-
-std::string enum_names(const pb::EnumDescriptor* e) {
-  std::string out;
-  for (int i = 0; i < e->value_count(); ++i) {
-    if (i > 0) out += ", ";
-    out += e->value(i)->name();
-  }
-  return out;
-}
-
-std::string unknown_key_message(const pb::Descriptor* message, const std::string& prefix,
-                                const std::string& name) {
-  std::string out = "unknown key '" + join_path(prefix, name) + "'";
-  std::string suggestion = suggest_key(message, prefix, name);
-  if (!suggestion.empty()) out += " (did you mean '" + suggestion + "'?)";
-  out += prefix.empty() ? "; valid top-level keys: " : "; valid keys in '" + prefix + "': ";
-  for (int i = 0; i < message->field_count(); ++i) {
-    if (i > 0) out += ", ";
-    out += message->field(i)->name();
-  }
-  return out;
-}
-
-}  // namespace config_detail
-
 void apply_override(Config& cfg, const std::string& assignment) {
   const std::string where = "--set " + assignment;
   size_t eq = assignment.find('=');
@@ -340,7 +268,7 @@ void apply_override(Config& cfg, const std::string& assignment) {
     const std::string name = trim(parts[i]);
     const pb::FieldDescriptor* field = desc->FindFieldByName(name);
     if (field == nullptr) {
-      ZS_THROW(ConfigError, where, ": ", config_detail::unknown_key_message(desc, prefix, name));
+      ZS_THROW(ConfigError, where, ": ", schema_text::unknown_key_message(desc, prefix, name));
     }
     const std::string path = join_path(prefix, name);
     ZS_REQUIRE(!field->is_repeated(), ConfigError, where, ": '", path,
@@ -467,7 +395,7 @@ Config build_config(const CommandLine& cl, ConfigOrigin* origin_out) {
     for (const std::string& path : p.paths) out += (out.empty() ? " (" : "; ") + path + " from " + origin.of(path);
     return out.empty() ? out : out + ")";
   };
-  ZS_THROW(ConfigError, config_detail::format_problems(problems, where));
+  ZS_THROW(ConfigError, schema_text::format_problems(problems, where));
 }
 
 std::vector<std::string> config_field_paths() {

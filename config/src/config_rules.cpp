@@ -9,12 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "config_internal.h"
+#include "config_rules.h"
+#include "schema_text.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
 
-namespace zeroshard::config_detail {
+namespace zeroshard::config_rules {
 namespace {
+
+using schema_text::format_value;
 
 namespace opt = ::zeroshard::config;
 using Problems = std::vector<ConfigProblem>;
@@ -237,4 +240,4 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
   check_logging(c, out);
 }
 
-}  // namespace zeroshard::config_detail
+}  // namespace zeroshard::config_rules

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "config_internal.h"
+#include "schema_text.h"
 #include "zeroshard/adapt/nf4.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -366,7 +366,7 @@ ProgressSettings progress_settings(const Config& c) {
 RunOptions resolve(const Config& validated) {
   const std::vector<ConfigProblem> problems = check_config(validated);
   ZS_REQUIRE(problems.empty(), UsageError, "resolve() needs a validated config (build_config or validate_config): ",
-             config_detail::format_problems(problems, [](const ConfigProblem&) { return ""; }));
+             schema_text::format_problems(problems, [](const ConfigProblem&) { return ""; }));
   RunOptions r;
   r.session = session_options(validated);
   r.sharding = sharding_options(validated);

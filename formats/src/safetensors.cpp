@@ -14,7 +14,7 @@
 
 #include "json_text.h"
 #include "source_file.h"
-#include "tensor_file_internal.h"
+#include "tensor_read.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/formats/tensor_file.h"
 

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <mutex>
 
-#include "tensor_file_internal.h"
+#include "tensor_read.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard::detail {

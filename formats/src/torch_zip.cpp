@@ -15,7 +15,7 @@
 
 #include "pickle.h"
 #include "source_file.h"
-#include "tensor_file_internal.h"
+#include "tensor_read.h"
 #include "torch_pickle.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/formats/tensor_file.h"

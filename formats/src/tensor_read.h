@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
-// Shared by the tensor file readers (tensor_file.h): the open that names the file, and the dtype
-// conversion from stored bytes into the caller's tensor (the reads: source_file.h).
+// The steps every tensor file reader (tensor_file.h: safetensors, torch zip, model directories)
+// takes the same way: the open that names the file, scratch bytes, the dtype conversion from stored
+// bytes into the caller's tensor, and the checks of read()'s arguments (the reads themselves:
+// source_file.h).
 
 #include <ATen/core/Tensor.h>
 
