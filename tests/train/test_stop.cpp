@@ -21,7 +21,9 @@
 
 #include "common/error_text.h"
 #include "common/test_util.h"
+#include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/config/main.h"
+#include "zeroshard/offload/offload_optimizer.h"
 #include "zeroshard/engine/engine.h"
 #include "zeroshard/engine/unit.h"
 #include "zeroshard/train/stop_signals.h"
@@ -159,6 +161,52 @@ TEST(StopSignal, ResumeTakesNoOtherValue) {
   EXPECT_FALSE(auto_flags.resume);
   const zs::TrainFlags bare = zs::parse_train_flags({"prog", "--resume"}, "a program");
   EXPECT_TRUE(bare.resume);
+}
+
+// A checkpoint of the test's Net saved by a Checkpointer outside the Trainer, with `global` as its
+// TrainingState's global entries (where the Trainer keeps its data position).
+void save_outside_the_trainer(const std::string& dir, const std::map<std::string, std::string>& global) {
+  const zs::Run run = make_run(dir, "--resume");
+  zs::Session& s = zs::test::session();
+  torch::manual_seed(11);
+  Net net;
+  zs::ShardingEngine engine(s, net.ptr(), run.options.sharding);
+  auto opt = zs::make_engine_optimizer(run.options.optimizer, run.options.offload, s.rank(), &engine.memory());
+  zs::Checkpointer ckpt(engine, run.options.checkpoint);
+  zs::TrainingState st;
+  st.step = 2;
+  st.global = global;
+  ckpt.save(*opt, st);
+  ckpt.wait();
+}
+
+// --resume from a checkpoint whose data position the Trainer cannot continue: refused on every
+// rank, naming the checkpoint and what is wrong, before any step.
+TEST(TrainerResume, RefusesACheckpointItCannotContinueTheDataOf) {
+  struct Case {
+    std::string name;
+    std::map<std::string, std::string> global;
+    std::string message;
+  };
+  for (const Case& c :
+       {Case{"none", {}, "holds no data position (train.data): it was not saved by this program's training loop"},
+        Case{"malformed", {{"train.data", "three"}, {"train.global_batch", "8"}},
+             "bad data position 'three' (expected <epoch>:<steps>)"},
+        Case{"negative", {{"train.data", "0:-1"}, {"train.global_batch", "8"}},
+             "bad data position '0:-1' (expected <epoch>:<steps>)"}}) {
+    SCOPED_TRACE(c.name);
+    const zs::test::SharedDir dir("resume_refused_" + c.name);
+    save_outside_the_trainer(dir.path, c.global);
+    const std::string err =
+        zs::test::error_text_of<zs::CheckpointError>([&] { train(make_run(dir.path, "--resume"), [](int64_t) {}); });
+    EXPECT_TRUE(zs::test::contains(err, "step-00000002")) << err;
+    EXPECT_TRUE(zs::test::contains(err, c.message)) << err;
+  }
+  const zs::test::SharedDir dir("resume_refused_batch");
+  save_outside_the_trainer(dir.path, {{"train.data", "0:2"}, {"train.global_batch", "16"}});
+  const std::string err =
+      zs::test::error_text_of<zs::ConfigError>([&] { train(make_run(dir.path, "--resume"), [](int64_t) {}); });
+  EXPECT_TRUE(zs::test::contains(err, "was trained with train.batch_size = 16, this run has 8")) << err;
 }
 
 int g_previous_handler_calls = 0;
