@@ -112,17 +112,64 @@ bool parse_double(const std::string& text, double* out) {
   return true;
 }
 
+// Reports a value that does not parse (throws): what the key expects, and why when known.
+using Fail = std::function<void(const std::string& expected, const std::string& why)>;
+
+// The integer leaf `field` (int32, int64, uint32 or uint64) of `msg` from `text`, range-checked.
+void set_integer(pb::Message* msg, const pb::FieldDescriptor* field, const std::string& text, const Fail& fail) {
+  const pb::Reflection* r = msg->GetReflection();
+  std::string why;
+  int64_t s = 0;
+  uint64_t u = 0;
+  using F = pb::FieldDescriptor;
+  switch (field->cpp_type()) {
+    case F::CPPTYPE_INT32:
+      if (!parse_signed(text, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), &s, &why)) {
+        fail("an int32", why);
+      }
+      r->SetInt32(msg, field, static_cast<int32_t>(s));
+      return;
+    case F::CPPTYPE_INT64:
+      if (!parse_signed(text, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &s, &why)) {
+        fail("an int64", why);
+      }
+      r->SetInt64(msg, field, s);
+      return;
+    case F::CPPTYPE_UINT32:
+      if (!parse_unsigned(text, std::numeric_limits<uint32_t>::max(), &u, &why)) fail("a uint32", why);
+      r->SetUInt32(msg, field, static_cast<uint32_t>(u));
+      return;
+    case F::CPPTYPE_UINT64:
+      if (!parse_unsigned(text, std::numeric_limits<uint64_t>::max(), &u, &why)) fail("a uint64", why);
+      r->SetUInt64(msg, field, u);
+      return;
+    default:
+      ZS_CHECK(false, "set_integer on the non-integer key ", field->full_name());
+  }
+}
+
+// The enum leaf `field` of `msg` from `text`, by value name, case-insensitive.
+void set_enum(pb::Message* msg, const pb::FieldDescriptor* field, const std::string& text, const Fail& fail) {
+  const pb::EnumDescriptor* e = field->enum_type();
+  for (int i = 0; i < e->value_count(); ++i) {
+    if (lower(e->value(i)->name()) == lower(text)) {
+      msg->GetReflection()->SetEnum(msg, field, e->value(i));
+      return;
+    }
+  }
+  fail("one of " + schema_text::enum_names(e), "");
+}
+
 // Sets the leaf `field` of `msg` from `text`; throws ConfigError naming `where` and `path`.
 void set_leaf(pb::Message* msg, const pb::FieldDescriptor* field, const std::string& raw,
               const std::string& path, const std::string& where) {
   const pb::Reflection* r = msg->GetReflection();
   const std::string text =
       field->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING ? raw : trim(raw);
-  auto fail = [&](const std::string& expected, const std::string& why) {
+  const Fail fail = [&](const std::string& expected, const std::string& why) {
     ZS_THROW(ConfigError, where, ": ", path, " expects ", expected, ", got '", text, "'",
              why.empty() ? "" : " (" + why + ")");
   };
-  std::string why;
   switch (field->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_BOOL: {
       bool v = false;
@@ -130,40 +177,12 @@ void set_leaf(pb::Message* msg, const pb::FieldDescriptor* field, const std::str
       r->SetBool(msg, field, v);
       return;
     }
-    case pb::FieldDescriptor::CPPTYPE_INT32: {
-      int64_t v = 0;
-      if (!parse_signed(text, std::numeric_limits<int32_t>::min(),
-                        std::numeric_limits<int32_t>::max(), &v, &why)) {
-        fail("an int32", why);
-      }
-      r->SetInt32(msg, field, static_cast<int32_t>(v));
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      set_integer(msg, field, text, fail);
       return;
-    }
-    case pb::FieldDescriptor::CPPTYPE_INT64: {
-      int64_t v = 0;
-      if (!parse_signed(text, std::numeric_limits<int64_t>::min(),
-                        std::numeric_limits<int64_t>::max(), &v, &why)) {
-        fail("an int64", why);
-      }
-      r->SetInt64(msg, field, v);
-      return;
-    }
-    case pb::FieldDescriptor::CPPTYPE_UINT32: {
-      uint64_t v = 0;
-      if (!parse_unsigned(text, std::numeric_limits<uint32_t>::max(), &v, &why)) {
-        fail("a uint32", why);
-      }
-      r->SetUInt32(msg, field, static_cast<uint32_t>(v));
-      return;
-    }
-    case pb::FieldDescriptor::CPPTYPE_UINT64: {
-      uint64_t v = 0;
-      if (!parse_unsigned(text, std::numeric_limits<uint64_t>::max(), &v, &why)) {
-        fail("a uint64", why);
-      }
-      r->SetUInt64(msg, field, v);
-      return;
-    }
     case pb::FieldDescriptor::CPPTYPE_DOUBLE:
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       double v = 0;
@@ -175,17 +194,9 @@ void set_leaf(pb::Message* msg, const pb::FieldDescriptor* field, const std::str
       }
       return;
     }
-    case pb::FieldDescriptor::CPPTYPE_ENUM: {
-      const pb::EnumDescriptor* e = field->enum_type();
-      for (int i = 0; i < e->value_count(); ++i) {
-        if (lower(e->value(i)->name()) == lower(text)) {
-          r->SetEnum(msg, field, e->value(i));
-          return;
-        }
-      }
-      fail("one of " + schema_text::enum_names(e), "");
+    case pb::FieldDescriptor::CPPTYPE_ENUM:
+      set_enum(msg, field, text, fail);
       return;
-    }
     case pb::FieldDescriptor::CPPTYPE_STRING:
       r->SetString(msg, field, text);
       return;

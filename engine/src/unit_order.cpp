@@ -62,6 +62,24 @@ std::string describe(const std::vector<int32_t>& seq, const std::vector<std::uni
   return os.str();
 }
 
+// The ranks grouped by the sequence they ran (its hash and length: `v` holds hash, length, rank
+// per rank), each group named by its first rank.
+std::string ranks_by_sequence(const int64_t* v, int n) {
+  std::ostringstream ranks;
+  std::vector<bool> told(n, false);
+  for (int k = 0; k < n; ++k) {
+    if (told[k]) continue;
+    ranks << (k ? "; " : "") << "ranks {";
+    for (int j = k; j < n; ++j) {
+      if (told[j] || v[3 * j] != v[3 * k] || v[3 * j + 1] != v[3 * k + 1]) continue;
+      ranks << (j == k ? "" : ", ") << v[3 * j + 2];
+      told[j] = true;
+    }
+    ranks << "} ran one sequence of " << v[3 * k + 1] << " unit(s)";
+  }
+  return ranks.str();
+}
+
 // Waits for `ex`; when the ranks' sequences differ, throws UsageError on every rank of the group.
 // With `exchange_sequences` (no other collective of the group can be pending unpaired), the
 // sequences are exchanged (every rank saw the same hashes, so every one is here) and the error
@@ -84,20 +102,7 @@ void verify_exchange(OrderExchange& ex, const std::vector<std::unique_ptr<detail
   }
   if (same) return;
   if (!exchange_sequences) {
-    // Ranks grouped by the sequence they ran (its hash), each group named by its first rank.
-    std::ostringstream ranks;
-    std::vector<bool> told(n, false);
-    for (int k = 0; k < n; ++k) {
-      if (told[k]) continue;
-      ranks << (k ? "; " : "") << "ranks {";
-      for (int j = k; j < n; ++j) {
-        if (told[j] || v[3 * j] != v[3 * k] || v[3 * j + 1] != v[3 * k + 1]) continue;
-        ranks << (j == k ? "" : ", ") << v[3 * j + 2];
-        told[j] = true;
-      }
-      ranks << "} ran one sequence of " << v[3 * k + 1] << " unit(s)";
-    }
-    ZS_THROW(UsageError, "ranks ran different units in this forward (found ", where, "): ", ranks.str(),
+    ZS_THROW(UsageError, "ranks ran different units in this forward (found ", where, "): ", ranks_by_sequence(v, n),
              ". This rank ran ", describe(ex.sequence, units), ". Their collectives were paired with another "
              "unit's, so the results are wrong; every rank must run the same units in the same order (make "
              "data-dependent branches and early exits agree across ranks). comm.check_signatures = true stops "

@@ -57,92 +57,128 @@ const char* dtype_name(c10::ScalarType t) {
 }
 
 // The highest sum of device categories over one step (after zero_grad), replaying what the engine
-// does unit by unit (engine/src/engine_hooks.cpp). `base`: sharded params + optimizer state.
-int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const ShardingPlan& plan, bool aliased, int p,
-                         int r, int64_t base) {
-  const int n = plan.shard_group_size;
-  const bool fwd_prefetch = o.sharding.forward_prefetch && o.sharding.limit_all_gathers >= 2;
-  const bool bwd_prefetch =
-      o.sharding.backward_prefetch == BackwardPrefetch::kBackwardPre && o.sharding.limit_all_gathers >= 2;
-  const bool reshard_after_forward = plan.reshard_after_forward;
-  std::vector<int64_t> u;  // padded units in forward order
-  for (int64_t x : m.unit_params) {
-    if (x > 0) u.push_back(pad(x, n));
+// does unit by unit (engine/src/engine_hooks.cpp). `base`: sharded params + optimizer state; `p`,
+// `r`: bytes per element gathered (param_dtype) and reduced (reduce_dtype).
+class StepReplay {
+ public:
+  StepReplay(const ModelShape& m, const EstimateOptions& o, const ShardingPlan& plan, bool aliased, int p, int r,
+             int64_t base)
+      : plan_(plan),
+        aliased_(aliased),
+        p_(p),
+        r_(r),
+        base_(base),
+        n_(plan.shard_group_size),
+        fwd_prefetch_(o.sharding.forward_prefetch && o.sharding.limit_all_gathers >= 2),
+        bwd_prefetch_(o.sharding.backward_prefetch == BackwardPrefetch::kBackwardPre &&
+                      o.sharding.limit_all_gathers >= 2),
+        grads_off_(o.offload_grads != OffloadTarget::kDevice),
+        // With a one-rank shard group and no cast, a unit's reduction works on its gradient buffer
+        // itself (no comm buffer).
+        in_place_(n_ == 1 && p == r) {
+    for (int64_t x : m.unit_params) {
+      if (x > 0) u_.push_back(pad(x, n_));
+    }
+    root_ = m.root_params > 0 ? pad(m.root_params, n_) : 0;
+    all_ = root_;
+    for (int64_t x : u_) all_ += x;
+    units_ = static_cast<int>(u_.size());
+    // offload.grads: each unit's gradient shard goes to the store as its reduction completes,
+    // written behind the next unit's backward, so at most two (the one being written and the one
+    // being added up: at most the two largest) are in memory instead of all finished ones.
+    std::vector<int64_t> by_size = u_;
+    by_size.push_back(root_);
+    std::sort(by_size.rbegin(), by_size.rend());
+    two_largest_ = (by_size[0] + (by_size.size() > 1 ? by_size[1] : 0)) / n_;
   }
-  const int64_t root = m.root_params > 0 ? pad(m.root_params, n) : 0;
-  int64_t all = root;
-  for (int64_t x : u) all += x;
-  const int units = static_cast<int>(u.size());
-  auto at = [&](int i) -> int64_t { return i >= 0 && i < units ? u[static_cast<size_t>(i)] : 0; };
-  // offload.grads: each unit's gradient shard goes to the store as its reduction completes, written
-  // behind the next unit's backward, so at most two (the one being written and the one being
-  // added up: at most the two largest) are in memory instead of all finished ones.
-  const bool grads_off = o.offload_grads != OffloadTarget::kDevice;
-  std::vector<int64_t> by_size = u;
-  by_size.push_back(root);
-  std::sort(by_size.rbegin(), by_size.rend());
-  const int64_t two_largest = (by_size[0] + (by_size.size() > 1 ? by_size[1] : 0)) / n;
-  auto resident = [&](int64_t shard_elems) { return grads_off ? std::min(shard_elems, two_largest) : shard_elems; };
+
+  int64_t peak() const {
+    const int64_t forward = forward_peak();
+    return std::max(forward, plan_.replicas > 1 ? replicated_backward_peak() : backward_peak());
+  }
+
+ private:
+  int64_t at(int i) const { return i >= 0 && i < units_ ? u_[static_cast<size_t>(i)] : 0; }
+  int64_t resident(int64_t shard_elems) const { return grads_off_ ? std::min(shard_elems, two_largest_) : shard_elems; }
+  int64_t kept() const { return plan_.keep_gathered && !aliased_ ? all_ * p_ : 0; }
+
   // Gathered elements while unit i computes (forward or backward).
-  auto gathered = [&](int i, bool backward) -> int64_t {
-    if (aliased) return 0;
-    if (plan.keep_gathered) return all;  // NO_SHARD: gathered once, never resharded
-    if (!reshard_after_forward) {                    // SHARD_GRAD_OP: units resharded after their backward
-      if (!backward) {
-        int64_t g = root;
-        for (int j = 0; j <= std::min(i + (fwd_prefetch ? 1 : 0), units - 1); ++j) g += at(j);
-        return g;
-      }
-      int64_t g = root;
-      for (int j = 0; j <= i; ++j) g += at(j);
+  int64_t gathered(int i, bool backward) const {
+    if (aliased_) return 0;
+    if (plan_.keep_gathered) return all_;  // NO_SHARD: gathered once, never resharded
+    if (!plan_.reshard_after_forward) {    // SHARD_GRAD_OP: units resharded after their backward
+      const int last = backward ? i : std::min(i + (fwd_prefetch_ ? 1 : 0), units_ - 1);
+      int64_t g = root_;
+      for (int j = 0; j <= last; ++j) g += at(j);
       return g;
     }
-    return root + at(i) + (backward ? (bwd_prefetch ? at(i - 1) : 0) : (fwd_prefetch ? at(i + 1) : 0));
-  };
-  int64_t peak = base + gathered(-1, false) * p;  // before the first unit: the root is gathered
-  for (int i = 0; i < units; ++i) peak = std::max(peak, base + gathered(i, false) * p);
-  // With a one-rank shard group and no cast, a unit's reduction works on its gradient buffer
-  // itself (no comm buffer).
-  const bool in_place = n == 1 && p == r;
-  if (plan.replicas > 1) {
-    // Replicated reductions (HYBRID_SHARD across groups, NO_SHARD): each unit's result stays in
-    // flight until the end of backward (the replica all-reduce overlaps the rest of backward),
-    // held in reduce_dtype: the shard its reduce-scatter wrote, or the gradient buffer itself.
-    auto hold = [&](int64_t x) { return in_place ? x * p : (x / n) * r; };
-    int64_t held = 0, largest_hold = hold(root);
-    for (int i = units - 1; i >= 0; --i) {
+    return root_ + at(i) + (backward ? (bwd_prefetch_ ? at(i - 1) : 0) : (fwd_prefetch_ ? at(i + 1) : 0));
+  }
+
+  int64_t forward_peak() const {
+    int64_t peak = base_ + gathered(-1, false) * p_;  // before the first unit: the root is gathered
+    for (int i = 0; i < units_; ++i) peak = std::max(peak, base_ + gathered(i, false) * p_);
+    return peak;
+  }
+
+  // Replicated reductions (HYBRID_SHARD across groups, NO_SHARD): each unit's result stays in
+  // flight until the end of backward (the replica all-reduce overlaps the rest of backward), held
+  // in reduce_dtype: the shard its reduce-scatter wrote, or the gradient buffer itself.
+  int64_t replicated_backward_peak() const {
+    auto hold = [&](int64_t x) { return in_place_ ? x * p_ : (x / n_) * r_; };
+    int64_t peak = 0, held = 0, largest_hold = hold(root_);
+    for (int i = units_ - 1; i >= 0; --i) {
       held += hold(at(i));
       largest_hold = std::max(largest_hold, hold(at(i)));
-      const int64_t buffers = in_place ? root : root + at(i) + at(i + 1);
-      peak = std::max(peak, base + gathered(i, true) * p + buffers * p + held);
+      const int64_t buffers = in_place_ ? root_ : root_ + at(i) + at(i + 1);
+      peak = std::max(peak, base_ + gathered(i, true) * p_ + buffers * p_ + held);
     }
-    held += hold(root);
-    peak = std::max(peak, base + gathered(-1, true) * p + (in_place ? 0 : root * p) + held);
+    held += hold(root_);
+    peak = std::max(peak, base_ + gathered(-1, true) * p_ + (in_place_ ? 0 : root_ * p_) + held);
     // The end of backward turns each result into an fp32 gradient shard (a new one while the
     // result is released; an fp32 result becomes the shard, counted once as both for a moment).
-    const int64_t shards = 4 * resident(all / n), kept = plan.keep_gathered && !aliased ? all * p : 0;
-    peak = std::max(peak, base + kept + std::max(held, shards) + largest_hold);
-    return std::max(peak, base + shards + kept);
+    const int64_t shards = 4 * resident(all_ / n_);
+    peak = std::max(peak, base_ + kept() + std::max(held, shards) + largest_hold);
+    return std::max(peak, base_ + shards + kept());
   }
-  // Backward. The highest moment of unit i is its post-backward: its reduce-scatter has just
-  // started (gradient buffer + output) while unit i+1's finishes, whose gradient shard is counted
-  // before its buffers are released; the root's gradient buffer lives through all of backward,
-  // units after i+1 hold their gradient shards. The root's own post-backward comes last, after
-  // unit 0's, then the end of backward finishes the root's reduce.
-  auto sh = [&](int64_t padded) { return padded / n; };
-  auto moment = [&](int64_t gathered_elems, int64_t buffers, int64_t in_flight_shards, int64_t done_shards) {
-    return base + gathered_elems * p + buffers * p + (in_place ? 0 : in_flight_shards * r) + 4 * resident(done_shards);
-  };
-  int64_t done = 0;  // gradient shards of units after i+1
-  for (int i = units - 1; i >= 0; --i) {
-    if (i + 1 < units) done += sh(at(i + 1));
-    peak = std::max(peak, moment(gathered(i, true), root + at(i) + at(i + 1), sh(at(i)) + sh(at(i + 1)), done));
+
+  // The highest moment of unit i is its post-backward: its reduce-scatter has just started
+  // (gradient buffer + output) while unit i+1's finishes, whose gradient shard is counted before
+  // its buffers are released; the root's gradient buffer lives through all of backward, units
+  // after i+1 hold their gradient shards. The root's own post-backward comes last, after unit 0's,
+  // then the end of backward finishes the root's reduce.
+  int64_t backward_peak() const {
+    auto sh = [&](int64_t padded) { return padded / n_; };
+    auto moment = [&](int64_t gathered_elems, int64_t buffers, int64_t in_flight_shards, int64_t done_shards) {
+      return base_ + gathered_elems * p_ + buffers * p_ + (in_place_ ? 0 : in_flight_shards * r_) +
+             4 * resident(done_shards);
+    };
+    int64_t peak = 0, done = 0;  // done: gradient shards of units after i+1
+    for (int i = units_ - 1; i >= 0; --i) {
+      if (i + 1 < units_) done += sh(at(i + 1));
+      peak = std::max(peak, moment(gathered(i, true), root_ + at(i) + at(i + 1), sh(at(i)) + sh(at(i + 1)), done));
+    }
+    done += sh(at(0));
+    peak = std::max(peak, moment(gathered(-1, true), root_ + at(0), sh(root_) + sh(at(0)), done));
+    peak = std::max(peak, moment(gathered(-1, true), root_, sh(root_), done + sh(root_)));
+    // After backward every gradient shard exists and the transients are gone.
+    return std::max(peak, base_ + 4 * resident(all_ / n_) + kept());
   }
-  done += sh(at(0));
-  peak = std::max(peak, moment(gathered(-1, true), root + at(0), sh(root) + sh(at(0)), done));
-  peak = std::max(peak, moment(gathered(-1, true), root, sh(root), done + sh(root)));
-  // After backward every gradient shard exists and the transients are gone.
-  return std::max(peak, base + 4 * resident(all / n) + (plan.keep_gathered && !aliased ? all * p : 0));
+
+  const ShardingPlan& plan_;
+  const bool aliased_;
+  const int p_, r_;
+  const int64_t base_;
+  const int n_;
+  const bool fwd_prefetch_, bwd_prefetch_, grads_off_, in_place_;
+  std::vector<int64_t> u_;  // padded units in forward order
+  int64_t root_ = 0, all_ = 0, two_largest_ = 0;
+  int units_ = 0;
+};
+
+int64_t replay_step_peak(const ModelShape& m, const EstimateOptions& o, const ShardingPlan& plan, bool aliased, int p,
+                         int r, int64_t base) {
+  return StepReplay(m, o, plan, aliased, p, r, base).peak();
 }
 
 }  // namespace

@@ -79,6 +79,66 @@ void check_program(const LaunchOptions& o, const MachineFacts& f) {
   ZS_THROW(UsageError, "program '", p, "' is not found on PATH; give its path, e.g. build/bin/", p);
 }
 
+// Where mpirun puts the ranks: how many on the fullest node (nodes are assumed alike: this node's
+// cores stand for each's), whether that oversubscribes the slots, and the capacity for messages.
+struct Placement {
+  int nodes = 1;
+  int slots = 0;  // in the hostfile, or this node's cores
+  int per_node = 0;
+  bool oversubscribe = false;
+  std::string capacity;
+};
+
+Placement place_ranks(const LaunchOptions& o, const MachineFacts& f) {
+  const int n = o.np, g = o.gpus_per_node;
+  const std::vector<HostEntry> hosts = o.hostfile.empty() ? std::vector<HostEntry>{} : parse_hostfile(o.hostfile);
+  Placement pl;
+  pl.nodes = hosts.empty() ? 1 : static_cast<int>(hosts.size());
+  int min_slots = 1 << 30, max_slots = 0;
+  for (const HostEntry& h : hosts) {
+    pl.slots += h.slots;
+    min_slots = std::min(min_slots, h.slots);
+    max_slots = std::max(max_slots, h.slots);
+  }
+  pl.capacity = hosts.empty() ? detail::concat("this node's ", f.cores, " core(s)")
+                              : detail::concat(pl.slots, " slot(s) in ", o.hostfile);
+  if (hosts.empty()) pl.slots = min_slots = max_slots = f.cores;
+  pl.oversubscribe = n > pl.slots;
+  if (g > 0) {
+    ZS_REQUIRE(o.map == Mapping::kAuto, UsageError,
+               "--map-by cannot be combined with --gpus-per-node, which places ", g, " ranks on each node");
+    const int needed = (n + g - 1) / g;
+    ZS_REQUIRE(needed <= pl.nodes, UsageError, "-n ", n, " at ", g, " rank(s) per node (--gpus-per-node ", g,
+               ") needs ", needed, " node(s), but the job has ", pl.nodes,
+               hosts.empty() ? " (no --hostfile: this node only)" : detail::concat(" (hosts in ", o.hostfile, ")"),
+               "; lower -n to at most ", g * pl.nodes, " or add hosts");
+    pl.per_node = std::min(n, g);
+    pl.oversubscribe = pl.oversubscribe || pl.per_node > min_slots;
+  } else if (o.map == Mapping::kNode) {
+    pl.per_node = (n + pl.nodes - 1) / pl.nodes;
+  } else {
+    pl.per_node = std::min(n, max_slots);
+    if (pl.oversubscribe) pl.per_node = (n + pl.nodes - 1) / pl.nodes;
+  }
+  return pl;
+}
+
+// Cores per rank (mpirun's PE) under `bind`; 0 when the ranks are not bound to cores.
+int cores_per_rank(const LaunchOptions& o, const MachineFacts& f, const Placement& pl, Binding bind) {
+  if (bind != Binding::kCore) {
+    ZS_REQUIRE(o.cpus_per_rank == 0, UsageError, "--cpus-per-rank ", o.cpus_per_rank,
+               " binds each rank to cores, which needs --bind-to core (not --bind-to ",
+               bind == Binding::kNone ? "none" : "socket", ")");
+    return 0;
+  }
+  if (o.cpus_per_rank == 0) return pl.oversubscribe ? 1 : std::max(1, f.cores / std::max(1, pl.per_node));
+  const int pe = o.cpus_per_rank;
+  ZS_REQUIRE(pl.oversubscribe || static_cast<int64_t>(pe) * pl.per_node <= f.cores, UsageError, "--cpus-per-rank ", pe,
+             " x ", pl.per_node, " rank(s) per node needs ", pe * pl.per_node, " cores, but this node has ", f.cores,
+             "; lower --cpus-per-rank or -n, or use --bind-to none");
+  return pe;
+}
+
 Plan mpirun_plan(const LaunchOptions& o, const MachineFacts& f, const std::vector<EnvVar>& env) {
   Plan plan;
   ZS_REQUIRE(o.np > 0, UsageError, "missing -n N (the number of ranks)");
@@ -89,65 +149,18 @@ Plan mpirun_plan(const LaunchOptions& o, const MachineFacts& f, const std::vecto
     plan.notes.push_back("mpirun is not on PATH here (Debian/Ubuntu: apt-get install openmpi-bin); "
                          "the command below will not run on this node as it is");
   }
-  const std::vector<HostEntry> hosts = o.hostfile.empty() ? std::vector<HostEntry>{} : parse_hostfile(o.hostfile);
-  const int nodes = hosts.empty() ? 1 : static_cast<int>(hosts.size());
-  int slots = 0, min_slots = 1 << 30, max_slots = 0;
-  for (const HostEntry& h : hosts) {
-    slots += h.slots;
-    min_slots = std::min(min_slots, h.slots);
-    max_slots = std::max(max_slots, h.slots);
-  }
-  const std::string capacity = hosts.empty()
-                                   ? detail::concat("this node's ", f.cores, " core(s)")
-                                   : detail::concat(slots, " slot(s) in ", o.hostfile);
-  if (hosts.empty()) slots = min_slots = max_slots = f.cores;
-
-  // Ranks on the fullest node (nodes are assumed alike: this node's cores stand for each's).
-  int per_node = 0;
-  bool oversubscribe = n > slots;
-  if (g > 0) {
-    ZS_REQUIRE(o.map == Mapping::kAuto, UsageError,
-               "--map-by cannot be combined with --gpus-per-node, which places ", g, " ranks on each node");
-    const int needed = (n + g - 1) / g;
-    ZS_REQUIRE(needed <= nodes, UsageError, "-n ", n, " at ", g, " rank(s) per node (--gpus-per-node ", g, ") needs ",
-               needed, " node(s), but the job has ", nodes,
-               hosts.empty() ? " (no --hostfile: this node only)" : detail::concat(" (hosts in ", o.hostfile, ")"),
-               "; lower -n to at most ", g * nodes, " or add hosts");
-    per_node = std::min(n, g);
-    oversubscribe = oversubscribe || per_node > min_slots;
-  } else if (o.map == Mapping::kNode) {
-    per_node = (n + nodes - 1) / nodes;
-  } else {
-    per_node = std::min(n, max_slots);
-    if (oversubscribe) per_node = (n + nodes - 1) / nodes;
-  }
-
+  const Placement pl = place_ranks(o, f);
   Binding bind = o.bind;
   if (bind == Binding::kAuto) {
-    bind = oversubscribe ? Binding::kNone : Binding::kCore;
-    if (oversubscribe) plan.notes.push_back("ranks are not bound to cores: the job is oversubscribed (--bind-to core to force)");
+    bind = pl.oversubscribe ? Binding::kNone : Binding::kCore;
+    if (pl.oversubscribe) plan.notes.push_back("ranks are not bound to cores: the job is oversubscribed (--bind-to core to force)");
   }
-  int pe = 0;  // cores per rank
-  if (bind == Binding::kCore) {
-    if (o.cpus_per_rank > 0) {
-      pe = o.cpus_per_rank;
-      ZS_REQUIRE(oversubscribe || static_cast<int64_t>(pe) * per_node <= f.cores, UsageError, "--cpus-per-rank ", pe,
-                 " x ", per_node, " rank(s) per node needs ", pe * per_node, " cores, but this node has ", f.cores,
-                 "; lower --cpus-per-rank or -n, or use --bind-to none");
-    } else {
-      pe = oversubscribe ? 1 : std::max(1, f.cores / std::max(1, per_node));
-    }
-  } else {
-    ZS_REQUIRE(o.cpus_per_rank == 0, UsageError, "--cpus-per-rank ", o.cpus_per_rank,
-               " binds each rank to cores, which needs --bind-to core (not --bind-to ",
-               bind == Binding::kNone ? "none" : "socket", ")");
-  }
-
+  const int pe = cores_per_rank(o, f, pl, bind);
   std::string map = g > 0 ? detail::concat("ppr:", g, ":node") : o.map == Mapping::kNode ? "node"
                                                               : o.map == Mapping::kSocket ? "socket" : "slot";
   if (pe > 0) map += detail::concat(":PE=", pe);
   std::string bind_to = bind == Binding::kCore ? "core" : bind == Binding::kSocket ? "socket" : "none";
-  if (oversubscribe && bind != Binding::kNone) bind_to += ":overload-allowed";
+  if (pl.oversubscribe && bind != Binding::kNone) bind_to += ":overload-allowed";
 
   std::vector<std::string>& a = plan.argv;
   a = {f.mpirun.empty() ? "mpirun" : f.mpirun, "-n", std::to_string(n)};
@@ -156,10 +169,10 @@ Plan mpirun_plan(const LaunchOptions& o, const MachineFacts& f, const std::vecto
     a.push_back("--allow-run-as-root");
     plan.notes.push_back("running as root: added --allow-run-as-root");
   }
-  if (oversubscribe) {
+  if (pl.oversubscribe) {
     a.push_back("--oversubscribe");
-    plan.notes.push_back(detail::concat(n, " rank(s) on ", capacity,
-                                        g > 0 && n <= slots ? detail::concat(" (", per_node, " per node)") : "",
+    plan.notes.push_back(detail::concat(n, " rank(s) on ", pl.capacity,
+                                        g > 0 && n <= pl.slots ? detail::concat(" (", pl.per_node, " per node)") : "",
                                         ": added --oversubscribe"));
   }
   a.insert(a.end(), {"--map-by", map, "--bind-to", bind_to});

@@ -55,9 +55,8 @@ struct Texts {
   bool automatic = false;  // --auto-micro-batches
 };
 
-// The launcher's options on `app`, read into `o` and `t`.
-void add_options(cli::App& app, LaunchOptions& o, Texts& t) {
-  app.usage("zeroshard-launch -n N [OPTIONS] [--] PROGRAM [ARGS...]").footer(kFooter).prefix_command();
+// Where the ranks run: their count, hosts, GPUs and CPU binding.
+void add_placement_options(cli::App& app, LaunchOptions& o, Texts& t) {
   app.add_int("-n,--np", &o.np, "number of ranks (under srun: default SLURM_NTASKS); -np N works too", 1);
   app.add_text("--hostfile", &o.hostfile, "hosts to run on, one \"HOST slots=K\" per line ('#' comments)", "FILE");
   app.add_int("--gpus-per-node", &o.gpus_per_node,
@@ -73,15 +72,10 @@ void add_options(cli::App& app, LaunchOptions& o, Texts& t) {
                  "CPU binding (default: core; none when oversubscribed)");
   app.add_choice("--map-by", &t.map, {"slot", "node", "socket"},
                  "rank placement without --gpus-per-node (default: slot)");
-  app.add_list("-x,--env", &t.env,
-               "pass a variable to every rank (repeatable); NAME alone passes\nthis shell's value, which must be set",
-               "NAME[=VALUE]");
-  app.add_choice("--launcher", &t.launcher, {"auto", "mpirun", "srun"},
-                 "default auto: srun inside a Slurm allocation without --hostfile,\nmpirun otherwise");
-  app.add_list("--launcher-arg", &o.launcher_args, "extra argument for mpirun/srun, verbatim (repeatable)", "ARG");
-  app.add_flag("--dry-run", &o.dry_run,
-               "print the command (shell-quoted) instead of running it; with\n"
-               "the two options below, the first trial's command");
+}
+
+// Trials that size the micro-batch, and restarts after a failure.
+void add_trial_and_restart_options(cli::App& app, LaunchOptions& o, Texts& t) {
   app.add_optional("--find-batch-size", "[=START]",
                    "run short trials (PROGRAM --memory-trial, 2 steps) to find the\n"
                    "largest micro-batch per rank that fits in memory: the job as\n"
@@ -108,6 +102,22 @@ void add_options(cli::App& app, LaunchOptions& o, Texts& t) {
   app.add_number("--restart-delay", &o.restart_delay, "seconds between a failure and the restart (default 3)", 0,
                  3600)
       ->type_name("SECONDS");
+}
+
+// The launcher's options on `app`, read into `o` and `t` (in --help in this order).
+void add_options(cli::App& app, LaunchOptions& o, Texts& t) {
+  app.usage("zeroshard-launch -n N [OPTIONS] [--] PROGRAM [ARGS...]").footer(kFooter).prefix_command();
+  add_placement_options(app, o, t);
+  app.add_list("-x,--env", &t.env,
+               "pass a variable to every rank (repeatable); NAME alone passes\nthis shell's value, which must be set",
+               "NAME[=VALUE]");
+  app.add_choice("--launcher", &t.launcher, {"auto", "mpirun", "srun"},
+                 "default auto: srun inside a Slurm allocation without --hostfile,\nmpirun otherwise");
+  app.add_list("--launcher-arg", &o.launcher_args, "extra argument for mpirun/srun, verbatim (repeatable)", "ARG");
+  app.add_flag("--dry-run", &o.dry_run,
+               "print the command (shell-quoted) instead of running it; with\n"
+               "the two options below, the first trial's command");
+  add_trial_and_restart_options(app, o, t);
   app.then([&o, &t] {
     if (t.automatic) {
       ZS_REQUIRE(o.trial_mode == TrialMode::kNone, UsageError,
