@@ -19,8 +19,10 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint_internal.h"
+#include "checkpoint_reader.h"
+#include "sections.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/collective_step.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/io/rank_file.h"
@@ -157,7 +159,11 @@ class SavedShards {
 
 }  // namespace
 
-void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
+detail::CheckpointReader::CheckpointReader(ShardingEngine& e, std::shared_ptr<IoEngine> file_io,
+                                           std::shared_ptr<Communicator> world)
+    : engine(e), io(std::move(file_io)), comm(std::move(world)) {}
+
+void detail::CheckpointReader::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                                TrainingState& out) {
   at::NoGradGuard no_grad;
   const std::vector<FlatShard*> flats = engine.flat_shards();
@@ -181,7 +187,7 @@ void Checkpointer::Impl::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, c
   }
 }
 
-void Checkpointer::Impl::check_structure(const ckpt::Manifest& m, const std::vector<FlatShard*>& flats,
+void detail::CheckpointReader::check_structure(const ckpt::Manifest& m, const std::vector<FlatShard*>& flats,
                                          const std::string& dir) const {
   using detail::shape_str;
   check_frozen_storage(m, flats, dir);
@@ -218,7 +224,7 @@ void Checkpointer::Impl::check_structure(const ckpt::Manifest& m, const std::vec
   }
 }
 
-void Checkpointer::Impl::check_optimizer(const ShardedOptimizer& opt, const ckpt::Manifest& m,
+void detail::CheckpointReader::check_optimizer(const ShardedOptimizer& opt, const ckpt::Manifest& m,
                                          const std::string& dir) const {
   bool any_state = false;
   for (const auto& fe : m.flats()) any_state = any_state || fe.has_optimizer_state();
@@ -233,7 +239,7 @@ void Checkpointer::Impl::check_optimizer(const ShardedOptimizer& opt, const ckpt
 // The parameter groups the run trains with must be those the checkpoint was trained with: a
 // resumed run that decays other parameters is not the run that was saved. Checkpoints without
 // groups (saved before set_param_groups existed, or by a run that never set them) are not checked.
-void Checkpointer::Impl::check_param_groups(const ckpt::Manifest& m, const std::string& dir) const {
+void detail::CheckpointReader::check_param_groups(const ckpt::Manifest& m, const std::string& dir) const {
   const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
   if (groups.empty()) return;
   size_t k = 0;
@@ -257,7 +263,7 @@ void Checkpointer::Impl::check_param_groups(const ckpt::Manifest& m, const std::
 // the optimizer reads each position when it applies it at the next step, so a load never holds
 // more than one position's state (offloaded to NVMe, the state goes from the file to the drive);
 // its checksums are verified here, streamed, so a damaged file fails the load on every rank.
-void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
+void detail::CheckpointReader::load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                                     const std::vector<FlatShard*>& flats) {
   auto saved = std::make_shared<SavedShards>(m, dir, io);
   const std::vector<std::string> names = opt.state_names();
@@ -290,7 +296,7 @@ void Checkpointer::Impl::load_flats(ShardedOptimizer& opt, const ckpt::Manifest&
 }
 
 // Buffers, from rank 0's file.
-void Checkpointer::Impl::load_buffers(const ckpt::Manifest& m, const std::string& dir) {
+void detail::CheckpointReader::load_buffers(const ckpt::Manifest& m, const std::string& dir) {
   if (m.buffers_size() == 0) return;
   const ckpt::RankFile* rf0 = nullptr;
   for (const auto& rf : m.rank_files()) {
@@ -312,7 +318,7 @@ void Checkpointer::Impl::load_buffers(const ckpt::Manifest& m, const std::string
 }
 
 // This rank's own RNG state and entries, when the ranks are the same ones that saved.
-void Checkpointer::Impl::load_rank_state(const ckpt::Manifest& m, const std::string& dir, TrainingState& out) {
+void detail::CheckpointReader::load_rank_state(const ckpt::Manifest& m, const std::string& dir, TrainingState& out) {
   const ckpt::RankFile* own_file = nullptr;
   for (const auto& rf : m.rank_files()) {
     if (rf.rank() == comm->rank()) own_file = &rf;

@@ -17,8 +17,10 @@
 #include <iterator>
 #include <mutex>
 
-#include "checkpoint_internal.h"
+#include "checkpoint_writer.h"
+#include "sections.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/collective_step.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/io/rank_file.h"
 #include "zeroshard/checkpoint/checkpoint_manifest.h"
@@ -30,7 +32,7 @@ using detail::Snapshot;
 
 
 // Sync saves write straight from the live tensors (training waits); async saves copy them first.
-Snapshot Checkpointer::Impl::snapshot(ShardedOptimizer& opt, const TrainingState& st) {
+Snapshot detail::CheckpointWriter::snapshot(ShardedOptimizer& opt, const TrainingState& st) {
   at::NoGradGuard no_grad;
   Snapshot s;
   s.step = st.step;
@@ -104,7 +106,7 @@ void add_state_sections(Snapshot& s, const std::string& prefix, const ShardOptim
 
 }  // namespace
 
-void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatShard*>& flats,
+void detail::CheckpointWriter::snapshot_shards(Snapshot& s, const std::vector<FlatShard*>& flats,
                                          const std::vector<ShardOptimizerState>& opt_state,
                                          const std::vector<std::string>& state_names) {
   size_t trainable_index = 0;
@@ -126,7 +128,7 @@ void Checkpointer::Impl::snapshot_shards(Snapshot& s, const std::vector<FlatShar
   }
 }
 
-void Checkpointer::Impl::snapshot_buffers(Snapshot& s) {
+void detail::CheckpointWriter::snapshot_buffers(Snapshot& s) {
   for (const auto& b : engine.model().named_buffers()) {
     s.sections.push_back({"buffer/" + b.key(), c10::toString(b.value().scalar_type()), b.value().sizes().vec(),
                           host_copy(b.value(), o.async_save), {}, {}, {}});
@@ -168,7 +170,7 @@ void describe_state(ckpt::Manifest& m, const TrainingState& st) {
 
 }  // namespace
 
-void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st,
+void detail::CheckpointWriter::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt, const TrainingState& st,
                                        const std::vector<FlatShard*>& flats,
                                        const std::vector<ShardOptimizerState>& opt_state) {
   m.set_format_version(ckpt::kFormatVersion);
@@ -213,7 +215,7 @@ void Checkpointer::Impl::fill_manifest(ckpt::Manifest& m, ShardedOptimizer& opt,
   describe_state(m, st);
 }
 
-std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
+std::string detail::CheckpointWriter::write(const Snapshot& s, Communicator& c) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string root = o.dir;
   const std::string final_dir = root + "/" + ckpt::step_dir_name(s.step);
@@ -253,12 +255,21 @@ std::string Checkpointer::Impl::write(const Snapshot& s, Communicator& c) {
                 << secs << " s)";
   {
     std::lock_guard<std::mutex> lock(mu);
-    durable_step = s.step;
+    durable_step_ = s.step;
   }
   return final_dir;
 }
 
-void Checkpointer::Impl::prepare_dir(const std::string& root, const std::string& tmp) {
+detail::CheckpointWriter::CheckpointWriter(ShardingEngine& e, CheckpointOptions opts, std::string cfg,
+                                           std::shared_ptr<IoEngine> file_io, std::shared_ptr<Communicator> world)
+    : engine(e), o(std::move(opts)), config_text(std::move(cfg)), io(std::move(file_io)), comm(std::move(world)) {}
+
+int64_t detail::CheckpointWriter::durable_step() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return durable_step_;
+}
+
+void detail::CheckpointWriter::prepare_dir(const std::string& root, const std::string& tmp) {
   std::error_code ec;
   fs::create_directories(root, ec);
   ZS_REQUIRE(!ec, CheckpointError, "cannot create checkpoint.dir '", root, "': ", ec.message());
@@ -267,7 +278,7 @@ void Checkpointer::Impl::prepare_dir(const std::string& root, const std::string&
              ec ? ec.message() : "it already exists");
 }
 
-int64_t Checkpointer::Impl::write_rank_file(const Snapshot& s, const std::string& tmp) {
+int64_t detail::CheckpointWriter::write_rank_file(const Snapshot& s, const std::string& tmp) {
   std::error_code ec;
   ZS_REQUIRE(fs::is_directory(tmp, ec), CheckpointError, "'", tmp, "', which rank 0 just created, does not exist "
              "on rank ", s.rank, ": checkpoint.dir must be one directory every rank sees (a filesystem all nodes "
@@ -359,7 +370,7 @@ void replace_checkpoint(const std::string& root, const std::string& tmp, const s
 
 }  // namespace
 
-void Checkpointer::Impl::commit(const Snapshot& s, const std::string& root, const std::string& tmp,
+void detail::CheckpointWriter::commit(const Snapshot& s, const std::string& root, const std::string& tmp,
                                 const std::string& final_dir) {
   ckpt::Manifest m = s.manifest;
   read_rank_records(m, tmp, s.world);
@@ -382,7 +393,7 @@ void Checkpointer::Impl::commit(const Snapshot& s, const std::string& root, cons
 
 // Keeps the keep_last most recently saved checkpoints (not the highest steps: after resuming from
 // an older step those belong to the abandoned run) and removes the debris of saves that died.
-void Checkpointer::Impl::apply_retention(const std::string& root, const std::string& final_dir) {
+void detail::CheckpointWriter::apply_retention(const std::string& root, const std::string& final_dir) {
   std::error_code ec;
   const auto all = ckpt::list_checkpoints_by_save(root);
   for (size_t i = 0; i + static_cast<size_t>(o.keep_last) < all.size(); ++i) {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "pretrained_rename.h"
+#include "sections.h"
 #include "zeroshard/comm/collective_step.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/logging.h"
@@ -25,11 +26,7 @@
 namespace zeroshard {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
+using detail::shape_str;
 
 // One model tensor to fill: a parameter (a slot of a flat parameter, under all its tied names)
 // or a buffer.
