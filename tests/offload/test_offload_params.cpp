@@ -829,4 +829,9 @@ TEST(OffloadParams, UsageErrors) {
                             "this engine keeps them on the device (ShardingOptions.offload_params.target = DEVICE): "
                             "build both from the same RunOptions (resolve(), run.sharding and run.offload)"))
       << err;
+  // A store keeps one or two generations of each shard.
+  zs::StoreOptions three = offloaded(zs::OffloadTarget::kNvme, dir.path).offload_params;
+  three.generations = 3;
+  err = error_text_of<zs::UsageError>([&] { zs::ShardStore store(three, zs::test::rank(), nullptr); });
+  EXPECT_TRUE(contains(err, "StoreOptions.generations = 3 must be 1 or 2")) << err;
 }
