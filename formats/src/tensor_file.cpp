@@ -3,17 +3,9 @@
 
 #include "zeroshard/formats/tensor_file.h"
 
-#include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <cstdio>
 
 #include "source_file.h"
-#include "tensor_read.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
