@@ -2,7 +2,7 @@
 // ShardingEngine: construction (groups, units, structure check, flat parameters) and the
 // optimizer side (clipping, step, zero_grad, state). A unit's lifecycle is in sharded_unit.cpp,
 // the pass as a whole in engine_root.cpp (what a backward will run: engine_graph.cpp), the offload
-// stores and the optimizer's pager in engine_offload.cpp.
+// stores and the optimizer's pager in engine_offload.cpp, the unit-order check in unit_order.cpp.
 #include "buffers.h"
 #include "engine_internal.h"
 #include "sharded_init_state.h"
@@ -41,7 +41,7 @@ void unregister_managed_unit(const torch::nn::Module* module);
 
 detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch::nn::Module> m, ShardingOptions o,
                            detail::ShardedInitState* sharded_init)
-    : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init),
+    : session(s), model(std::move(m)), options(std::move(o)), init(sharded_init), stores(session, options),
       schedule(units, options.limit_all_gathers) {
   if (init != nullptr) {
     init->deactivate();
@@ -62,6 +62,8 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
   const std::vector<at::Tensor> params = model->parameters();
   streams = std::make_unique<DeviceStreams>(params.empty() ? c10::Device(c10::kCPU) : params.front().device());
   discover_units();
+  order = std::make_unique<detail::UnitOrderCheck>(*session.world(), *groups.host_shard_group,
+                                                   groups.host_replicate_group.get(), units);
   check_same_structure();
   check_parameters();  // before any flat parameter is built: a refused wrap changes nothing
   init_flat_params();
@@ -71,21 +73,11 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
 
 void detail::ShardingEngineImpl::setup_groups() {
   if (init != nullptr && init->groups() != nullptr) {
-    const detail::ShardGroups& g = *init->groups();
-    comm = g.comm;
-    shard_group = g.shard_group;
-    replicate_group = g.replicate_group;
-    host_shard_group = g.host_shard_group;
-    host_replicate_group = g.host_replicate_group;
+    groups = *init->groups();
     return;
   }
   const bool on_cuda = !model->parameters().empty() && model->parameters().front().is_cuda();
-  detail::ShardGroups g = detail::make_shard_groups(session, options, on_cuda);
-  comm = g.comm;
-  shard_group = g.shard_group;
-  replicate_group = g.replicate_group;
-  host_shard_group = g.host_shard_group;
-  host_replicate_group = g.host_replicate_group;
+  groups = detail::make_shard_groups(session, options, on_cuda);
 }
 
 namespace {
@@ -160,7 +152,7 @@ struct SeenParam {
 
 void detail::ShardingEngineImpl::discover_units() {
   auto make_unit = [&](torch::nn::Module* module, std::string name, bool is_root) {
-    units.push_back(std::make_unique<detail::ShardedUnit>(*this, std::move(name), static_cast<int>(units.size()),
+    units.push_back(std::make_unique<detail::ShardedUnit>(host, std::move(name), static_cast<int>(units.size()),
                                                           module, is_root));
     return units.back().get();
   };
@@ -200,9 +192,6 @@ void detail::ShardingEngineImpl::discover_units() {
   visit(*model, "", root);
   // One FlatParam for the trainable parameters of each unit, one for the frozen ones, one for the
   // frozen Linear weights stored in NF4.
-  detail::ShardGroups groups;
-  groups.shard_group = shard_group;
-  groups.replicate_group = replicate_group;
   for (auto& u : units) {
     detail::UnitSlots slots;
     for (SeenParam& s : seen) {
@@ -248,7 +237,7 @@ bool detail::ShardingEngineImpl::adopt(detail::ShardedUnit* u, const detail::Uni
 }
 
 void detail::ShardingEngineImpl::check_same_structure() {
-  if (comm->size() == 1) return;
+  if (groups.comm->size() == 1) return;
   std::ostringstream os;
   for (auto& u : units) {
     os << "unit '" << u->name << "'\n";
@@ -270,17 +259,17 @@ void detail::ShardingEngineImpl::check_parameters() const {
 }
 
 void detail::ShardingEngineImpl::init_flat_params() {
-  Communicator* sync = options.sync_module_states ? comm.get() : nullptr;
-  start_param_store();
+  Communicator* sync = options.sync_module_states ? groups.comm.get() : nullptr;
+  stores.start_params(units, init, mem.get());
   // Offloaded shards go to the store as each unit is built, so building never holds them all.
   for (auto& u : units) {
     for (auto& f : u->flats) {
       if (!u->adopted) f->init_from_params(sync);  // resharded: forward gathers it (adopted: done)
     }
-    store_unit_shards(u.get());
+    stores.store_unit(*u);
   }
-  log_param_store();
-  start_grad_store();
+  stores.log_params();
+  stores.start_grads(units, mem.get());
   c10::AutoGradMode no_grad(false);
   std::vector<at::Tensor> buffers = model->buffers();
   for (auto& b : buffers) {
@@ -290,11 +279,13 @@ void detail::ShardingEngineImpl::init_flat_params() {
 }
 
 void detail::ShardingEngineImpl::sync_buffers_before_forward() {
-  if (options.buffer_sync == BufferSync::kBroadcast) detail::broadcast_buffers(*comm, model->buffers(), 0, "zs.buffers");
+  if (options.buffer_sync == BufferSync::kBroadcast) {
+    detail::broadcast_buffers(*groups.comm, model->buffers(), 0, "zs.buffers");
+  }
 }
 
 void detail::ShardingEngineImpl::optimizer_step(ShardingEngine& engine, ShardedOptimizer& optimizer) {
-  if (param_store == nullptr && grad_store == nullptr) {
+  if (stores.params() == nullptr && stores.grads() == nullptr) {
     optimizer.step(engine.param_shards());
     return;
   }
@@ -307,14 +298,14 @@ void detail::ShardingEngineImpl::optimizer_step(ShardingEngine& engine, ShardedO
       if (f->trainable()) flats.push_back(f.get());
     }
   }
-  detail::FlatParamPager pager(flats, shards, param_store.get());
+  detail::FlatParamPager pager(flats, shards, stores.params());
   try {
     optimizer.step(shards, pager);
   } catch (...) {
-    release_offloaded_shards_noexcept();
+    detail::OffloadStores::release_all_noexcept(units);
     throw;
   }
-  release_offloaded_shards();
+  detail::OffloadStores::release_all(units);
 }
 
 // Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard, unless
@@ -355,7 +346,7 @@ void detail::ShardingEngineImpl::agree_on_step(const std::exception_ptr& failure
 }
 
 void detail::ShardingEngineImpl::sync_buffers_after_step() {
-  if (options.buffer_sync == BufferSync::kAverage) detail::average_buffers(*comm, model->buffers(), "zs.buffers");
+  if (options.buffer_sync == BufferSync::kAverage) detail::average_buffers(*groups.comm, model->buffers(), "zs.buffers");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -430,7 +421,7 @@ at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
     total.add_(g.norm().to(at::kDouble).square());
     with_grad[k]->release_grad();
   }
-  if (impl_->shard_group->size() > 1) impl_->shard_group->all_reduce(total, ReduceOp::kSum, "zs.clip")->wait();
+  if (impl_->groups.shard_group->size() > 1) impl_->groups.shard_group->all_reduce(total, ReduceOp::kSum, "zs.clip")->wait();
   at::Tensor norm = total.sqrt_();
   if (std::isfinite(max_norm)) {
     // min(1, max_norm / (norm + 1e-6)) on the device; a NaN norm leaves the gradients as they are
@@ -529,10 +520,10 @@ std::vector<FlatParam*> detail::flat_params(ShardingEngine& engine) {
 }
 
 int ShardingEngine::replica_rank() const {
-  return impl_->replicate_group ? impl_->replicate_group->rank() : 0;
+  return impl_->groups.replicate_group ? impl_->groups.replicate_group->rank() : 0;
 }
 
-int ShardingEngine::shard_rank() const { return impl_->shard_group->rank(); }
+int ShardingEngine::shard_rank() const { return impl_->groups.shard_group->rank(); }
 
 const ShardingOptions& ShardingEngine::options() const { return impl_->options; }
 Session& ShardingEngine::session() { return impl_->session; }
@@ -549,7 +540,7 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   c10::AutoGradMode no_grad(false);
   static const int kStepPhase = memory_phase_id("optimizer step");
   MemoryPhase phase(kStepPhase);
-  ZS_REQUIRE(!optimizer.expects_offloaded_params() || impl_->param_store != nullptr, UsageError,
+  ZS_REQUIRE(!optimizer.expects_offloaded_params() || impl_->stores.params() != nullptr, UsageError,
              "optimizer ", optimizer.describe(), " was made for offloaded parameter shards (OffloadOptions.params = CPU "
              "or NVME), but this engine keeps them on the device (ShardingOptions.offload_params.target = DEVICE): "
              "build both from the same RunOptions (resolve(), run.sharding and run.offload)");
@@ -569,7 +560,7 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   impl_->agree_on_step(failure);
   const ShardedOptimizer::Placement where = optimizer.placement();
   int64_t store_host = 0, store_disk = 0;
-  for (const ShardStore* store : {impl_->param_store.get(), impl_->grad_store.get()}) {
+  for (const ShardStore* store : {impl_->stores.params(), impl_->stores.grads()}) {
     if (store == nullptr) continue;
     store_host += store->bytes_in_host();
     store_disk += store->bytes_on_disk();
@@ -615,12 +606,12 @@ std::map<std::string, at::Tensor> ShardingEngine::full_state_dict(const StateDic
 
 const MemoryStats& ShardingEngine::memory() const { return *impl_->mem; }
 MemoryStats& ShardingEngine::memory() { return *impl_->mem; }
-const ShardStore* ShardingEngine::param_store() const { return impl_->param_store.get(); }
-const ShardStore* ShardingEngine::grad_store() const { return impl_->grad_store.get(); }
+const ShardStore* ShardingEngine::param_store() const { return impl_->stores.params(); }
+const ShardStore* ShardingEngine::grad_store() const { return impl_->stores.grads(); }
 
 std::string ShardingEngine::memory_report() const {
   return impl_->mem->report(detail::concat("zeroshard memory, rank ", impl_->session.rank(), " (shard group of ",
-                                          impl_->shard_group->size(), ")"));
+                                          impl_->groups.shard_group->size(), ")"));
 }
 
 const CommCounters& ShardingEngine::comm_counters() const { return impl_->counters; }
@@ -658,7 +649,7 @@ int64_t ShardingEngine::num_padded_trainable_params() const {
   return n;
 }
 
-int ShardingEngine::shard_group_size() const { return impl_->shard_group->size(); }
+int ShardingEngine::shard_group_size() const { return impl_->groups.shard_group->size(); }
 c10::ScalarType ShardingEngine::output_dtype() const { return impl_->options.output_dtype; }
 c10::ScalarType ShardingEngine::compute_dtype() const { return impl_->options.param_dtype; }
 

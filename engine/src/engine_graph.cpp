@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "engine_internal.h"
+#include "sharded_unit.h"
 
 namespace zeroshard::detail {
 
@@ -44,21 +44,17 @@ bool in_graph(const std::unordered_set<torch::autograd::Node*>& graph, const std
   return n != nullptr && graph.count(n.get()) > 0;
 }
 
-void ShardingEngineImpl::mark_idle_units(const std::unordered_set<torch::autograd::Node*>& graph) {
-  for (auto& v : units) {
-    if (v->is_root || v->pass.output_nodes.empty() || v->pass.outputs_untracked) continue;
-    bool reached = false;
-    for (const auto& weak : v->pass.output_nodes) {
-      const std::shared_ptr<torch::autograd::Node> n = weak.lock();
-      if (n == nullptr) continue;
-      bool is_loss = false;  // the graph's root: an output of the root unit too
-      for (const auto& r : root->pass.output_nodes) is_loss = is_loss || r.lock() == n;
-      reached = reached || is_loss || in_graph(graph, n);
+bool ShardedUnit::unreached_by(const std::unordered_set<torch::autograd::Node*>& graph, const ShardedUnit& root) const {
+  if (is_root || pass.output_nodes.empty() || pass.outputs_untracked) return false;
+  for (const auto& weak : pass.output_nodes) {
+    const std::shared_ptr<torch::autograd::Node> n = weak.lock();
+    if (n == nullptr) continue;
+    for (const auto& r : root.pass.output_nodes) {
+      if (r.lock() == n) return false;  // the graph's root (the loss): an output of the root unit too
     }
-    if (reached) continue;
-    v->pass.idle = true;
-    if (options.strategy != ShardingStrategy::kNoShard) v->reshard();
+    if (in_graph(graph, n)) return false;
   }
+  return true;
 }
 
 void ShardedUnit::read_backward_graph(const std::unordered_set<torch::autograd::Node*>& graph) {

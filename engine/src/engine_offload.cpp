@@ -1,97 +1,98 @@
 // SPDX-License-Identifier: Apache-2.0
-// ShardingEngine's offload side: the parameter and gradient stores (offload.params,
-// offload.grads; shard_store.h), the read-ahead of the next unit's shards, releasing what is
-// resident, and the pager through which an offloaded optimizer step brings shards in.
-#include "zeroshard/comm/collective_step.h"
-#include "engine_internal.h"
-#include "sharded_init_state.h"
+// The engine's offload side (engine_offload.h): the parameter and gradient stores, the read-ahead
+// of the next unit's shards, releasing what is resident, and the pager through which an offloaded
+// optimizer step brings shards in.
+#include "engine_offload.h"
 
+#include "sharded_init_state.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/base/logging.h"
-#include "flat_param.h"
-#include "zeroshard/store/shard_store.h"
+#include "zeroshard/comm/collective_step.h"
 
 namespace zeroshard {
 
-// Storing shards can fail on some ranks only (a drive too small on one node): with offload, every
-// rank agrees after each storing step (io_on_every_rank), and all fail together with the failing
-// rank's error instead of the others waiting for it in the next unit's broadcast.
-void detail::ShardingEngineImpl::start_param_store() {
-  const bool wanted = options.offload_params.target != OffloadTarget::kDevice;
+void detail::OffloadStores::start_params(const std::vector<std::unique_ptr<ShardedUnit>>& units,
+                                         ShardedInitState* init, MemoryStats* mem) {
+  const bool wanted = options_.offload_params.target != OffloadTarget::kDevice;
   for (auto& u : units) {
     for (auto& f : u->flats) {
       // An engine built from a ShardedInit takes the ShardedInit's options: they cannot differ.
       if (f->codec() != nullptr) continue;  // resident (make_unit_flats refuses encoded shards with offload)
       ZS_CHECK(f->offload_capable() == wanted, "unit '", u->name, "' was built for offload_params.target ",
-               wanted ? "DEVICE" : "CPU/NVME", " but the engine's is ", to_string(options.offload_params.target));
+               wanted ? "DEVICE" : "CPU/NVME", " but the engine's is ", to_string(options_.offload_params.target));
     }
   }
   if (!wanted) return;
   // Units a ShardedInit built are in its store already: the engine takes it over.
-  if (init != nullptr) param_store = init->take_store();
-  if (param_store == nullptr) {
-    detail::io_on_every_rank(*session.world(), "creating the parameter shards' store", "zs.offload.params", [&] {
-      param_store = std::make_unique<ShardStore>(detail::param_store_options(options.offload_params, session.device()),
-                                                 session.rank(), mem.get(), options.offload_params.io);
+  if (init != nullptr) params_ = init->take_store();
+  if (params_ == nullptr) {
+    detail::io_on_every_rank(*session_.world(), "creating the parameter shards' store", "zs.offload.params", [&] {
+      params_ = std::make_unique<ShardStore>(detail::param_store_options(options_.offload_params, session_.device()),
+                                             session_.rank(), mem, options_.offload_params.io);
     });
   }
 }
 
-void detail::ShardingEngineImpl::store_unit_shards(detail::ShardedUnit* u) {
-  if (param_store == nullptr) return;
-  detail::io_on_every_rank(*session.world(), detail::concat("storing the parameter shards of unit '", u->name, "'"),
+void detail::OffloadStores::store_unit(const ShardedUnit& u) {
+  if (params_ == nullptr) return;
+  detail::io_on_every_rank(*session_.world(), detail::concat("storing the parameter shards of unit '", u.name, "'"),
                            "zs.offload.params", [&] {
-                             for (auto& f : u->flats) {
+                             for (auto& f : u.flats) {
                                if (f->offload_capable() && !f->shard_offloaded()) {
-                                 f->attach_store(param_store.get(), options.keep_param_dtype_shard);
+                                 f->attach_store(params_.get(), options_.keep_param_dtype_shard);
                                }
                              }
                            });
 }
 
-
-void detail::ShardingEngineImpl::start_grad_store() {
-  if (options.offload_grads.target == OffloadTarget::kDevice) return;
-  detail::io_on_every_rank(*session.world(), "reserving the gradient shards' store", "zs.offload.grads", [&] {
-    grad_store = std::make_unique<ShardStore>(options.offload_grads, session.rank(), mem.get(),
-                                              options.offload_grads.io, ShardStore::Kind::kGrads);
+void detail::OffloadStores::start_grads(const std::vector<std::unique_ptr<ShardedUnit>>& units, MemoryStats* mem) {
+  if (options_.offload_grads.target == OffloadTarget::kDevice) return;
+  detail::io_on_every_rank(*session_.world(), "reserving the gradient shards' store", "zs.offload.grads", [&] {
+    grads_ = std::make_unique<ShardStore>(options_.offload_grads, session_.rank(), mem, options_.offload_grads.io,
+                                          ShardStore::Kind::kGrads);
     for (auto& u : units) {
       for (auto& f : u->flats) {
-        if (f->trainable()) f->attach_grad_store(grad_store.get());
+        if (f->trainable()) f->attach_grad_store(grads_.get());
       }
     }
   });
-  ZS_LOG(kInfo) << "offload.grads = " << to_string(options.offload_grads.target) << ": gradient shards ("
-                << format_bytes(grad_store->bytes_on_disk()) << " reserved on disk) kept "
-                << (options.offload_grads.target == OffloadTarget::kNvme ? "under " + options.offload_grads.nvme_path
-                                                                         : std::string("in host memory"))
+  ZS_LOG(kInfo) << "offload.grads = " << to_string(options_.offload_grads.target) << ": gradient shards ("
+                << format_bytes(grads_->bytes_on_disk()) << " reserved on disk) kept "
+                << (options_.offload_grads.target == OffloadTarget::kNvme ? "under " + options_.offload_grads.nvme_path
+                                                                          : std::string("in host memory"))
                 << " between backward and step";
 }
 
-void detail::ShardingEngineImpl::log_param_store() const {
-  if (param_store == nullptr) return;
-  ZS_LOG(kInfo) << "offload.params = " << to_string(options.offload_params.target) << ": "
-                << format_bytes(param_store->bytes_on_disk() + param_store->bytes_in_host())
+void detail::OffloadStores::log_params() const {
+  if (params_ == nullptr) return;
+  ZS_LOG(kInfo) << "offload.params = " << to_string(options_.offload_params.target) << ": "
+                << format_bytes(params_->bytes_on_disk() + params_->bytes_in_host())
                 << " of parameter shards moved off the device"
-                << (options.offload_params.target == OffloadTarget::kNvme ? " to " + options.offload_params.nvme_path
-                                                                            : std::string(" to host memory"))
-                << (options.keep_param_dtype_shard
-                        ? std::string("; a ") + c10::toString(options.param_dtype) +
+                << (options_.offload_params.target == OffloadTarget::kNvme ? " to " + options_.offload_params.nvme_path
+                                                                           : std::string(" to host memory"))
+                << (options_.keep_param_dtype_shard
+                        ? std::string("; a ") + c10::toString(options_.param_dtype) +
                               " copy of each stays resident for the gathers (offload.keep_param_dtype_shard)"
                         : std::string());
 }
 
-void detail::ShardingEngineImpl::read_ahead(const detail::ShardedUnit& u) {
-  if (param_store == nullptr) return;
-  const detail::ShardedUnit* next = schedule.next_after(u, in_backward());
-  if (next == nullptr) return;
+void detail::OffloadStores::read_ahead(const ShardedUnit* next) {
+  if (params_ == nullptr || next == nullptr) return;
   for (auto& f : next->flats) {
     if (!f->gathered() && !f->has_param_dtype_copy()) f->prefetch_shard();  // a copy is gathered as it is
   }
 }
 
-void detail::ShardingEngineImpl::release_offloaded_shards() {
+void detail::OffloadStores::release_gathered(ShardedUnit& u, DeviceStreams& streams) {
+  if (params_ == nullptr) return;
+  std::vector<at::Tensor> dropped;
+  for (auto& f : u.flats) f->release_shard(&dropped);
+  released_.poll();
+  if (!dropped.empty()) released_.release_after(std::move(dropped), streams.mark(streams.all_gather()));
+}
+
+void detail::OffloadStores::release_all(const std::vector<std::unique_ptr<ShardedUnit>>& units) {
   for (auto& u : units) {
     for (auto& f : u->flats) {
       f->release_grad();
@@ -100,7 +101,7 @@ void detail::ShardingEngineImpl::release_offloaded_shards() {
   }
 }
 
-void detail::ShardingEngineImpl::release_offloaded_shards_noexcept() noexcept {
+void detail::OffloadStores::release_all_noexcept(const std::vector<std::unique_ptr<ShardedUnit>>& units) noexcept {
   for (auto& u : units) {
     for (auto& f : u->flats) {
       try {

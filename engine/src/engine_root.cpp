@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The pass as a whole: the root forward (engine.forward), the start and the end of a backward
-// (the final callback reduces what never fired and waits for every reduction), and the way back
-// to a usable engine after a forward or backward that threw.
+// (the final callback reduces what never fired and waits for every reduction), the way back to a
+// usable engine after a forward or backward that threw, and what the units see of the engine
+// (EngineUnitHost).
 #include <torch/csrc/autograd/engine.h>
 
 #include "engine_internal.h"
@@ -26,7 +27,34 @@ void ShardingEngineImpl::begin_backward() {
   callback_queued = true;
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
   // Before the backward's first collective: every rank ran the same units (unit_order.cpp).
-  check_unit_order_at_backward();
+  if (order->at_backward()) rerecord_prefetch_order();
+}
+
+void ShardingEngineImpl::mark_idle_units(const std::unordered_set<torch::autograd::Node*>& graph) {
+  for (auto& u : units) {
+    if (!u->unreached_by(graph, *root)) continue;
+    u->pass.idle = true;
+    if (options.strategy != ShardingStrategy::kNoShard) u->reshard();
+  }
+}
+
+void ShardingEngineImpl::rerecord_prefetch_order() {
+  if (schedule.recording()) return;  // the first forward records the order as it goes (pre_forward)
+  // The prefetch order becomes what this forward ran (first calls only).
+  std::vector<ShardedUnit*> ran;
+  std::vector<bool> seen(units.size(), false);
+  for (int32_t o : order->sequence()) {
+    if (!seen[o]) ran.push_back(units[o].get());
+    seen[o] = true;
+  }
+  if (!schedule.rerecord(std::move(ran))) return;
+  // A unit the old order prefetched but this forward never ran is still gathered: free it now
+  // (every rank issued that gather, so waiting for it completes).
+  if (reshard_after_forward()) {
+    for (auto& u : units) {
+      if (!seen[u->ordinal] && !u->is_root) u->reshard();
+    }
+  }
 }
 
 void ShardingEngineImpl::retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) {
@@ -42,7 +70,7 @@ void ShardingEngineImpl::finalize_backward() {
   }
   // Replicas that ran different units paired their all-reduces wrongly: say so before their
   // results become gradients.
-  finish_replica_order_check();
+  order->finish_replicas();
   const c10::Stream compute = streams->current();
   if (no_sync_depth == 0) {
     streams->wait(streams->reduce_scatter(), compute);
@@ -55,7 +83,7 @@ void ShardingEngineImpl::finalize_backward() {
   }
   // Offloaded gradients were written behind the backward: a failed write fails it (the values
   // stay in memory until reset_after_error() drops this step's gradients).
-  if (grad_store != nullptr) grad_store->flush();
+  if (stores.grads() != nullptr) stores.grads()->flush();
   retired_grads.release_after_wait(compute);
   for (auto& u : units) {
     if (options.strategy != ShardingStrategy::kNoShard) u->reshard();
@@ -73,13 +101,7 @@ void ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
   // Each step below waits for collectives this rank issued before the failure; ranks that failed
   // at the same point issued the same ones, so every wait completes.
   const c10::Stream compute = streams->current();
-  if (replica_order_check.work) {  // issued by every replica at the same point
-    try {
-      replica_order_check.work->wait();
-    } catch (...) {
-    }
-    replica_order_check = OrderExchange{};
-  }
+  order->abandon();
   for (auto& u : units) u->abandon_gathers();
   if (drop_grads) {
     try {
@@ -121,6 +143,43 @@ void ShardingEngineImpl::require_finished_backward(const char* what) const {
              "and makes the engine usable again");
 }
 
+// ---- the units' host ----------------------------------------------------------------------------
+
+const ShardingOptions& EngineUnitHost::options() const { return engine_.options; }
+DeviceStreams& EngineUnitHost::streams() { return *engine_.streams; }
+CommCounters& EngineUnitHost::counters() { return engine_.counters; }
+UnitSchedule& EngineUnitHost::schedule() { return engine_.schedule; }
+const ShardedUnit& EngineUnitHost::root() const { return *engine_.root; }
+bool EngineUnitHost::in_backward() const { return engine_.in_backward(); }
+bool EngineUnitHost::forward_running() const { return engine_.root_active; }
+uint64_t EngineUnitHost::backward_passes() const { return engine_.backward_passes; }
+bool EngineUnitHost::reduces_gradients() const { return engine_.no_sync_depth == 0; }
+bool EngineUnitHost::reshard_after_forward() const { return engine_.reshard_after_forward(); }
+
+void EngineUnitHost::forward_started(const ShardedUnit& u) { engine_.order->record(u.ordinal); }
+
+void EngineUnitHost::backward_started(const ShardedUnit& u, const std::unordered_set<torch::autograd::Node*>* graph) {
+  engine_.begin_backward();
+  if (u.is_root && graph != nullptr) engine_.mark_idle_units(*graph);
+}
+
+void EngineUnitHost::gathers_started(const ShardedUnit& u) {
+  if (engine_.stores.params() != nullptr) engine_.stores.read_ahead(engine_.schedule.next_after(u, in_backward()));
+}
+
+void EngineUnitHost::gathers_complete(ShardedUnit& u) { engine_.stores.release_gathered(u, *engine_.streams); }
+
+void EngineUnitHost::reduction_started(ShardedUnit& u, const c10::Stream& compute) {
+  for (ShardedUnit* p : engine_.reducing) p->reduce_advance(compute);
+  engine_.reducing.assign(1, &u);
+}
+
+void EngineUnitHost::replica_reduction_pending(ShardedUnit& u) { engine_.replica_reducing.push_back(&u); }
+
+void EngineUnitHost::retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) {
+  engine_.retire(std::move(buffers), compute);
+}
+
 }  // namespace detail
 
 void ShardingEngine::begin_root() {
@@ -133,25 +192,26 @@ void ShardingEngine::begin_root() {
     impl_->reset_after_error(/*drop_grads=*/true);
   } else if (impl_->forward_failed) {
     impl_->reset_after_error(/*drop_grads=*/false);
-  } else if (!impl_->forward_sequence.empty()) {
+  } else if (impl_->order->unchecked()) {
     // The last forward ran with grad and no backward followed it (an evaluation without
     // NoGradGuard, or two forwards before one backward): its order is checked now. When it
     // differed, units one rank ran and another did not may still be gathered on some ranks only:
     // every rank reshards every unit, so the next forward starts alike everywhere.
     try {
-      impl_->check_unit_order_now("at the forward after a forward with grad that no backward followed");
+      if (impl_->order->now("at the forward after a forward with grad that no backward followed")) {
+        impl_->rerecord_prefetch_order();
+      }
     } catch (...) {
-      impl_->forward_sequence.clear();
+      impl_->order->begin_forward();
       for (auto& u : impl_->units) u->reshard();
       throw;
     }
   }
-  impl_->forward_sequence.clear();
-  impl_->sequence_checked = false;
+  impl_->order->begin_forward();
   impl_->root_active = true;
   impl_->outer_forward_phase = current_memory_phase();
   if (impl_->options.autocast) {
-    impl_->autocast = std::make_unique<AutocastGuard>(impl_->comm->backend() == std::string("nccl")
+    impl_->autocast = std::make_unique<AutocastGuard>(impl_->groups.comm->backend() == std::string("nccl")
                                                           ? c10::DeviceType::CUDA
                                                           : c10::DeviceType::CPU,
                                                       impl_->options.autocast_dtype);
@@ -184,7 +244,9 @@ void ShardingEngine::end_root(const std::vector<at::Tensor>& outputs) {
   impl_->root->post_forward(outputs);
   set_memory_phase(impl_->outer_forward_phase);
   // No backward follows a forward without grad: its unit sequence is checked now.
-  if (!c10::GradMode::is_enabled()) impl_->check_unit_order_now("at the end of a forward without grad");
+  if (!c10::GradMode::is_enabled() && impl_->order->now("at the end of a forward without grad")) {
+    impl_->rerecord_prefetch_order();
+  }
 }
 
 }  // namespace zeroshard

@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "engine_internal.h"
+#include "unit_schedule.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/engine/activation_checkpoint.h"
@@ -73,9 +73,9 @@ struct InputDone : torch::autograd::Function<InputDone> {
 
 }  // namespace
 
-ShardedUnit::ShardedUnit(ShardingEngineImpl& engine, std::string unit_name, int unit_ordinal,
+ShardedUnit::ShardedUnit(UnitHost& host, std::string unit_name, int unit_ordinal,
                          torch::nn::Module* unit_module, bool root)
-    : name(std::move(unit_name)), ordinal(unit_ordinal), module(unit_module), is_root(root), engine_(engine) {
+    : name(std::move(unit_name)), ordinal(unit_ordinal), module(unit_module), is_root(root), host_(host) {
   const std::string what = is_root ? std::string("outside units (root module)") : "unit '" + name + "'";
   phase_forward_ = memory_phase_id("forward: " + what);
   phase_backward_ = memory_phase_id("backward: " + what);
@@ -89,10 +89,10 @@ bool ShardedUnit::has_frozen() const {
   return false;
 }
 
-bool ShardedUnit::in_backward() const { return engine_.in_backward(); }
+bool ShardedUnit::in_backward() const { return host_.in_backward(); }
 
 c10::optional<c10::ScalarType> ShardedUnit::input_dtype() const {
-  const ShardingOptions& o = engine_.options;
+  const ShardingOptions& o = host_.options();
   if (!o.cast_forward_inputs || o.param_dtype == c10::kFloat) return c10::nullopt;
   return o.param_dtype;
 }
@@ -126,15 +126,15 @@ bool ShardedUnit::unsharded() const {
 // result in complete_unshard (the collective's Work, plus the side stream for a one-rank cast).
 void ShardedUnit::unshard() {
   if (gather_in_flight() || unsharded()) return;
-  DeviceStreams& st = *engine_.streams;
+  DeviceStreams& st = host_.streams();
   st.wait(st.all_gather(), st.current());
   DeviceStreams::Use on_all_gather(st, st.all_gather());
   for (auto& f : flats) {
-    auto w = f->start_gather(name, &engine_.counters.all_gather_elements);
+    auto w = f->start_gather(name, &host_.counters().all_gather_elements);
     if (w) gathers_.push_back(std::move(w));
   }
   gathered_on_side_stream_ = st.enabled();
-  engine_.read_ahead(*this);
+  host_.gathers_started(*this);
 }
 
 void ShardedUnit::wait_for_unshard() {
@@ -145,20 +145,14 @@ void ShardedUnit::wait_for_unshard() {
 void ShardedUnit::complete_unshard() {
   for (auto& w : gathers_) w->wait();
   gathers_.clear();
-  DeviceStreams& st = *engine_.streams;
+  DeviceStreams& st = host_.streams();
   if (gathered_on_side_stream_) {
     st.wait(st.current(), st.all_gather());
     gathered_on_side_stream_ = false;
   }
-  // Offloaded shards: the gathered buffer holds what the unit needs; the shard goes back to the
-  // store (unchanged: nothing is written) until the next gather or step. On a GPU the all-gather
-  // stream may still read a shard: it is kept until that stream is past this point.
-  if (engine_.param_store != nullptr) {
-    std::vector<at::Tensor> dropped;
-    for (auto& f : flats) f->release_shard(&dropped);
-    engine_.released_shards.poll();
-    if (!dropped.empty()) engine_.released_shards.release_after(std::move(dropped), st.mark(st.all_gather()));
-  }
+  // The gathered buffer holds what the unit needs: offloaded shards go back to their store
+  // (OffloadStores::release_gathered).
+  host_.gathers_complete(*this);
 }
 
 void ShardedUnit::reshard() {
@@ -180,29 +174,29 @@ void ShardedUnit::abandon_gathers() noexcept {
 void ShardedUnit::pre_forward() {
   // During a backward through this engine a unit's forward is the recomputation of an activation
   // checkpoint (the reentrant checkpoint re-runs it inside backward).
-  const bool backward = engine_.in_backward();
-  ZS_REQUIRE(engine_.root_active || is_root || backward, UsageError, "unit '", name,
+  const bool backward = host_.in_backward();
+  ZS_REQUIRE(host_.forward_running() || is_root || backward, UsageError, "unit '", name,
              "' was called outside the engine's forward: run the model inside engine.forward([&] { ... })");
   set_memory_phase(backward ? phase_recompute_ : phase_forward_);
-  if (!backward) engine_.forward_sequence.push_back(ordinal);
-  engine_.schedule.record(this);
+  if (!backward) host_.forward_started(*this);
+  host_.schedule().record(this);
   pass.checkpoints_before_forward = checkpoint_forwards_on_this_thread();
   unshard();
   // During a recomputation the next unit in forward order has already finished its backward. A
   // unit missing from the recorded order (re-recorded from the last forward) prefetches nothing.
-  if (engine_.options.forward_prefetch && !backward && forward_index >= 0) {
-    engine_.schedule.prefetch(forward_index + 1, /*backward=*/false);
+  if (host_.options().forward_prefetch && !backward && forward_index >= 0) {
+    host_.schedule().prefetch(forward_index + 1, /*backward=*/false);
   }
   wait_for_unshard();
 }
 
 void ShardedUnit::post_forward(const std::vector<at::Tensor>& outputs) {
-  const bool backward = engine_.in_backward();
+  const bool backward = host_.in_backward();
   // A recomputation is followed at once by the unit's own backward: stay gathered until then.
   const bool recomputing = backward && c10::GradMode::is_enabled();
   if (checkpoint_forwards_on_this_thread() != pass.checkpoints_before_forward) pass.forward_checkpoints = true;
-  if (engine_.reshard_after_forward() && !is_root && !recomputing) reshard();
-  if (!is_root) set_memory_phase(backward ? engine_.root->phase_backward() : engine_.root->phase_forward());
+  if (host_.reshard_after_forward() && !is_root && !recomputing) reshard();
+  if (!is_root) set_memory_phase(backward ? host_.root().phase_backward() : host_.root().phase_forward());
   if (!c10::GradMode::is_enabled()) return;
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.requires_grad()) continue;
@@ -217,13 +211,13 @@ void ShardedUnit::post_forward(const std::vector<at::Tensor>& outputs) {
 }
 
 at::Tensor ShardedUnit::mark_input(const at::Tensor& x) {
-  if (is_root || engine_.options.strategy == ShardingStrategy::kNoShard || !c10::GradMode::is_enabled() ||
+  if (is_root || host_.options().strategy == ShardingStrategy::kNoShard || !c10::GradMode::is_enabled() ||
       !x.defined() || !x.requires_grad()) {
     return x;
   }
   if (!has_frozen()) return x;  // its last parameter gradient ends its backward
   ++pass.inputs_watched;
-  at::Tensor watched = InputDone::apply(x, c10::make_intrusive<InputWatch>(this, engine_.backward_passes));
+  at::Tensor watched = InputDone::apply(x, c10::make_intrusive<InputWatch>(this, host_.backward_passes()));
   remember_node(&pass.input_nodes, watched.grad_fn());
   return watched;
 }
@@ -239,16 +233,13 @@ void ShardedUnit::mark_input_opaque() {
 void ShardedUnit::pre_backward() {
   if (pass.pre_backward_done) return;
   pass.pre_backward_done = true;
-  const bool first = !engine_.in_backward();
-  if (first) engine_.begin_backward();
-  if (const auto* graph = backward_graph_nodes()) {
-    if (first && is_root) engine_.mark_idle_units(*graph);
-    read_backward_graph(*graph);
-  }
+  const auto* graph = backward_graph_nodes();
+  if (!host_.in_backward()) host_.backward_started(*this, graph);
+  if (graph != nullptr) read_backward_graph(*graph);
   set_memory_phase(phase_backward_);
   unshard();
-  if (engine_.options.backward_prefetch == BackwardPrefetch::kBackwardPre) {
-    engine_.schedule.prefetch(forward_index - 1, /*backward=*/true);
+  if (host_.options().backward_prefetch == BackwardPrefetch::kBackwardPre) {
+    host_.schedule().prefetch(forward_index - 1, /*backward=*/true);
   }
   wait_for_unshard();
   for (auto& f : flats) f->prepare_grads();
@@ -267,7 +258,7 @@ void ShardedUnit::on_grad_ready(FlatParam* flat, size_t slot) {
 }
 
 void ShardedUnit::input_grad_ready(uint64_t pass_number) {
-  if (pass_number != engine_.backward_passes || !pass.pre_backward_done || pass.post_backward_done) return;
+  if (pass_number != host_.backward_passes() || !pass.pre_backward_done || pass.post_backward_done) return;
   ++pass.inputs_seen;
   maybe_post_backward();
 }
@@ -292,37 +283,36 @@ void ShardedUnit::maybe_post_backward() {
 void ShardedUnit::post_backward() {
   if (pass.post_backward_done) return;
   pass.post_backward_done = true;
-  if (engine_.no_sync_depth == 0) {
-    DeviceStreams& st = *engine_.streams;
+  if (host_.reduces_gradients()) {
+    DeviceStreams& st = host_.streams();
     const c10::Stream compute = st.current();
     st.wait(st.reduce_scatter(), compute);
     DeviceStreams::Use on_reduce_scatter(st, st.reduce_scatter());
     reduce_start();
-    for (ShardedUnit* p : engine_.reducing) p->reduce_advance(compute);
-    engine_.reducing.assign(1, this);
+    host_.reduction_started(*this, compute);
   }
-  if (engine_.options.strategy != ShardingStrategy::kNoShard) reshard();
-  if (engine_.options.backward_prefetch == BackwardPrefetch::kBackwardPost) {
-    engine_.schedule.prefetch(forward_index - 1, /*backward=*/true);
+  if (host_.options().strategy != ShardingStrategy::kNoShard) reshard();
+  if (host_.options().backward_prefetch == BackwardPrefetch::kBackwardPost) {
+    host_.schedule().prefetch(forward_index - 1, /*backward=*/true);
   }
-  set_memory_phase(engine_.root->phase_backward());
+  set_memory_phase(host_.root().phase_backward());
 }
 
 // ---- gradient reduction -----------------------------------------------------------------------
 
 void ShardedUnit::reduce_start() {
-  for (auto& f : flats) f->start_reduce(name, &engine_.counters.reduce_elements);
+  for (auto& f : flats) f->start_reduce(name, &host_.counters().reduce_elements);
 }
 
 void ShardedUnit::reduce_advance(const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
   bool replica_pending = false;
   for (auto& f : flats) {
-    replica_pending = f->advance_reduce(name, &engine_.counters.reduce_elements, &retired) || replica_pending;
+    replica_pending = f->advance_reduce(name, &host_.counters().reduce_elements, &retired) || replica_pending;
   }
-  engine_.retire(std::move(retired), compute);
+  host_.retire(std::move(retired), compute);
   if (replica_pending) {
-    engine_.replica_reducing.push_back(this);
+    host_.replica_reduction_pending(*this);
   } else {
     reduce_finish(compute);
   }
@@ -330,8 +320,8 @@ void ShardedUnit::reduce_advance(const c10::Stream& compute) {
 
 void ShardedUnit::reduce_finish(const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
-  for (auto& f : flats) f->finish_reduce(name, &engine_.counters.reduce_elements, &retired);
-  engine_.retire(std::move(retired), compute);
+  for (auto& f : flats) f->finish_reduce(name, &host_.counters().reduce_elements, &retired);
+  host_.retire(std::move(retired), compute);
 }
 
 }  // namespace zeroshard::detail

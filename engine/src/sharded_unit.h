@@ -11,7 +11,7 @@
 //                                              autograd and reduced (reduce_start / reduce_advance /
 //                                              reduce_finish on the reduce-scatter stream)
 // The engine owns the units and the state they share (streams, counters, stores, the schedule that
-// orders prefetching): every unit holds a reference to it. Not thread-safe: the training thread
+// orders prefetching); a unit reaches it only through UnitHost (unit_host.h). Not thread-safe: the training thread
 // (autograd's hooks run on it for CPU tensors, and on the device's thread with the GIL-free C++
 // engine they are serialised by the backward itself).
 
@@ -25,16 +25,18 @@
 #include <vector>
 
 #include "flat_param.h"
+#include "unit_host.h"
 #include "zeroshard/comm/streams.h"
 
 namespace zeroshard::detail {
-
-struct ShardingEngineImpl;
 
 // The nodes the running backward will run (null when the graph cannot tell: a backward over a
 // selection of its graph, or no backward running): engine_graph.cpp.
 const std::unordered_set<torch::autograd::Node*>* backward_graph_nodes();
 bool in_graph(const std::unordered_set<torch::autograd::Node*>& graph, const std::shared_ptr<torch::autograd::Node>& n);
+// Keeps a weak reference to a gradient function recorded by a forward.
+void remember_node(std::vector<std::weak_ptr<torch::autograd::Node>>* nodes,
+                   const std::shared_ptr<torch::autograd::Node>& node);
 
 // What the current forward/backward pass recorded about a unit; reset at the end of every backward.
 struct UnitPass {
@@ -64,7 +66,7 @@ struct UnitPass {
 
 class ShardedUnit {
  public:
-  ShardedUnit(ShardingEngineImpl& engine, std::string name, int ordinal, torch::nn::Module* module, bool is_root);
+  ShardedUnit(UnitHost& host, std::string name, int ordinal, torch::nn::Module* module, bool is_root);
 
   const std::string name;  // module path in the model; "<root>" for the model itself
   const int ordinal;       // index in the engine's units
@@ -112,11 +114,15 @@ class ShardedUnit {
   // The parameter gradients and watched inputs due this pass, from the running backward's graph
   // (engine_graph.cpp); left unknown (all of them) for the root and units with checkpoints inside.
   void read_backward_graph(const std::unordered_set<torch::autograd::Node*>& graph);
+  // At the loss (the root's first hook), with the running backward's graph: true when none of the
+  // unit's outputs is in it (nor the loss itself), so the unit will not run backward this pass
+  // (engine_graph.cpp). Always false for the root and units whose outputs were not all recorded.
+  bool unreached_by(const std::unordered_set<torch::autograd::Node*>& graph, const ShardedUnit& root) const;
 
   // --- gradient reduction stages (the reduce-scatter stream current; `compute` made the gradients)
   void reduce_start();
-  // Past the reduce-scatter: finished at once, or left to the engine's replica_reducing while a
-  // replica all-reduce is in flight (finished by reduce_finish at the end of backward).
+  // Past the reduce-scatter: finished at once, or left to the engine while a replica all-reduce
+  // is in flight (finished by reduce_finish at the end of backward).
   void reduce_advance(const c10::Stream& compute);
   void reduce_finish(const c10::Stream& compute);
 
@@ -130,7 +136,7 @@ class ShardedUnit {
  private:
   void maybe_post_backward();
 
-  ShardingEngineImpl& engine_;
+  UnitHost& host_;
   std::vector<std::shared_ptr<Work>> gathers_;  // in flight
   bool gathered_on_side_stream_ = false;  // a gather ran on the all-gather stream; compute has not waited
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive for their hooks

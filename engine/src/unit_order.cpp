@@ -22,14 +22,14 @@
 #include <algorithm>
 #include <sstream>
 
-#include "engine_internal.h"
+#include "unit_order.h"
 #include "zeroshard/base/error.h"
 
 namespace zeroshard {
 
 namespace {
 
-using OrderExchange = detail::ShardingEngineImpl::OrderExchange;
+using OrderExchange = detail::UnitOrderCheck::Exchange;
 
 int64_t sequence_hash(const std::vector<int32_t>& seq) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
@@ -137,53 +137,51 @@ void verify_exchange(OrderExchange& ex, const std::vector<std::unique_ptr<detail
 
 }  // namespace
 
-void detail::ShardingEngineImpl::check_unit_order_at_backward() {
-  if (sequence_checked) return;
-  sequence_checked = true;
-  const int me = session.world()->rank();
-  if (host_replicate_group && host_replicate_group->size() > 1) {
-    replica_order_check = start_exchange(*host_replicate_group, forward_sequence, me);
-  }
-  if (host_shard_group->size() > 1) {
-    OrderExchange ex = start_exchange(*host_shard_group, forward_sequence, me);
-    verify_exchange(ex, units, "at the start of backward", /*exchange_sequences=*/true);
-  }
-  rerecord_prefetch_order();
+detail::UnitOrderCheck::UnitOrderCheck(Communicator& world, Communicator& host_shard, Communicator* host_replicate,
+                                       const std::vector<std::unique_ptr<ShardedUnit>>& units)
+    : world_(world), host_shard_(host_shard), host_replicate_(host_replicate), units_(units) {}
+
+void detail::UnitOrderCheck::begin_forward() {
+  sequence_.clear();
+  checked_ = false;
 }
 
-void detail::ShardingEngineImpl::finish_replica_order_check() {
+bool detail::UnitOrderCheck::at_backward() {
+  if (checked_) return false;
+  checked_ = true;
+  const int me = world_.rank();
+  if (host_replicate_ != nullptr && host_replicate_->size() > 1) {
+    replicas_ = start_exchange(*host_replicate_, sequence_, me);
+  }
+  if (host_shard_.size() > 1) {
+    OrderExchange ex = start_exchange(host_shard_, sequence_, me);
+    verify_exchange(ex, units_, "at the start of backward", /*exchange_sequences=*/true);
+  }
+  return true;
+}
+
+void detail::UnitOrderCheck::finish_replicas() {
   // The replicas' all-reduces were issued after the check: unpaired ones may be pending.
-  verify_exchange(replica_order_check, units, "at the end of backward, across replicas", /*exchange_sequences=*/false);
+  verify_exchange(replicas_, units_, "at the end of backward, across replicas", /*exchange_sequences=*/false);
 }
 
-void detail::ShardingEngineImpl::check_unit_order_now(const char* where) {
-  if (sequence_checked) return;
-  sequence_checked = true;
-  Communicator& world = *session.world();
-  if (world.size() > 1) {
-    OrderExchange ex = start_exchange(world, forward_sequence, world.rank());
-    verify_exchange(ex, units, where, /*exchange_sequences=*/true);
+bool detail::UnitOrderCheck::now(const char* where) {
+  if (checked_) return false;
+  checked_ = true;
+  if (world_.size() > 1) {
+    OrderExchange ex = start_exchange(world_, sequence_, world_.rank());
+    verify_exchange(ex, units_, where, /*exchange_sequences=*/true);
   }
-  rerecord_prefetch_order();
+  return true;
 }
 
-void detail::ShardingEngineImpl::rerecord_prefetch_order() {
-  if (schedule.recording()) return;  // the first forward records the order as it goes (pre_forward)
-  // The prefetch order becomes what this forward ran (first calls only).
-  std::vector<detail::ShardedUnit*> order;
-  std::vector<bool> seen(units.size(), false);
-  for (int32_t o : forward_sequence) {
-    if (!seen[o]) order.push_back(units[o].get());
-    seen[o] = true;
+void detail::UnitOrderCheck::abandon() noexcept {
+  if (!replicas_.work) return;  // issued by every replica at the same point
+  try {
+    replicas_.work->wait();
+  } catch (...) {
   }
-  if (!schedule.rerecord(std::move(order))) return;
-  // A unit the old order prefetched but this forward never ran is still gathered: free it now
-  // (every rank issued that gather, so waiting for it completes).
-  if (reshard_after_forward()) {
-    for (auto& u : units) {
-      if (!seen[u->ordinal] && !u->is_root) u->reshard();
-    }
-  }
+  replicas_ = Exchange{};
 }
 
 }  // namespace zeroshard

@@ -4,7 +4,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "engine_internal.h"
+#include "sharded_unit.h"
 #include "sharded_init_state.h"
 
 namespace zeroshard::detail {
