@@ -161,16 +161,16 @@ class SavedShards {
 
 detail::CheckpointReader::CheckpointReader(ShardingEngine& e, std::shared_ptr<IoEngine> file_io,
                                            std::shared_ptr<Communicator> world)
-    : engine(e), io(std::move(file_io)), comm(std::move(world)) {}
+    : engine_(e), io_(std::move(file_io)), comm_(std::move(world)) {}
 
 void detail::CheckpointReader::apply(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                                TrainingState& out) {
   at::NoGradGuard no_grad;
-  const std::vector<FlatShard*> flats = engine.flat_shards();
+  const std::vector<FlatShard*> flats = engine_.flat_shards();
   check_structure(m, flats, dir);
   check_optimizer(opt, m, dir);
   check_param_groups(m, dir);
-  out.resharded = m.world_size() != comm->size() || m.shard_group_size() != engine.shard_group_size();
+  out.resharded = m.world_size() != comm_->size() || m.shard_group_size() != engine_.shard_group_size();
   load_flats(opt, m, dir, flats);
   load_buffers(m, dir);
   load_rank_state(m, dir, out);
@@ -240,7 +240,7 @@ void detail::CheckpointReader::check_optimizer(const ShardedOptimizer& opt, cons
 // resumed run that decays other parameters is not the run that was saved. Checkpoints without
 // groups (saved before set_param_groups existed, or by a run that never set them) are not checked.
 void detail::CheckpointReader::check_param_groups(const ckpt::Manifest& m, const std::string& dir) const {
-  const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
+  const std::vector<ParamGroupAssignment>& groups = engine_.param_groups();
   if (groups.empty()) return;
   size_t k = 0;
   for (const auto& fe : m.flats()) {
@@ -265,7 +265,7 @@ void detail::CheckpointReader::check_param_groups(const ckpt::Manifest& m, const
 // its checksums are verified here, streamed, so a damaged file fails the load on every rank.
 void detail::CheckpointReader::load_flats(ShardedOptimizer& opt, const ckpt::Manifest& m, const std::string& dir,
                                     const std::vector<FlatShard*>& flats) {
-  auto saved = std::make_shared<SavedShards>(m, dir, io);
+  auto saved = std::make_shared<SavedShards>(m, dir, io_);
   const std::vector<std::string> names = opt.state_names();
   std::vector<ShardOptimizerState> opt_state;
   for (size_t i = 0; i < flats.size(); ++i) {
@@ -303,8 +303,8 @@ void detail::CheckpointReader::load_buffers(const ckpt::Manifest& m, const std::
     if (rf.rank() == 0) rf0 = &rf;
   }
   ZS_REQUIRE(rf0 != nullptr, CheckpointError, "checkpoint '", dir, "' has no rank 0 file");
-  std::unique_ptr<RankFileReader> r = ckpt::open_rank_file(dir, *rf0, io);
-  for (auto& b : engine.model().named_buffers()) {
+  std::unique_ptr<RankFileReader> r = ckpt::open_rank_file(dir, *rf0, io_);
+  for (auto& b : engine_.model().named_buffers()) {
     const RankFileSection& sec = r->section("buffer/" + b.key());
     ZS_REQUIRE(sec.shape == b.value().sizes().vec(), CheckpointError, "checkpoint '", dir, "': buffer '", b.key(),
                "' is ", detail::shape_str(sec.shape), ", the model's is ", detail::shape_str(b.value().sizes().vec()));
@@ -321,14 +321,14 @@ void detail::CheckpointReader::load_buffers(const ckpt::Manifest& m, const std::
 void detail::CheckpointReader::load_rank_state(const ckpt::Manifest& m, const std::string& dir, TrainingState& out) {
   const ckpt::RankFile* own_file = nullptr;
   for (const auto& rf : m.rank_files()) {
-    if (rf.rank() == comm->rank()) own_file = &rf;
+    if (rf.rank() == comm_->rank()) own_file = &rf;
   }
-  if (m.world_size() != comm->size() || own_file == nullptr) {
-    ZS_LOG(kInfo) << "checkpoint saved at " << m.world_size() << " ranks, loading at " << comm->size()
+  if (m.world_size() != comm_->size() || own_file == nullptr) {
+    ZS_LOG(kInfo) << "checkpoint saved at " << m.world_size() << " ranks, loading at " << comm_->size()
                   << ": RNG states and per-rank entries are not restored";
     return;
   }
-  std::unique_ptr<RankFileReader> r = ckpt::open_rank_file(dir, *own_file, io);
+  std::unique_ptr<RankFileReader> r = ckpt::open_rank_file(dir, *own_file, io_);
   if (r->has("rng/cpu")) {
     const std::string bytes = r->read_bytes("rng/cpu");
     auto gen = at::detail::getDefaultCPUGenerator();
@@ -341,14 +341,14 @@ void detail::CheckpointReader::load_rank_state(const ckpt::Manifest& m, const st
     out.rng_restored = true;
   }
   // The CUDA generator of this rank's device, saved by a run on CUDA.
-  const c10::Device device = engine.session().device();
+  const c10::Device device = engine_.session().device();
   if (r->has("rng/cuda") && device.is_cuda()) {
     const std::string bytes = r->read_bytes("rng/cuda");
     at::Generator gen = at::globalContext().defaultGenerator(device);
     std::lock_guard<std::mutex> lock(gen.mutex());
     at::Tensor state = gen.get_state();
     ZS_REQUIRE(static_cast<size_t>(state.nbytes()) == bytes.size(), CheckpointError, "checkpoint '", dir,
-               "': the CUDA RNG state of rank ", comm->rank(), " has ", bytes.size(), " bytes, this LibTorch's ",
+               "': the CUDA RNG state of rank ", comm_->rank(), " has ", bytes.size(), " bytes, this LibTorch's ",
                device.str(), " generator has ", state.nbytes());
     std::memcpy(state.data_ptr(), bytes.data(), bytes.size());
     gen.set_state(state);

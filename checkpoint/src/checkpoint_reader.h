@@ -33,9 +33,9 @@ class CheckpointReader {
   void load_buffers(const ckpt::Manifest& m, const std::string& dir);
   void load_rank_state(const ckpt::Manifest& m, const std::string& dir, TrainingState& out);
 
-  ShardingEngine& engine;
-  std::shared_ptr<IoEngine> io;
-  std::shared_ptr<Communicator> comm;
+  ShardingEngine& engine_;
+  std::shared_ptr<IoEngine> io_;
+  std::shared_ptr<Communicator> comm_;
 };
 
 }  // namespace zeroshard::detail

@@ -36,15 +36,15 @@ Snapshot detail::CheckpointWriter::snapshot(ShardedOptimizer& opt, const Trainin
   at::NoGradGuard no_grad;
   Snapshot s;
   s.step = st.step;
-  s.rank = comm->rank();
-  s.world = comm->size();
-  s.holds_shards = engine.replica_rank() == 0;
-  const std::vector<FlatShard*> flats = engine.flat_shards();
-  s.shard_rank = engine.shard_rank();
+  s.rank = comm_->rank();
+  s.world = comm_->size();
+  s.holds_shards = engine_.replica_rank() == 0;
+  const std::vector<FlatShard*> flats = engine_.flat_shards();
+  s.shard_rank = engine_.shard_rank();
   std::vector<ShardOptimizerState> opt_state;
   if (s.holds_shards) opt_state = opt.export_state();
   const int64_t on_nvme = opt.placement().nvme;
-  ZS_REQUIRE(!o.async_save || on_nvme == 0, UsageError, "checkpoint.async_save copies this rank's optimizer state "
+  ZS_REQUIRE(!options_.async_save || on_nvme == 0, UsageError, "checkpoint.async_save copies this rank's optimizer state "
              "into host memory to write it while training goes on; with the state offloaded to NVMe (",
              on_nvme / 1048576, " MiB on rank ", s.rank, ") that copy is what offloading avoids: save synchronously "
              "(checkpoint.async_save = false), which streams the state shard by shard");
@@ -55,7 +55,7 @@ Snapshot detail::CheckpointWriter::snapshot(ShardedOptimizer& opt, const Trainin
     at::Tensor rng = gen.get_state();
     s.sections.push_back({"rng/cpu", "uint8", {rng.numel()}, rng.contiguous(), {}, {}, {}});
   }
-  const c10::Device device = engine.session().device();
+  const c10::Device device = engine_.session().device();
   if (device.is_cuda()) {
     // The CUDA generator of this rank's device (dropout on the GPU draws from it): exact resume.
     at::Generator gen = at::globalContext().defaultGenerator(device);
@@ -113,7 +113,7 @@ void detail::CheckpointWriter::snapshot_shards(Snapshot& s, const std::vector<Fl
   for (size_t i = 0; i < flats.size(); ++i) {
     FlatShard& f = *flats[i];
     PendingSection p{detail::flat_key(i) + "/param", "float32", {f.shard_numel()}, at::Tensor(), {}, {}, {}};
-    if (o.async_save) {
+    if (options_.async_save) {
       p.tensor = host_copy(f.shard_for_read(), true);
       f.release_shard();  // offloaded: back to the store (unchanged); the snapshot keeps its copy
     } else {  // read when written, released after: one offloaded shard resident at a time
@@ -124,14 +124,15 @@ void detail::CheckpointWriter::snapshot_shards(Snapshot& s, const std::vector<Fl
     if (!f.trainable()) continue;
     const size_t pos = trainable_index++;
     if (pos >= opt_state.size()) continue;
-    add_state_sections(s, detail::flat_key(i) + "/opt/", opt_state[pos], state_names, f.shard_numel(), o.async_save);
+    add_state_sections(s, detail::flat_key(i) + "/opt/", opt_state[pos], state_names, f.shard_numel(),
+                       options_.async_save);
   }
 }
 
 void detail::CheckpointWriter::snapshot_buffers(Snapshot& s) {
-  for (const auto& b : engine.model().named_buffers()) {
+  for (const auto& b : engine_.model().named_buffers()) {
     s.sections.push_back({"buffer/" + b.key(), c10::toString(b.value().scalar_type()), b.value().sizes().vec(),
-                          host_copy(b.value(), o.async_save), {}, {}, {}});
+                          host_copy(b.value(), options_.async_save), {}, {}, {}});
   }
 }
 
@@ -176,16 +177,16 @@ void detail::CheckpointWriter::fill_manifest(ckpt::Manifest& m, ShardedOptimizer
   m.set_format_version(ckpt::kFormatVersion);
   m.set_zeroshard_version(ZS_VERSION);
   m.set_step(st.step);
-  m.set_world_size(comm->size());
-  m.set_strategy(to_string(engine.options().strategy));
-  m.set_shard_group_size(engine.shard_group_size());
-  m.set_config_text(config_text);
-  ckpt::describe_model(m, o.model);
+  m.set_world_size(comm_->size());
+  m.set_strategy(to_string(engine_.options().strategy));
+  m.set_shard_group_size(engine_.shard_group_size());
+  m.set_config_text(config_text_);
+  ckpt::describe_model(m, options_.model);
   m.set_optimizer(opt.describe());
   for (const auto& n : opt.state_names()) m.add_optimizer_state_names(n);
   m.set_optimizer_steps(opt.steps());
   size_t trainable_index = 0;
-  const std::vector<ParamGroupAssignment>& groups = engine.param_groups();
+  const std::vector<ParamGroupAssignment>& groups = engine_.param_groups();
   size_t group_index = 0;  // groups cover the trainable parameters, in this order
   for (size_t i = 0; i < flats.size(); ++i) {
     FlatShard& f = *flats[i];
@@ -206,7 +207,7 @@ void detail::CheckpointWriter::fill_manifest(ckpt::Manifest& m, ShardedOptimizer
       describe_param(fe->add_params(), ps, grouped ? &groups[group_index++] : nullptr);
     }
   }
-  for (const auto& b : engine.model().named_buffers()) {
+  for (const auto& b : engine_.model().named_buffers()) {
     ckpt::BufferEntry* be = m.add_buffers();
     be->set_name(b.key());
     be->set_dtype(c10::toString(b.value().scalar_type()));
@@ -217,7 +218,7 @@ void detail::CheckpointWriter::fill_manifest(ckpt::Manifest& m, ShardedOptimizer
 
 std::string detail::CheckpointWriter::write(const Snapshot& s, Communicator& c) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string root = o.dir;
+  const std::string root = options_.dir;
   const std::string final_dir = root + "/" + ckpt::step_dir_name(s.step);
   const std::string tmp = root + "/.tmp-" + ckpt::step_dir_name(s.step);
   const std::string tag = "zs.ckpt." + std::to_string(s.step);
@@ -254,7 +255,7 @@ std::string detail::CheckpointWriter::write(const Snapshot& s, Communicator& c) 
   ZS_LOG(kInfo) << "checkpoint " << final_dir << " durable (" << bytes / 1048576.0 << " MiB on this rank in "
                 << secs << " s)";
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu_);
     durable_step_ = s.step;
   }
   return final_dir;
@@ -262,10 +263,11 @@ std::string detail::CheckpointWriter::write(const Snapshot& s, Communicator& c) 
 
 detail::CheckpointWriter::CheckpointWriter(ShardingEngine& e, CheckpointOptions opts, std::string cfg,
                                            std::shared_ptr<IoEngine> file_io, std::shared_ptr<Communicator> world)
-    : engine(e), o(std::move(opts)), config_text(std::move(cfg)), io(std::move(file_io)), comm(std::move(world)) {}
+    : engine_(e), options_(std::move(opts)), config_text_(std::move(cfg)), io_(std::move(file_io)),
+      comm_(std::move(world)) {}
 
 int64_t detail::CheckpointWriter::durable_step() const {
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(mu_);
   return durable_step_;
 }
 
@@ -283,7 +285,7 @@ int64_t detail::CheckpointWriter::write_rank_file(const Snapshot& s, const std::
   ZS_REQUIRE(fs::is_directory(tmp, ec), CheckpointError, "'", tmp, "', which rank 0 just created, does not exist "
              "on rank ", s.rank, ": checkpoint.dir must be one directory every rank sees (a filesystem all nodes "
              "share, e.g. NFS or Lustre); node-local directories cannot hold a sharded checkpoint");
-  RankFileWriter w(tmp + "/" + ckpt::rank_file_name(s.rank), s.rank, s.shard_rank, io);
+  RankFileWriter w(tmp + "/" + ckpt::rank_file_name(s.rank), s.rank, s.shard_rank, io_);
   for (const PendingSection& p : s.sections) {
     if (p.produce) {
       const at::Tensor t = p.produce();
@@ -305,7 +307,7 @@ int64_t detail::CheckpointWriter::write_rank_file(const Snapshot& s, const std::
   ckpt::RankFile rf;
   ckpt::set_record(&rf, w.finish(ckpt::rank_file_name(s.rank)));
   rf.set_holds_shards(s.holds_shards);
-  write_file_atomic(*io, tmp, "rank-" + std::to_string(s.rank) + ".meta", rf.SerializeAsString());
+  write_file_atomic(*io_, tmp, "rank-" + std::to_string(s.rank) + ".meta", rf.SerializeAsString());
   return rf.bytes();
 }
 
@@ -378,7 +380,7 @@ void detail::CheckpointWriter::commit(const Snapshot& s, const std::string& root
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   const auto saved = ckpt::list_checkpoints_by_save(root);
   m.set_save_sequence(saved.empty() ? 1 : std::max<int64_t>(saved.back().sequence, 0) + 1);
-  write_file_atomic(*io, tmp, ckpt::kManifestName, ckpt::manifest_bytes(m));
+  write_file_atomic(*io_, tmp, ckpt::kManifestName, ckpt::manifest_bytes(m));
   std::error_code ec;
   if (fs::exists(final_dir, ec)) {  // the same step saved again: replace it
     replace_checkpoint(root, tmp, final_dir, s.step);
@@ -387,7 +389,7 @@ void detail::CheckpointWriter::commit(const Snapshot& s, const std::string& root
     ZS_REQUIRE(!ec, CheckpointError, "cannot rename '", tmp, "' to '", final_dir, "': ", ec.message());
   }
   fsync_dir(root);
-  write_file_atomic(*io, root, ckpt::kLatestName, ckpt::step_dir_name(s.step) + "\n");
+  write_file_atomic(*io_, root, ckpt::kLatestName, ckpt::step_dir_name(s.step) + "\n");
   apply_retention(root, final_dir);
 }
 
@@ -396,7 +398,7 @@ void detail::CheckpointWriter::commit(const Snapshot& s, const std::string& root
 void detail::CheckpointWriter::apply_retention(const std::string& root, const std::string& final_dir) {
   std::error_code ec;
   const auto all = ckpt::list_checkpoints_by_save(root);
-  for (size_t i = 0; i + static_cast<size_t>(o.keep_last) < all.size(); ++i) {
+  for (size_t i = 0; i + static_cast<size_t>(options_.keep_last) < all.size(); ++i) {
     if (all[i].path != final_dir) fs::remove_all(all[i].path, ec);
   }
   for (const auto& e : fs::directory_iterator(root, ec)) {

@@ -47,7 +47,7 @@ class CheckpointWriter {
  public:
   CheckpointWriter(ShardingEngine& engine, CheckpointOptions options, std::string config_text,
                    std::shared_ptr<IoEngine> io, std::shared_ptr<Communicator> comm);
-  const CheckpointOptions& options() const { return o; }
+  const CheckpointOptions& options() const { return options_; }
   // Everything the save of `st` writes (sync saves: the live tensors, produced section by section;
   // async: copies).
   Snapshot snapshot(ShardedOptimizer& opt, const TrainingState& st);
@@ -67,12 +67,12 @@ class CheckpointWriter {
   void commit(const Snapshot& s, const std::string& root, const std::string& tmp, const std::string& final_dir);
   void apply_retention(const std::string& root, const std::string& final_dir);
 
-  ShardingEngine& engine;
-  CheckpointOptions o;
-  std::string config_text;
-  std::shared_ptr<IoEngine> io;        // rank files, manifest, `latest`
-  std::shared_ptr<Communicator> comm;  // the engine's world
-  mutable std::mutex mu;
+  ShardingEngine& engine_;
+  CheckpointOptions options_;
+  std::string config_text_;
+  std::shared_ptr<IoEngine> io_;        // rank files, manifest, `latest`
+  std::shared_ptr<Communicator> comm_;  // the engine's world
+  mutable std::mutex mu_;
   int64_t durable_step_ = -1;
 };
 
