@@ -297,7 +297,8 @@ EstimateOptions estimate_options(const Config& c, const RunOptions& run) {
   o.offload_params = run.sharding.offload_params.target;
   o.offload_grads = run.sharding.offload_grads.target;
   o.keep_param_dtype_shard = run.sharding.keep_param_dtype_shard;
-  o.offload_staging_bytes = static_cast<int64_t>(c.offload().buffer_count()) * c.offload().block_size();
+  o.offload_buffer_count = c.offload().buffer_count();
+  o.offload_block_size = c.offload().block_size();
   o.nvme_generations = c.offload().nvme_generations();
   o.gpu = run.session.device == DevicePolicy::kCuda || (run.session.device == DevicePolicy::kAuto && at::hasCUDA());
   return o;

@@ -9,6 +9,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/engine/plan.h"
+#include "zeroshard/io/pinned_pool.h"
 
 namespace zeroshard {
 namespace {
@@ -236,6 +237,15 @@ bool master_in_param_store(const EstimateOptions& o) {
   return !o.gpu && o.offload_optimizer == Target::kNvme && o.offload_params == Target::kNvme;
 }
 
+// The offloaded optimizer's NVMe pipeline (offload/src/offload_nvme.cpp): buffer_count record buffers,
+// each one block of every array a record holds (the moments, and the master unless the parameter
+// store holds it), and one gradient chunk, from the pinned pool's power-of-two size classes.
+int64_t nvme_pipeline_bytes(const EstimateOptions& o) {
+  const int64_t arrays = (master_in_param_store(o) ? 0 : 1) + o.optimizer_state_bytes / 4;
+  return o.offload_buffer_count * PinnedPool::size_class(arrays * o.offload_block_size) +
+         PinnedPool::size_class(o.offload_block_size);
+}
+
 // Offloaded optimizer state: the fp32 master and the moments leave the device. Returns whether the
 // NVMe staging buffers were counted (offloaded parameters share them).
 bool offload_optimizer_state(MemoryEstimate& e, const EstimateOptions& o, int64_t shard) {
@@ -255,7 +265,7 @@ bool offload_optimizer_state(MemoryEstimate& e, const EstimateOptions& o, int64_
   // fp32 gradient shard copied for the CPU optimizer (offloaded gradients are there already)
   if (o.offload_grads == Target::kDevice) e.pinned_host += 4 * shard;
   if (o.offload_optimizer != Target::kNvme) return false;
-  e.pinned_host += o.offload_staging_bytes;
+  e.pinned_host += nvme_pipeline_bytes(o);
   return true;
 }
 
@@ -280,7 +290,7 @@ int64_t offload_param_shards(MemoryEstimate& e, const EstimateOptions& o, const 
   int64_t step_masters = 0;
   for (size_t i = 0; i < 2 && i < shards.size(); ++i) step_masters += 4 * shards[i];
   if (!o.keep_param_dtype_shard) e.device_peak += step_masters;
-  if (o.offload_params == Target::kNvme && !staged) e.pinned_host += o.offload_staging_bytes;
+  if (o.offload_params == Target::kNvme && !staged) e.pinned_host += o.offload_buffer_count * o.offload_block_size;
   return step_masters;
 }
 

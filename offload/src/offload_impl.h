@@ -125,7 +125,7 @@ struct OffloadedOptimizer::Impl {
   std::shared_ptr<IoEngine> io;
   std::unique_ptr<OffloadDir> dir;
   std::vector<std::unique_ptr<detail::NvmeShardFiles>> files;
-  std::vector<at::Tensor> buffers;  // buffer_count records of 3 * chunk_elems floats
+  std::vector<at::Tensor> buffers;  // buffer_count records ([master |] moments of chunk_elems floats each)
   at::Tensor grad_staging;          // chunk_elems floats, for gradients not in host fp32
   // Shards on a GPU: the copy stream, and two pinned gradient chunks (one coming down while the
   // other is updated from).

@@ -230,9 +230,10 @@ void OffloadedOptimizer::Impl::reseed_master(const ParamShard& s, detail::NvmeSh
 
 void OffloadedOptimizer::Impl::ensure_buffers() {
   if (!buffers.empty()) return;
-  for (int b = 0; b < o.buffer_count; ++b) {
-    buffers.push_back(staging_pool.empty((1 + state_arrays) * chunk_elems, at::kFloat));
-  }
+  // A record's arrays: the moments, and the master where the records hold it (master_in_records,
+  // decided at the first step, before any buffer is needed).
+  const int arrays = (master_in_records ? 1 : 0) + state_arrays;
+  for (int b = 0; b < o.buffer_count; ++b) buffers.push_back(staging_pool.empty(arrays * chunk_elems, at::kFloat));
   grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
 }
 

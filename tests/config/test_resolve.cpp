@@ -186,7 +186,8 @@ TEST(Resolve, TrainingProgramDefaultsAreTheSchemas) {
   EXPECT_EQ(e.optimizer, r.estimate.optimizer);
   EXPECT_EQ(e.optimizer_state_bytes, r.estimate.optimizer_state_bytes);
   EXPECT_EQ(e.offload_optimizer, r.estimate.offload_optimizer);
-  EXPECT_EQ(e.offload_staging_bytes, r.estimate.offload_staging_bytes);
+  EXPECT_EQ(e.offload_buffer_count, r.estimate.offload_buffer_count);
+  EXPECT_EQ(e.offload_block_size, r.estimate.offload_block_size);
   EXPECT_EQ(e.nvme_generations, r.estimate.nvme_generations);
 }
 
@@ -245,7 +246,8 @@ TEST(Resolve, EverySectionMapsItsKeys) {
   EXPECT_EQ(r.estimate.optimizer, "SGD");
   EXPECT_EQ(r.estimate.optimizer_state_bytes, 4) << "SGD with momentum: one buffer";
   EXPECT_EQ(r.estimate.offload_params, OffloadTarget::kNvme);
-  EXPECT_EQ(r.estimate.offload_staging_bytes, 3 * 1048576);
+  EXPECT_EQ(r.estimate.offload_buffer_count, 3);
+  EXPECT_EQ(r.estimate.offload_block_size, 1048576);
 }
 
 // With autocast, param_dtype names the autocast dtype and the parameters stay fp32.

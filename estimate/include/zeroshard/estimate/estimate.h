@@ -75,7 +75,10 @@ struct EstimateOptions {
   OffloadTarget offload_grads = OffloadTarget::kDevice;  // offload.grads: gradient shards between backward and step
   // offload.keep_param_dtype_shard: offloaded shards also resident in param_dtype (on the device).
   bool keep_param_dtype_shard = false;
-  int64_t offload_staging_bytes = 4 << 20;  // NVMe pipeline: offload.buffer_count x offload.block_size
+  // The NVMe pipelines' pinned buffers: offload.buffer_count of them, each offload.block_size bytes per
+  // array a record streams (see offload_staging in estimate.cpp).
+  int offload_buffer_count = 4;
+  int64_t offload_block_size = int64_t{1} << 20;
   int nvme_generations = 2;                  // offload.nvme_generations: copies of the state on NVMe
   // The ranks compute on GPUs. On a CPU run with the optimizer state and the parameters both on
   // NVMe the parameter store holds the fp32 master (nvme_generations copies) and the optimizer's
