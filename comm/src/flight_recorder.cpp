@@ -69,6 +69,8 @@ void FlightRecorder::configure(size_t entries, std::string dir, int rank, int wo
   dir_ = std::move(dir);
   rank_ = rank;
   world_size_ = world_size;
+  last_failure_dump_ = 0;
+  failures_not_written_ = 0;
   capacity_.store(entries, std::memory_order_relaxed);
 }
 
@@ -126,6 +128,20 @@ std::string FlightRecorder::path() const {
       .string();
 }
 
+std::string FlightRecorder::dump_failure(const std::string& reason) noexcept {
+  if (!enabled()) return "";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const double t = now_s();
+    if (last_failure_dump_ > 0 && t - last_failure_dump_ < kFailureDumpInterval) {
+      ++failures_not_written_;
+      return "";
+    }
+    last_failure_dump_ = t;
+  }
+  return dump(reason);
+}
+
 std::string FlightRecorder::dump(const std::string& reason) noexcept {
   try {
     if (!enabled()) return "";
@@ -133,11 +149,14 @@ std::string FlightRecorder::dump(const std::string& reason) noexcept {
     const std::string target = path();
     uint64_t recorded = 0;
     int rank = 0, world = 1;
+    int64_t not_written = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       recorded = next_id_ - 1;
       rank = rank_;
       world = world_size_;
+      not_written = failures_not_written_;
+      failures_not_written_ = 0;
     }
     std::filesystem::create_directories(std::filesystem::path(target).parent_path());
     const std::string tmp = target + ".tmp" + std::to_string(::getpid());
@@ -153,6 +172,7 @@ std::string FlightRecorder::dump(const std::string& reason) noexcept {
       head["time"] = now_s();
       head["entries"] = static_cast<int64_t>(capacity_.load());
       head["recorded"] = recorded;
+      head["failures_not_written"] = not_written;
       out << line_of(head) << "\n";
       for (const FlightRecord& r : records) out << record_line(r) << "\n";
       out.flush();

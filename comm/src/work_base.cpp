@@ -75,7 +75,7 @@ void WorkBase::fail(std::exception_ptr error) {
   }
   FlightRecorder& recorder = FlightRecorder::instance();
   recorder.ended(record_, false);
-  recorder.dump("failed: " + sig_.to_string());
+  recorder.dump_failure("failed: " + sig_.to_string());
   cv_.notify_all();
 }
 

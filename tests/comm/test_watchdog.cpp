@@ -9,6 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/test_util.h"
@@ -167,4 +168,30 @@ TEST(FlightRecorder, TimeoutAndSigusr2DumpsAndTheTraceNamesTheRankThatSkipped) {
   else std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const zs::SessionOptions& so = zs::test::run_options().session;
   recorder.configure(static_cast<size_t>(so.flight_recorder_entries), so.flight_recorder_dir, me, world->size());
+}
+
+// A broken communicator fails every collective pending on it at once: the first failure's file is
+// the one kept; the failures after it (within FlightRecorder::kFailureDumpInterval) write nothing
+// and are counted in the next file written (here: a SIGUSR2 dump).
+TEST(FlightRecorder, OnlyTheFirstOfABurstOfFailuresIsWritten) {
+  const int me = zs::test::rank();
+  const std::string dir = (std::filesystem::current_path() / ("flight_burst_" + std::to_string(me))).string();
+  std::filesystem::remove_all(dir);
+  zs::FlightRecorder& recorder = zs::FlightRecorder::instance();
+  recorder.configure(16, dir, me, 1);
+  const std::string path = recorder.dump_failure("failed: first");
+  ASSERT_EQ(path, dir + "/flight-rank" + std::to_string(me) + ".jsonl");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(recorder.dump_failure("failed: later"), "");
+  EXPECT_EQ(zs::trace::read_dump(path).reason, "failed: first");
+  EXPECT_EQ(recorder.dump("SIGUSR2"), path);
+  EXPECT_EQ(zs::trace::read_dump(path).reason, "SIGUSR2");
+  std::ifstream in(path);
+  std::string head;
+  std::getline(in, head);
+  EXPECT_NE(head.find("\"failures_not_written\":3"), std::string::npos) << head;
+  EXPECT_EQ(recorder.dump_failure("failed: again"), "") << "a SIGUSR2 file does not restart the interval";
+  const zs::SessionOptions& so = zs::test::run_options().session;
+  recorder.configure(static_cast<size_t>(so.flight_recorder_entries), so.flight_recorder_dir, me,
+                     zs::test::world()->size());
+  std::filesystem::remove_all(dir);
 }

@@ -5,14 +5,16 @@
 // something goes wrong so that the files of all ranks show where they parted:
 //
 //   - a collective times out (the watchdog writes it before it aborts the job),
-//   - a collective fails,
+//   - a collective fails (the first failure; later ones only once kFailureDumpInterval has passed
+//     since the last failure's file: when a communicator breaks, every collective pending on it
+//     fails at once, and the first failure's file is the one that tells where it started),
 //   - the process receives SIGUSR2 (the Session installs the handler when the recorder is on;
 //     the watchdog thread writes the file within 100 ms): `kill -USR2` a hung job, or its mpirun,
 //     which forwards it to every rank.
 //
 // File: <dir>/flight-rank<R>.jsonl, replaced whole at each dump (written to a temporary name, then
 // renamed). The first line describes the dump ({"flight_recorder": 1, "rank", "world_size",
-// "host", "pid", "reason", "time", "entries", "recorded"}); then one line per collective, oldest
+// "host", "pid", "reason", "time", "entries", "recorded", "failures_not_written"}); then one line per collective, oldest
 // first: {"id", "comm", "seq", "op", "dtype", "count", "reduce", "root", "tag", "state", "issued",
 // "started", "ended"} (times: seconds since the Unix epoch, so ranks on one host compare; 0 when not
 // reached; state: issued, started, completed, failed). `zeroshard-trace DIR` reads the files of all
@@ -59,6 +61,11 @@ class FlightRecorder {
   // Writes the dump file (see above) and returns its path; "" when the recorder is off. Never
   // throws: a dump that cannot be written is logged.
   std::string dump(const std::string& reason) noexcept;
+  // dump() for a failed collective, unless a failure's file was written less than
+  // kFailureDumpInterval seconds ago (then counted in the next file's "failures_not_written", and
+  // "" returned).
+  std::string dump_failure(const std::string& reason) noexcept;
+  static constexpr double kFailureDumpInterval = 10.0;
   // Async-signal-safe: asks for a dump ("SIGUSR2"), which the watchdog thread writes.
   void request_dump() noexcept { dump_requested_.store(true); }
   bool take_dump_request() noexcept { return dump_requested_.exchange(false); }
@@ -74,6 +81,8 @@ class FlightRecorder {
   std::string dir_;
   int rank_ = 0, world_size_ = 1;
   std::atomic<bool> dump_requested_{false};
+  double last_failure_dump_ = 0;      // when a failure's file was last written (0: never)
+  int64_t failures_not_written_ = 0;  // failures since the last file that wrote none
 };
 
 }  // namespace zeroshard
