@@ -414,12 +414,22 @@ at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
   // CPU for MPI, the device with streams), all-reduced there, and never read by the host here.
   const at::Device where = impl_->streams->enabled() ? impl_->streams->device() : at::Device(at::kCPU);
   at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(where));
-  for (size_t k = 0; k < with_grad.size(); ++k) {
-    // Offloaded gradients come in one at a time (the next read ahead) and leave unchanged.
-    const at::Tensor& g = with_grad[k]->grad_for_read();
-    if (k + 1 < with_grad.size()) with_grad[k + 1]->prefetch_grad();
-    total.add_(g.norm().to(at::kDouble).square());
-    with_grad[k]->release_grad();
+  auto add_squares = [&] {
+    for (size_t k = 0; k < with_grad.size(); ++k) {
+      // Offloaded gradients come in one at a time (the next read ahead) and leave unchanged.
+      const at::Tensor& g = with_grad[k]->grad_for_read();
+      if (k + 1 < with_grad.size()) with_grad[k + 1]->prefetch_grad();
+      total.add_(g.norm().to(at::kDouble).square());
+      with_grad[k]->release_grad();
+    }
+  };
+  // A gradient read failing on one rank fails clipping on every rank, before the all-reduce the
+  // others would wait in.
+  if (impl_->stores.grads() != nullptr) {
+    detail::io_on_every_rank(*impl_->session.world(), "reading the gradient shards for clip_grad_norm",
+                             "zs.clip.read", add_squares);
+  } else {
+    add_squares();
   }
   if (impl_->groups.shard_group->size() > 1) impl_->groups.shard_group->all_reduce(total, ReduceOp::kSum, "zs.clip")->wait();
   at::Tensor norm = total.sqrt_();

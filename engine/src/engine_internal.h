@@ -49,6 +49,7 @@ class EngineUnitHost final : public UnitHost {
   bool reshard_after_forward() const override;
   void forward_started(const ShardedUnit& u) override;
   void backward_started(const ShardedUnit& u, const std::unordered_set<torch::autograd::Node*>* graph) override;
+  void gathers_starting(ShardedUnit& u) override;
   void gathers_started(const ShardedUnit& u) override;
   void gathers_complete(ShardedUnit& u) override;
   void reduction_started(ShardedUnit& u, const c10::Stream& compute) override;

@@ -77,6 +77,17 @@ void detail::OffloadStores::log_params() const {
                         : std::string());
 }
 
+void detail::OffloadStores::load_for_gather(const ShardedUnit& u) {
+  if (params_ == nullptr) return;
+  bool stored = false;
+  for (const auto& f : u.flats) stored = stored || f->shard_offloaded();
+  if (!stored) return;
+  detail::io_on_every_rank(*session_.world(), detail::concat("reading the parameter shards of unit '", u.name, "'"),
+                           "zs.offload.read", [&] {
+                             for (auto& f : u.flats) f->load_for_gather();
+                           });
+}
+
 void detail::OffloadStores::read_ahead(const ShardedUnit* next) {
   if (params_ == nullptr || next == nullptr) return;
   for (auto& f : next->flats) {

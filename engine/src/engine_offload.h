@@ -38,6 +38,11 @@ class OffloadStores {
   // offload.grads: creates the gradient store and moves every trainable flat's gradient there.
   void start_grads(const std::vector<std::unique_ptr<ShardedUnit>>& units, MemoryStats* mem);
 
+  // Reads `u`'s offloaded shards in for its gathers (FlatParam::load_for_gather), then agrees with
+  // every rank on whether that failed anywhere: a read error (I/O, checksum) on one rank throws
+  // IoError on all of them here, before the gathers they would otherwise wait in for the rank that
+  // left. Collective over the world when `u` has stored shards (the same on every rank).
+  void load_for_gather(const ShardedUnit& u);
   // Reads `next`'s offloaded shards ahead (the unit the schedule gathers next; null: none).
   void read_ahead(const ShardedUnit* next);
   // `u`'s gathers are complete: its offloaded shards go back to the store (unchanged: nothing is

@@ -7,6 +7,7 @@
 
 #include "engine_internal.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/collective_step.h"
 #include "zeroshard/base/logging.h"
 #include "zeroshard/core/host_memory.h"
 
@@ -81,9 +82,12 @@ void ShardingEngineImpl::finalize_backward() {
     // The optimizer, clipping and the next step read the gradient shards on the compute stream.
     streams->wait(compute, streams->reduce_scatter());
   }
-  // Offloaded gradients were written behind the backward: a failed write fails it (the values
-  // stay in memory until reset_after_error() drops this step's gradients).
-  if (stores.grads() != nullptr) stores.grads()->flush();
+  // Offloaded gradients were written behind the backward: a failed write fails it, on every rank
+  // (the values stay in memory until reset_after_error() drops this step's gradients).
+  if (stores.grads() != nullptr) {
+    io_on_every_rank(*session.world(), "writing the gradient shards behind the backward", "zs.offload.grads",
+                     [&] { stores.grads()->flush(); });
+  }
   retired_grads.release_after_wait(compute);
   for (auto& u : units) {
     if (options.strategy != ShardingStrategy::kNoShard) u->reshard();
@@ -163,6 +167,8 @@ void EngineUnitHost::backward_started(const ShardedUnit& u, const std::unordered
   if (u.is_root && graph != nullptr) engine_.mark_idle_units(*graph);
 }
 
+void EngineUnitHost::gathers_starting(ShardedUnit& u) { engine_.stores.load_for_gather(u); }
+
 void EngineUnitHost::gathers_started(const ShardedUnit& u) {
   if (engine_.stores.params() != nullptr) engine_.stores.read_ahead(engine_.schedule.next_after(u, in_backward()));
 }
@@ -216,8 +222,14 @@ void ShardingEngine::begin_root() {
                                                           : c10::DeviceType::CPU,
                                                       impl_->options.autocast_dtype);
   }
-  impl_->sync_buffers_before_forward();
-  impl_->root->pre_forward();
+  // From here on a failure (the root's gather, reading its offloaded shards) is a failed forward.
+  try {
+    impl_->sync_buffers_before_forward();
+    impl_->root->pre_forward();
+  } catch (...) {
+    abort_root();
+    throw;
+  }
 }
 
 void ShardingEngine::abort_root() noexcept {

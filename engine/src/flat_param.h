@@ -95,6 +95,10 @@ class FlatParam final : public FlatShard {
   at::Tensor& shard_for_overwrite() { return storage_->for_overwrite(); }
   void mark_shard_modified() { storage_->mark_modified(); }
   void prefetch_shard() { storage_->prefetch(); }
+  // Reads what the next gather reads from the store (see ShardStorage::load_for_gather).
+  void load_for_gather() {
+    if (!gathered()) storage_->load_for_gather();
+  }
   // With `retired`, the dropped tensor goes there (a side stream may still read it).
   void release_shard(std::vector<at::Tensor>* retired) { storage_->release(retired); }
   // The store's step was abandoned: what is resident goes unwritten (never throws).

@@ -124,12 +124,7 @@ class StoredShard final : public ShardStorage {
   // shard resident itself (handed out by values(), perhaps changed) is gathered from its values.
   std::shared_ptr<Work> gather(const GatherInto& g) override {
     if (!copy_.defined() || shard_.defined()) return gather_fp32(g, for_read(), shape_);
-    if (copy_stale_) {  // a step was abandoned after the copy followed its new values: cast again
-      c10::AutoGradMode no_grad(false);
-      copy_.copy_(for_read());
-      copy_stale_ = false;
-      release(nullptr);  // unchanged: nothing written
-    }
+    refresh_copy();
     if (g.group->size() == 1) {
       c10::AutoGradMode no_grad(false);
       g.full.copy_(copy_);
@@ -137,6 +132,14 @@ class StoredShard final : public ShardStorage {
     }
     *g.elements += g.full.numel();
     return g.group->all_gather_into(g.full, copy_, g.tag);
+  }
+
+  void load_for_gather() override {
+    if (!copy_.defined() || shard_.defined()) {
+      load();
+    } else {
+      refresh_copy();
+    }
   }
 
   bool stored() const override { return true; }
@@ -160,6 +163,14 @@ class StoredShard final : public ShardStorage {
     shard_ = store_->load(slot_, shape_.device);
     dirty_ = false;
     shape_.mem->add(MemCategory::kShardedParams, fp32_bytes(shape_));
+  }
+  // A step was abandoned after the copy followed its new values: cast the stored ones again.
+  void refresh_copy() {
+    if (!copy_stale_) return;
+    c10::AutoGradMode no_grad(false);
+    copy_.copy_(for_read());
+    copy_stale_ = false;
+    release(nullptr);  // unchanged: nothing written
   }
   int64_t copy_bytes() const {
     return shape_.shard_numel * static_cast<int64_t>(c10::elementSize(shape_.param_dtype));

@@ -62,6 +62,9 @@ class ShardStorage {
   // Starts the gather into `g.full` (its storage allocated); null when there is nothing to wait for.
   virtual std::shared_ptr<Work> gather(const GatherInto& g) = 0;
   virtual void gather_freed() {}  // the full buffer was freed: drop what the gather kept
+  // Reads from the store what gather() will read, so that a failed read surfaces before the
+  // collective (the engine agrees on it across ranks first). Nothing for a resident shard.
+  virtual void load_for_gather() {}
   virtual bool stored() const { return false; }
   virtual bool has_param_dtype_copy() const { return false; }
   virtual const ShardCodec* codec() const { return nullptr; }

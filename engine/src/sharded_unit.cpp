@@ -129,6 +129,7 @@ void ShardedUnit::unshard() {
   DeviceStreams& st = host_.streams();
   st.wait(st.all_gather(), st.current());
   DeviceStreams::Use on_all_gather(st, st.all_gather());
+  host_.gathers_starting(*this);
   for (auto& f : flats) {
     auto w = f->start_gather(name, &host_.counters().all_gather_elements);
     if (w) gathers_.push_back(std::move(w));

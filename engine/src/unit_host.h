@@ -50,6 +50,9 @@ class UnitHost {
   // The first pre-backward hook of a backward ran on `u`; `graph`: the nodes the backward will run,
   // or null when it cannot tell (engine_graph.cpp).
   virtual void backward_started(const ShardedUnit& u, const std::unordered_set<torch::autograd::Node*>* graph) = 0;
+  // `u` is about to issue its gathers (the all-gather stream current): its offloaded shards are read
+  // in first, agreed on by every rank, so that a read failing on one rank fails there on all.
+  virtual void gathers_starting(ShardedUnit& u) = 0;
   // `u`'s gathers were issued: the engine reads the next unit's offloaded shards ahead.
   virtual void gathers_started(const ShardedUnit& u) = 0;
   // `u`'s gathers are complete on the compute stream: its offloaded shards go back to the store.

@@ -574,6 +574,55 @@ TEST(OffloadParams, DiskFullOnOneRankFailsTheStepOnEveryRank) {
   }
 }
 
+// A read of an offloaded parameter shard fails on one rank, in a forward's gathers or in the
+// backward's: every rank raises it at the same unit, before that unit's all-gather (the failing
+// rank its own error, the others naming that rank), where before the others waited in the gather
+// for the rank that had left until the watchdog ended the job. Once the drive reads again the same
+// step runs (the next forward resets the failed backward) and the run equals the uninterrupted one.
+TEST(OffloadParams, ReadFailureOnOneRankFailsThePassOnEveryRank) {
+  ZS_REQUIRE_RANKS(2);
+  const int victim = zs::test::world_size() - 1;
+  const bool me_victim = zs::test::rank() == victim;
+  const auto cfg = adamw_config();
+  TempDir ref_dir("read_fail_ref");
+  Trainer ref(offloaded(zs::OffloadTarget::kNvme, ref_dir.path));
+  zs::OffloadedOptimizer ref_opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, ref_dir.path), zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  const auto want = ref.params();
+  for (bool in_backward : {false, true}) {
+    SCOPED_TRACE(in_backward ? "in backward" : "in forward");
+    TempDir dir("read_fail");
+    zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, dir.path);
+    auto faulty = zs_test::faulty_test_io();
+    so.offload_params.io = faulty;
+    Trainer t(so);
+    zs::OffloadedOptimizer opt(cfg, optimizer_options(zs::OffloadTarget::kNvme, dir.path), zs::test::rank());
+    t.train(opt, 0, 2);
+    const torch::Tensor x = torch::randint(t.config.vocab, {3, t.config.seq}, torch::kLong);
+    const std::string err = error_text_of<zs::IoError>([&] {
+      if (!in_backward && me_victim) faulty->fail_reads();
+      torch::Tensor loss = t.engine->forward([&] { return t.model->forward(x).square().mean(); });
+      if (in_backward && me_victim) faulty->fail_reads();
+      loss.backward();
+    });
+    EXPECT_TRUE(contains(err, "reading the parameter shards of unit '")) << err;
+    EXPECT_TRUE(contains(err, "failed on rank(s) " + std::to_string(victim) + ": ")) << err;
+    EXPECT_TRUE(contains(err, ".param")) << err;
+    // The other ranks read everything and fail all the same.
+    if (me_victim) {
+      EXPECT_GT(faulty->injected(), 0);
+    } else {
+      EXPECT_EQ(faulty->injected(), 0);
+    }
+    faulty->clear();
+    t.forward_backward(2);
+    t.engine->step(opt);
+    t.engine->zero_grad();
+    t.train(opt, 3, 4);
+    EXPECT_EQ(max_diff(t.params(), want), 0.0);
+  }
+}
+
 TEST(OffloadParams, DiskFullOnWriteBackKeepsStateAndRetrySucceeds) {
   const auto cfg = adamw_config();
   TempDir ref_dir("enospc_ref");
