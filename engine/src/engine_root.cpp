@@ -85,7 +85,7 @@ void ShardingEngineImpl::finalize_backward() {
   // Offloaded gradients were written behind the backward: a failed write fails it, on every rank
   // (the values stay in memory until reset_after_error() drops this step's gradients).
   if (stores.grads() != nullptr) {
-    io_on_every_rank(*session.world(), "writing the gradient shards behind the backward", "zs.offload.grads",
+    io_on_every_rank(*session.world(), "writing the gradient shards behind the backward", "zs.offload.grads.flush",
                      [&] { stores.grads()->flush(); });
   }
   retired_grads.release_after_wait(compute);
