@@ -335,6 +335,55 @@ TEST(OffloadGrads, DiskFullWhileStoringAGradientFailsTheBackward) {
   EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
 }
 
+// Gradient I/O failing on one rank only: the write-behind checked at the end of backward, or
+// clipping's reads of the stored gradients. Every rank raises the failing rank's error there, before
+// the next collective (the others did their own I/O without a fault), and the step redone once the
+// drive works equals the uninterrupted run.
+TEST(OffloadGrads, GradientIoFailingOnOneRankFailsEveryRank) {
+  ZS_REQUIRE_RANKS(2);
+  const int victim = zs::test::world_size() - 1;
+  const bool me_victim = zs::test::rank() == victim;
+  const auto cfg = adamw_config();
+  Trainer ref;
+  zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                                 zs::test::rank());
+  ref.train(ref_opt, 0, 4);
+  for (bool in_clip : {false, true}) {
+    SCOPED_TRACE(in_clip ? "clipping's reads" : "the backward's writes");
+    TempDir dir(in_clip ? "one_rank_clip" : "one_rank_flush");
+    zs::ShardingOptions so = offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path);
+    auto faulty = zs_test::faulty_test_io();
+    so.offload_grads.io = faulty;
+    Trainer t(so);
+    zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                               zs::test::rank());
+    t.train(opt, 0, 2);
+    if (me_victim) {
+      // Parameters stay on the device and the step's gradients start empty: the first gradient
+      // read of the step is clipping's.
+      if (in_clip) {
+        faulty->fail_reads();
+      } else {
+        faulty->fail_writes_after_bytes(0);
+      }
+    }
+    const std::string err = error_text_of<zs::IoError>([&] { t.forward_backward(2); });
+    const std::string what = in_clip ? "reading the gradient shards for clip_grad_norm failed on rank(s) "
+                                     : "writing the gradient shards behind the backward failed on rank(s) ";
+    EXPECT_TRUE(contains(err, what + std::to_string(victim) + ": ")) << err;
+    EXPECT_TRUE(contains(err, ".grad")) << err;
+    if (me_victim) {
+      EXPECT_GT(faulty->injected(), 0);
+    } else {
+      EXPECT_EQ(faulty->injected(), 0);
+    }
+    faulty->clear();
+    t.engine->reset_after_error();
+    t.train(opt, 2, 4);
+    EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
+  }
+}
+
 // The store's write-behind: a write that fails keeps the values in memory (loadable, bit for bit),
 // flush() names the file once, and the next save retries; a write that lands is read back from the
 // file. Files of a gradient store are <slot>-<unit>.grad under zeroshard-grads-rank<R>.
