@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -59,22 +60,44 @@ std::string Run::config_text() const {
   return text;
 }
 
-Run load_run(int argc, const char* const* argv, const Program& program) {
+Run load_run(int argc, const char* const* argv, const ProgramOf& program_of) {
   const CommandLine cl = parse_command_line(argc, argv);
   ConfigOrigin origin;
   Run run;
   run.config = build_config(cl, &origin);
-  refuse_unread_keys(program, origin);
+  refuse_unread_keys(program_of(run.config), origin);
   run.options = resolve(run.config);
   run.args = cl.rest;
   return run;
 }
 
+Run load_run(int argc, const char* const* argv, const Program& program) {
+  return load_run(argc, argv, [&program](const Config&) { return program; });
+}
+
 int run_main(int argc, char** argv, const Program& program, const std::function<int(Session&, const Run&)>& body) {
+  return run_main(argc, argv, [&program](const Config&) { return program; }, body);
+}
+
+int run_main(int argc, char** argv, const ProgramOf& program_of, const std::function<int(Session&, const Run&)>& body) {
+  const char* print_keys = std::getenv(kPrintProgramKeysEnv);
+  if (print_keys != nullptr && std::string(print_keys) == "1") {
+    try {
+      const CommandLine cl = parse_command_line(argc, argv);
+      const Program program = program_of(build_config(cl));
+      std::printf("%s\n", program.name.c_str());
+      if (program.accept_unread_in_file) std::printf("%s\n", kAcceptsFileKeysLine);
+      for (const std::string& key : program.reads) std::printf("%s\n", key.c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
+  }
   Run run;
   try {
     identify_process_from_launcher();
-    run = load_run(argc, argv, program);
+    run = load_run(argc, argv, program_of);
   } catch (const std::exception& e) {
     abort_job_for(e);  // MPI has not started: every rank prints its line and exits with status 1
   }

@@ -344,7 +344,21 @@ TrainOptions train_options(const Config& c) {
   return o;
 }
 
-DataOptions data_options(const Config& c) { return DataOptions{c.data().path(), c.data().val_fraction()}; }
+DataOptions data_options(const Config& c) {
+  DataOptions o{c.data().path(), c.data().val_fraction()};
+  switch (c.data().format()) {
+    case opt::DataConfig::AUTO: o.format = DataFormat::kAuto; break;
+    case opt::DataConfig::BYTES: o.format = DataFormat::kBytes; break;
+    case opt::DataConfig::TOKEN_SHARDS: o.format = DataFormat::kTokenShards; break;
+    case opt::DataConfig::JSONL: o.format = DataFormat::kJsonl; break;
+    case opt::DataConfig::IMAGES: o.format = DataFormat::kImages; break;
+  }
+  return o;
+}
+
+ModelSource model_source(const Config& c) {
+  return ModelSource{c.model().path(), split_list(c.model().units()), split_list(c.model().unit_types())};
+}
 
 SampleOptions sample_options(const Config& c) {
   const auto& s = c.sample();
@@ -386,6 +400,7 @@ RunOptions resolve(const Config& validated) {
   r.model = model_options(validated);
   r.train = train_options(validated);
   r.data = data_options(validated);
+  r.model_source = model_source(validated);
   r.sample = sample_options(validated);
   r.progress = progress_settings(validated);
   return r;

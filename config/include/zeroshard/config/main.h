@@ -71,8 +71,22 @@ struct Run {
 // acts on). UsageError for a malformed --config / --set. Starts nothing.
 Run load_run(int argc, const char* const* argv, const Program& program);
 
+// A program whose keys depend on the config (zeroshard-train: on the model's kind and the data's
+// format): given the parsed, validated config, it returns the Program to check the set keys
+// against (or throws ConfigError naming the key that makes the config unusable).
+using ProgramOf = std::function<Program(const Config&)>;
+Run load_run(int argc, const char* const* argv, const ProgramOf& program_of);
+
 // load_run, then core's run_main with run.options.session and the remaining arguments. An error
 // in load_run ends every rank alike before MPI starts (one line on stderr, exit status 1).
 int run_main(int argc, char** argv, const Program& program, const std::function<int(Session&, const Run&)>& body);
+int run_main(int argc, char** argv, const ProgramOf& program_of, const std::function<int(Session&, const Run&)>& body);
+
+// With ZS_PRINT_PROGRAM_KEYS=1 in the environment, run_main prints what the program acts on for
+// the given config instead of running: its name, kAcceptsFileKeysLine when it accepts unread keys
+// in a config file, then one key or section per line, and returns 0. The schema walk of the test
+// suite reads it from every program.
+inline constexpr const char* kPrintProgramKeysEnv = "ZS_PRINT_PROGRAM_KEYS";
+inline constexpr const char* kAcceptsFileKeysLine = "(accepts unread keys in a config file)";
 
 }  // namespace zeroshard

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/checkpoint/pretrained.h"
@@ -50,9 +51,20 @@ struct TrainOptions {
 };
 
 // Where a program's data set is (data.path, data.val_fraction).
+enum class DataFormat { kAuto, kBytes, kTokenShards, kJsonl, kImages };  // data.format
+
 struct DataOptions {
   std::string path;            // empty: the program's default location
-  double val_fraction = 0.05;  // held out for validation from the end of every file (text corpora)
+  double val_fraction = 0.05;  // held out for validation (the end of every file of a text corpus;
+                               // the last samples of tokenized data)
+  DataFormat format = DataFormat::kAuto;
+};
+
+// Where zeroshard-train's model comes from (model.path, model.units, model.unit_types).
+struct ModelSource {
+  std::string path;                     // empty: the built-in GPT; else a Hugging Face directory or a TorchScript file
+  std::vector<std::string> units;       // TorchScript: submodule path patterns of the sharded units
+  std::vector<std::string> unit_types;  // TorchScript: class names whose submodules are units
 };
 
 // Text a language model generates after training (sample.*).
@@ -94,6 +106,7 @@ struct RunOptions {
   lora::Options lora;              // lora.*; rank 0: off
   EstimateOptions estimate;        // what zeroshard-estimate needs of the config (world size: 1)
   models::GptOptions model;        // model.* and activation_checkpointing.* (device: the CPU)
+  ModelSource model_source;        // model.path, model.units, model.unit_types
   TrainOptions train;
   DataOptions data;
   SampleOptions sample;
