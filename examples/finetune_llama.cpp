@@ -10,7 +10,7 @@
 // by the tokenizer's chat template, only assistant turns trained); each rank tokenizes them into
 // token shards of its own (data/corpus_builder.h), or --data names a folder of shards that
 // `zeroshard-data shards --tokenizer MODEL_DIR` made once; packed into samples of --seq-len tokens that
-// keep the loss mask and never attend across documents (data/packing.h). Every step trains on
+// keep the loss mask and never attend across documents (train/lm_data.h, data/packing.h). Every step trains on
 // --global-batch samples of one global order (data/rank_stream.h), its loss the mean NLL over the
 // global batch's trained tokens whatever the ranks and micro-batches. Checkpoints store the data
 // position, so --resume continues with exactly the samples an uninterrupted run would have seen,
@@ -34,7 +34,6 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "zeroshard/adapt/nf4.h"
@@ -43,8 +42,6 @@
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/core/main.h"
 #include "zeroshard/core/session.h"
-#include "zeroshard/data/corpus_builder.h"
-#include "zeroshard/data/packing.h"
 #include "zeroshard/data/rank_stream.h"
 #include "zeroshard/data/shard_manifest.h"
 #include "zeroshard/engine/engine.h"
@@ -53,6 +50,7 @@
 #include "zeroshard/models/llama.h"
 #include "zeroshard/models/lm_batch.h"
 #include "zeroshard/text/tokenizer.h"
+#include "zeroshard/train/lm_data.h"
 #include "zeroshard/train/stop_signals.h"
 
 namespace zs = zeroshard;
@@ -146,66 +144,6 @@ std::string read_text(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
-
-// The training data as token shards: a shard set zeroshard-data made (every rank reads its
-// samples from the same files), or JSONL that every rank tokenizes into a folder of its own,
-// removed at exit (every rank builds the same shards, so nothing needs a shared file system).
-class TrainingShards {
- public:
-  TrainingShards(const Args& a, const zs::Session& s, const zm::LlamaConfig& cfg, const zs::text::Tokenizer& tok) {
-    for (const std::string& d : a.data) {
-      ZS_REQUIRE(!zd::is_shard_set(d) || a.data.size() == 1, zs::UsageError, "--data '", d, "' is a set of token "
-                 "shards; give it alone (it cannot be mixed with other --data inputs)");
-    }
-    if (zd::is_shard_set(a.data.front())) {
-      use_manifest(zd::read_shard_manifest(a.data.front()), a, tok);
-      return;
-    }
-    dir_ = (fs::temp_directory_path() /
-            ("zeroshard-finetune-" + std::to_string(::getpid()) + "-rank" + std::to_string(s.rank()))).string();
-    fs::remove_all(dir_);
-    zd::ChatSpanFn chat;
-    if (!tok.chat_template().empty()) {
-      chat = zd::template_spans(tok, tok.chat_template(), a.model + "/tokenizer_config.json");
-    }
-    const zd::RecordEncoder encoder(tok, chat, {tok.eos_id(), cfg.vocab_size});
-    zd::BuildOptions o;
-    o.inputs = a.data;
-    o.writer = {dir_, "train", cfg.vocab_size};
-    o.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / s.local_world_size());
-    o.seq_len = a.seq_len;
-    const zd::BuildResult r = zd::build_shards(o, encoder);
-    const std::optional<int64_t> eos = tok.eos_id() ? std::optional<int64_t>(*tok.eos_id()) : std::nullopt;
-    manifest_ = zd::manifest_of(r, a.model, tok.vocab_size(), eos);
-    for (const zd::WrittenShard& w : r.shards) paths_.push_back(w.path);
-  }
-  ~TrainingShards() {
-    std::error_code ignored;
-    if (!dir_.empty()) fs::remove_all(dir_, ignored);
-  }
-  const std::vector<std::string>& paths() const { return paths_; }
-  const zd::ShardManifest& manifest() const { return manifest_; }
-
- private:
-  // Shards made elsewhere must hold what this model's tokenizer would have made: the same
-  // vocabulary and end-of-text id (the ids themselves are checked against the model as read).
-  void use_manifest(zd::ShardManifest m, const Args& a, const zs::text::Tokenizer& tok) {
-    const std::string remedy = ": make them with zeroshard-data shards --tokenizer " + a.model;
-    ZS_REQUIRE(m.vocab_size == tok.vocab_size(), zs::UsageError, "--data '", a.data.front(), "': the shards were "
-               "tokenized with a vocabulary of ", m.vocab_size, " ids (tokenizer '", m.tokenizer, "'), the model's "
-               "tokenizer has ", tok.vocab_size(), remedy);
-    const std::string theirs = m.eos_id ? std::to_string(*m.eos_id) : "none";
-    const std::string ours = tok.eos_id() ? std::to_string(*tok.eos_id()) : "none";
-    ZS_REQUIRE(theirs == ours, zs::UsageError, "--data '", a.data.front(), "': the shards end their documents with "
-               "token ", theirs, ", the model's tokenizer with ", ours, remedy);
-    paths_ = m.shard_paths();
-    manifest_ = std::move(m);
-  }
-
-  std::string dir_;  // the shards this rank built, or "" for a shard set made elsewhere
-  std::vector<std::string> paths_;
-  zd::ShardManifest manifest_;
-};
 
 // What a checkpoint of this program stores besides the tensors.
 constexpr const char* kDataKey = "finetune.data";
@@ -313,10 +251,10 @@ int run(zs::Session& s) {
              " exceeds the model's max_position_embeddings of ", cfg.max_position_embeddings, " (", cfg.path, ")");
   cfg.check_sequence_length(a.seq_len);
   const std::unique_ptr<zs::text::Tokenizer> tok = zs::text::load_tokenizer(a.model);
-  const TrainingShards shards(a, s, cfg, *tok);
-  auto samples = std::make_shared<zd::PackedSamples>(
-      std::make_shared<zd::TokenShards>(shards.paths(), zd::ShardSetOptions{zd::TokenFormat::kLlmc, cfg.vocab_size}),
-      zd::PackOptions{a.seq_len, zd::Boundaries::kIndex, -1});
+  // JSONL tokenized by every rank into a folder of its own (removed at exit), or a shard set.
+  const zs::TokenizedCorpus shards({a.data, a.model, cfg.vocab_size, a.seq_len, s.rank(), s.local_world_size(), "--data"},
+                                   *tok);
+  const std::shared_ptr<const zd::SampleSource> samples = shards.packed(a.seq_len);
   zd::RankStream stream(samples, {a.global_batch, a.micro_batches, !a.no_shuffle, static_cast<uint64_t>(a.seed)},
                         s.rank(), s.world_size());
   if (s.rank() == 0) {
