@@ -26,6 +26,11 @@
       SIGUSR1 to mpirun during a 2-rank run: a checkpoint of the step every rank stopped after,
       exit status 138; --resume auto then gives the uninterrupted run's losses and samples
 
+  finetune_llama_check.py train --fixture DIR --bin BUILD/bin --mpirun MPIRUN
+      zeroshard-train on the model directory: at 1 rank its step losses equal finetune_llama's; QLoRA at
+      2 ranks on the chat data lowers the held-out loss, samples text, and its PEFT export scores as
+      the checkpoint in zeroshard-eval
+
 Each prints CHECK PASSED or CHECK FAILED (with what differed) as its last line.
 """
 import argparse
@@ -546,12 +551,74 @@ def cmd_errors(a):
     finish()
 
 
+def zs_train(a, ranks, work, name, *sets):
+    """zeroshard-train on the fixture's model; returns ({step: loss}, the summary record, stdout)."""
+    metrics = os.path.join(work, name + ".jsonl")
+    args = [a.mpirun, "-n", str(ranks), "--oversubscribe", os.path.join(a.bin, "zeroshard-train"),
+            "--metrics-out", metrics, "--set", "model.path=" + os.path.join(a.fixture, "model"),
+            "--set", "logging.progress=LINES"]
+    for kv in sets:
+        args += ["--set", kv]
+    p = run(args)
+    steps, summary = {}, {}
+    with open(metrics) as f:
+        for line in f:
+            r = json.loads(line)
+            if "loss" in r and "step" in r:
+                steps[r["step"]] = r["loss"]
+            if "final_train_loss" in r:
+                summary = r
+    return steps, summary, p.stdout
+
+
+def cmd_train(a):
+    work = os.path.join(a.fixture, "train")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    data = os.path.join(a.fixture, "mixed.jsonl")
+    # The same math as finetune_llama: at one rank with one micro-batch both losses are the mean NLL of
+    # the batch's trained tokens; no shuffling, AdamW without weight decay, the adapters drawn from seed 0.
+    same = ["data.path=" + data, "model.seq_len=64", "train.batch_size=8", "train.steps=3", "optimizer.lr=1e-2",
+            "optimizer.weight_decay=0", "data.shuffle=false", "lora.rank=8", "lora.alpha=16", "runtime.seed=0",
+            "data.val_fraction=0.25", "sample.tokens=0", "precision.param_dtype=FP32", "precision.reduce_dtype=FP32"]
+    ours, _, out = zs_train(a, 1, work, "same", *same)
+    print(out.strip())
+    theirs = steps_of(finetune(a, 1, "--data", data, "--seq-len", "64", "--global-batch", "8", "--steps", "3",
+                               "--lr", "1e-2", "--lora-rank", "8", "--lora-alpha", "16", "--no-shuffle",
+                               "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj").stdout)
+    pairs = [(ours.get(k), theirs[k][0]) for k in sorted(theirs)]
+    print("step losses, zeroshard-train vs finetune_llama: %s" % pairs)
+    check(len(pairs) == 3 and all(x is not None and abs(x - y) <= 1e-5 * abs(y) for x, y in pairs),
+          "zeroshard-train's Llama steps equal finetune_llama's (1 rank, 3 steps, 1e-5 relative)")
+    # LoRA over the NF4 base at 2 ranks from the chat data (its template's assistant turns trained),
+    # with checkpoints, then the PEFT export scores as the checkpoint.
+    ckpt = os.path.join(work, "ckpt")
+    steps, summary, out = zs_train(a, 2, work, "qlora", "data.path=" + os.path.join(a.fixture, "chat.jsonl"),
+                                   "model.seq_len=64", "train.batch_size=8", "train.steps=12", "optimizer.lr=1e-2",
+                                   "lora.rank=8", "precision.frozen_linear=NF4", "checkpoint.dir=" + ckpt,
+                                   "sample.tokens=8", "sample.prompt=user")
+    print(out.strip())
+    check(sorted(steps) == list(range(1, 13)), "12 steps in the metrics (%s)" % sorted(steps))
+    first, last = summary.get("initial_val_loss", float("nan")), summary.get("final_val_loss", float("nan"))
+    check(math.isfinite(first) and last < 0.9 * first,
+          "QLoRA at 2 ranks: the held-out loss falls below 90%% (%.4f -> %.4f)" % (first, last))
+    check("--- sample: 8 tokens" in out, "a sample is generated with the model's tokenizer")
+    peft = os.path.join(work, "peft")
+    print(run([os.path.join(a.bin, "zeroshard-ckpt"), "export", ckpt, peft, "--format", "peft"]).stdout.strip())
+    ids, _ = eval_ids(a, work)
+    tuned = eval_nll(a, ckpt, ids)
+    adapted = eval_nll(a, os.path.join(a.fixture, "model"), ids, "--adapter", peft)
+    print("zeroshard-eval: checkpoint %.6f, base + exported adapter %.6f" % (tuned, adapted))
+    check(abs(adapted - tuned) <= 1e-4 * abs(tuned), "the PEFT export of zeroshard-train's checkpoint scores as it")
+    finish()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fixture")
     f.add_argument("--out", required=True)
-    for name in ("e2e", "qlora", "shards", "resume", "errors", "stop"):
+    for name in ("e2e", "qlora", "shards", "resume", "errors", "stop", "train"):
         c = sub.add_parser(name)
         c.add_argument("--fixture", required=True)
         c.add_argument("--bin", required=True)
@@ -560,7 +627,7 @@ def main():
             c.add_argument("--clients", required=True, help="node_modules with node-llama-cpp")
     a = p.parse_args()
     {"fixture": cmd_fixture, "e2e": cmd_e2e, "qlora": cmd_qlora, "shards": cmd_shards, "resume": cmd_resume,
-     "errors": cmd_errors, "stop": cmd_stop}[a.command](a)
+     "errors": cmd_errors, "stop": cmd_stop, "train": cmd_train}[a.command](a)
 
 
 if __name__ == "__main__":
