@@ -52,6 +52,17 @@ void identify_process_from_launcher() {
   detail::set_process_identity(env.rank, std::max(env.world_size, 1), host);
 }
 
+// ZS_PRINT_PROGRAM_KEYS=1 (main.h): the program's name and keys on stdout, then the process ends.
+void print_program_keys_if_asked(const Program& program) {
+  const char* asked = std::getenv(kPrintProgramKeysEnv);
+  if (asked == nullptr || std::string(asked) != "1") return;
+  std::printf("%s\n", program.name.c_str());
+  if (program.accept_unread_in_file) std::printf("%s\n", kAcceptsFileKeysLine);
+  for (const std::string& key : program.reads) std::printf("%s\n", key.c_str());
+  std::fflush(stdout);
+  std::exit(0);
+}
+
 }  // namespace
 
 std::string Run::config_text() const {
@@ -65,7 +76,9 @@ Run load_run(int argc, const char* const* argv, const ProgramOf& program_of) {
   ConfigOrigin origin;
   Run run;
   run.config = build_config(cl, &origin);
-  refuse_unread_keys(program_of(run.config), origin);
+  const Program program = program_of(run.config);
+  print_program_keys_if_asked(program);
+  refuse_unread_keys(program, origin);
   run.options = resolve(run.config);
   run.args = cl.rest;
   return run;
@@ -80,20 +93,6 @@ int run_main(int argc, char** argv, const Program& program, const std::function<
 }
 
 int run_main(int argc, char** argv, const ProgramOf& program_of, const std::function<int(Session&, const Run&)>& body) {
-  const char* print_keys = std::getenv(kPrintProgramKeysEnv);
-  if (print_keys != nullptr && std::string(print_keys) == "1") {
-    try {
-      const CommandLine cl = parse_command_line(argc, argv);
-      const Program program = program_of(build_config(cl));
-      std::printf("%s\n", program.name.c_str());
-      if (program.accept_unread_in_file) std::printf("%s\n", kAcceptsFileKeysLine);
-      for (const std::string& key : program.reads) std::printf("%s\n", key.c_str());
-      return 0;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "%s\n", e.what());
-      return 1;
-    }
-  }
   Run run;
   try {
     identify_process_from_launcher();

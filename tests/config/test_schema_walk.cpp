@@ -55,9 +55,19 @@ void leaf_fields(const pb::Descriptor* d, const std::string& prefix,
 // a rule over several keys, which says nothing about the program).
 const std::map<std::string, std::vector<std::string>> kCompanions = {
     {"optimizer.nesterov", {"optimizer.momentum=0.5", "optimizer.type=SGD"}},
+    {"optimizer.momentum", {"optimizer.type=SGD"}},
+    {"precision.frozen_linear", {"lora.rank=4"}},
+    {"precision.autocast", {"precision.param_dtype=BF16"}},
+    {"offload.params", {"offload.optimizer=CPU"}},
+    {"offload.grads", {"offload.optimizer=CPU"}},
+    {"offload.keep_param_dtype_shard", {"offload.params=CPU", "offload.optimizer=CPU", "precision.param_dtype=BF16"}},
+    {"checkpoint.interval_steps", {"checkpoint.dir=walk-checkpoints"}},
 };
-// Values for keys whose generic non-default value the validator refuses (paths, lists, names).
-const std::map<std::string, std::string> kValues = {};
+// Values for keys whose generic non-default value the validator refuses (names, lists, shapes).
+const std::map<std::string, std::string> kValues = {
+    {"model.n_head", "8"},           {"model.d_model", "256"}, {"model.init_rename", "a=b"},
+    {"logging.ranks", "0"},          {"logging.level", "debug"},
+};
 
 bool in_range(const pb::FieldDescriptor* f, double v) {
   const pb::FieldOptions& o = f->options();
@@ -173,6 +183,7 @@ Program printed_program(const std::string& binary) {
   }
   const int status = p == nullptr ? -1 : pclose(p);
   EXPECT_EQ(status, 0) << cmd << " printed:\n" << (lines.empty() ? "" : lines.front());
+  if (status != 0) lines.clear();
   Program program{lines.empty() ? binary : lines.front(), {}};
   program.reads.clear();
   for (size_t i = 1; i < lines.size(); ++i) {
@@ -262,7 +273,7 @@ TEST_F(SchemaWalk, EveryOtherProgramActsOnOrRefusesEveryKey) {
                                    "bench_step", "bench_memory", "bench_ckpt", "bench_finetune", "bench_torchscript",
                                    "bench_pretrained", "bench_offload_gpt", "bench_comm"}) {
     const Program program = printed_program(binary);
-    if (::testing::Test::HasFailure()) return;
+    if (program.reads.empty()) continue;  // printed_program failed, naming the program
     walk(binary, [&program](const Config&) { return program; }, {}, program.accept_unread_in_file);
   }
 }

@@ -28,8 +28,8 @@
 
   finetune_llama_check.py train --fixture DIR --bin BUILD/bin --mpirun MPIRUN
       zeroshard-train on the model directory: at 1 rank its step losses equal finetune_llama's; QLoRA at
-      2 ranks on the chat data lowers the held-out loss, samples text, and its PEFT export scores as
-      the checkpoint in zeroshard-eval
+      2 ranks on the chat data lowers the held-out loss, samples text, stores the base in NF4, exports
+      a PEFT adapter, and its merged Hugging Face export scores as the checkpoint in zeroshard-eval
 
 Each prints CHECK PASSED or CHECK FAILED (with what differed) as its last line.
 """
@@ -575,17 +575,19 @@ def cmd_train(a):
     work = os.path.join(a.fixture, "train")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    data = os.path.join(a.fixture, "mixed.jsonl")
+    data = os.path.join(a.fixture, "chat.jsonl")
+    targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
     # The same math as finetune_llama: at one rank with one micro-batch both losses are the mean NLL of
     # the batch's trained tokens; no shuffling, AdamW without weight decay, the adapters drawn from seed 0.
     same = ["data.path=" + data, "model.seq_len=64", "train.batch_size=8", "train.steps=3", "optimizer.lr=1e-2",
             "optimizer.weight_decay=0", "data.shuffle=false", "lora.rank=8", "lora.alpha=16", "runtime.seed=0",
+            "lora.targets=" + ",".join("*." + t for t in targets.split(",")),
             "data.val_fraction=0.25", "sample.tokens=0", "precision.param_dtype=FP32", "precision.reduce_dtype=FP32"]
     ours, _, out = zs_train(a, 1, work, "same", *same)
     print(out.strip())
-    theirs = steps_of(finetune(a, 1, "--data", data, "--seq-len", "64", "--global-batch", "8", "--steps", "3",
-                               "--lr", "1e-2", "--lora-rank", "8", "--lora-alpha", "16", "--no-shuffle",
-                               "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj").stdout)
+    theirs = steps_of(finetune(a, 1, "--seq-len", "64", "--global-batch", "8", "--steps", "3", "--lr", "1e-2",
+                               "--lora-rank", "8", "--lora-alpha", "16", "--no-shuffle", "--lora-targets",
+                               targets).stdout)
     pairs = [(ours.get(k), theirs[k][0]) for k in sorted(theirs)]
     print("step losses, zeroshard-train vs finetune_llama: %s" % pairs)
     check(len(pairs) == 3 and all(x is not None and abs(x - y) <= 1e-5 * abs(y) for x, y in pairs),
@@ -603,13 +605,22 @@ def cmd_train(a):
     check(math.isfinite(first) and last < 0.9 * first,
           "QLoRA at 2 ranks: the held-out loss falls below 90%% (%.4f -> %.4f)" % (first, last))
     check("--- sample: 8 tokens" in out, "a sample is generated with the model's tokenizer")
-    peft = os.path.join(work, "peft")
-    print(run([os.path.join(a.bin, "zeroshard-ckpt"), "export", ckpt, peft, "--format", "peft"]).stdout.strip())
+    ckpt_tool = os.path.join(a.bin, "zeroshard-ckpt")
+    info = run([ckpt_tool, "info", ckpt]).stdout
+    check(re.search(r"^  unit .* \(nf4\) \[f\d+\] \(frozen\)", info, re.M) is not None,
+          "the checkpoint stores the frozen projections in NF4 (precision.frozen_linear acted)")
+    peft, merged = os.path.join(work, "peft"), os.path.join(work, "merged")
+    out = run([ckpt_tool, "export", ckpt, peft, "--format", "peft"]).stdout
+    print(out.strip())
+    check("15 layers, r 8, lora_alpha 16" in out, "the PEFT export holds the 15 adapted layers (lora.targets empty: "
+          "every projection and the head)")
+    print(run([a.mpirun, "-n", "2", "--oversubscribe", ckpt_tool, "export", ckpt, merged, "--format", "hf",
+               "--merge-lora"]).stdout.strip())
     ids, _ = eval_ids(a, work)
-    tuned = eval_nll(a, ckpt, ids)
-    adapted = eval_nll(a, os.path.join(a.fixture, "model"), ids, "--adapter", peft)
-    print("zeroshard-eval: checkpoint %.6f, base + exported adapter %.6f" % (tuned, adapted))
-    check(abs(adapted - tuned) <= 1e-4 * abs(tuned), "the PEFT export of zeroshard-train's checkpoint scores as it")
+    tuned, exported = eval_nll(a, ckpt, ids), eval_nll(a, merged, ids)
+    print("zeroshard-eval: checkpoint %.6f, merged Hugging Face export %.6f" % (tuned, exported))
+    check(abs(exported - tuned) <= 1e-5 * abs(tuned), "the merged export of zeroshard-train's checkpoint scores as it "
+          "(1e-5 relative)")
     finish()
 
 

@@ -90,10 +90,14 @@ bool parse(const std::vector<std::string>& rest, Args& a) {
 
 int run(int argc, char** argv) {
   // The config file of the training run to estimate: it sets keys only the training program acts on
-  // (train.*, model.*), which are accepted from the file; the estimate reads the ones below.
+  // (train.*, model.*), which are accepted from the file; the estimate reads the ones below (a --set
+  // of another key, e.g. offload.io_backend or precision.frozen_linear, is refused: it would not
+  // change the estimate).
   zs::Program program{"zeroshard-estimate",
-                      {{"sharding", "precision", "optimizer.type", "optimizer.momentum", "offload",
-                        "activation_checkpointing"}}};
+                      {{"sharding", "precision.param_dtype", "precision.reduce_dtype", "optimizer.type",
+                        "optimizer.momentum", "offload.optimizer", "offload.params", "offload.grads",
+                        "offload.keep_param_dtype_shard", "offload.buffer_count", "offload.block_size",
+                        "offload.nvme_generations", "activation_checkpointing"}}};
   program.accept_unread_in_file = true;
   const zs::Run run = zs::load_run(argc, argv, program);
   Args args;

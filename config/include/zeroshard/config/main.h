@@ -82,10 +82,10 @@ Run load_run(int argc, const char* const* argv, const ProgramOf& program_of);
 int run_main(int argc, char** argv, const Program& program, const std::function<int(Session&, const Run&)>& body);
 int run_main(int argc, char** argv, const ProgramOf& program_of, const std::function<int(Session&, const Run&)>& body);
 
-// With ZS_PRINT_PROGRAM_KEYS=1 in the environment, run_main prints what the program acts on for
-// the given config instead of running: its name, kAcceptsFileKeysLine when it accepts unread keys
-// in a config file, then one key or section per line, and returns 0. The schema walk of the test
-// suite reads it from every program.
+// With ZS_PRINT_PROGRAM_KEYS=1 in the environment, load_run (and so run_main) prints what the
+// program acts on for the given config instead of running: its name, kAcceptsFileKeysLine when it
+// accepts unread keys in a config file, then one key or section per line, and the process exits
+// with status 0. The schema walk of the test suite reads it from every program.
 inline constexpr const char* kPrintProgramKeysEnv = "ZS_PRINT_PROGRAM_KEYS";
 inline constexpr const char* kAcceptsFileKeysLine = "(accepts unread keys in a config file)";
 
