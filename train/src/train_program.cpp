@@ -45,6 +45,15 @@ constexpr const char* kUsage =
 
 const ProgramFlag kExportFlag{"--export", true, "FILE.pt",
                                "TorchScript models: the trained module written there (torch.jit.load reads it)"};
+const ProgramFlag kMinAccuracyFlag{"--min-accuracy", true, "X",
+                                   "images: exit 1 unless the final test accuracy is at least X (a fraction)",
+                                   ProgramFlag::Type::kNumber, 0, 1};
+
+// A program flag's value, or "" when it was not given.
+std::string flag_value(const TrainStart& start, const ProgramFlag& flag) {
+  const auto it = start.flags.program.find(flag.name);
+  return it == start.flags.program.end() ? std::string() : it->second;
+}
 
 const char* format_name(DataFormat f) {
   switch (f) {
@@ -291,7 +300,7 @@ int train_hf(Session& s, const Run& run, TrainStart start, DataFormat format) {
 // ---- a TorchScript model ------------------------------------------------------------------
 
 int train_torchscript(Session& s, const Run& run, const TrainStart& start, DataFormat format,
-                      const std::string& export_path) {
+                      const std::string& export_path, double required_accuracy) {
   const RunOptions& o = run.options;
   const std::string& path = o.model_source.path;
   TrainTask task;
@@ -350,6 +359,7 @@ int train_torchscript(Session& s, const Run& run, const TrainStart& start, DataF
       std::fflush(stdout);
     }
   };
+  if (required_accuracy >= 0) task.checks.push_back(at_least_check(s, 1, "test accuracy", required_accuracy));
   return trainer.fit(task).exit_status;
 }
 
@@ -412,17 +422,20 @@ Program train_program(const Config& config) {
 int train_main(Session& s, const Run& run) {
   const ModelKind kind = model_kind(run.options.model_source.path);
   const DataFormat format = resolved_data_format(kind, run.options.data);
-  const std::optional<TrainStart> start = start_training(s, run, kUsage, {kExportFlag});
+  const std::optional<TrainStart> start = start_training(s, run, kUsage, {kExportFlag, kMinAccuracyFlag});
   if (!start) return 0;  // --help, --version
-  const auto exported = start->flags.program.find(kExportFlag.name);
-  ZS_REQUIRE(exported == start->flags.program.end() || kind == ModelKind::kTorchScript, UsageError,
+  const std::string export_path = flag_value(*start, kExportFlag), accuracy = flag_value(*start, kMinAccuracyFlag);
+  ZS_REQUIRE(export_path.empty() || kind == ModelKind::kTorchScript, UsageError,
              "--export writes a TorchScript model back as TorchScript; for ", kind_name(kind),
              " export the checkpoint (checkpoint.dir) with zeroshard-ckpt export");
+  ZS_REQUIRE(accuracy.empty() || format == DataFormat::kImages, UsageError,
+             "--min-accuracy checks the test accuracy of an image classifier (data.format IMAGES); this run's data is ",
+             format_name(format));
   switch (kind) {
     case ModelKind::kGpt: return train_gpt(s, run, *start);
     case ModelKind::kHuggingFace: return train_hf(s, run, *start, format);
     case ModelKind::kTorchScript:
-      return train_torchscript(s, run, *start, format, exported == start->flags.program.end() ? "" : exported->second);
+      return train_torchscript(s, run, *start, format, export_path, accuracy.empty() ? -1 : std::stod(accuracy));
   }
   return 1;
 }
