@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
       std::printf("%s\n", zeroshard::cli::version_line("zeroshard-launch").c_str());
       return 0;
     }
-    zl::Plan plan = zl::build_plan(options, zl::detect_machine());
+    const zl::MachineFacts facts = zl::detect_machine();
+    zl::Plan plan = zl::build_plan(options, facts);
     for (const auto& note : plan.notes) std::fprintf(stderr, "zeroshard-launch: %s\n", note.c_str());
     const bool trials = options.trial_mode != zl::TrialMode::kNone;
     if (options.dry_run) {
@@ -77,13 +78,29 @@ int main(int argc, char** argv) {
       std::fputs(zl::batch_size_report(search).c_str(), stdout);
       return 0;
     }
+    std::vector<std::string> chosen;  // --auto-micro-batches: the arguments its choice added
     if (options.trial_mode == zl::TrialMode::kAutoMicroBatches) {
       const zl::MicroBatchChoice choice = zl::choose_micro_batches(run, plan.ranks);
       std::fprintf(stderr, "zeroshard-launch: %s\n", zl::micro_batch_summary(choice).c_str());
-      plan = zl::with_program_args(plan, zl::micro_batch_run_args(choice));
+      chosen = zl::micro_batch_run_args(choice);
+      plan = zl::with_program_args(plan, chosen);
     }
     const std::string line = zl::shell_line(plan);
     std::fprintf(stderr, "zeroshard-launch: %s\n", line.c_str());
+    if (options.max_restarts > 0 && options.min_ranks > 0) {
+      // Each restart on one rank fewer: the same command for that count (the auto-micro-batches
+      // choice's arguments kept).
+      const auto plan_for = [&](int ranks) {
+        if (ranks == plan.ranks) return plan;
+        zl::LaunchOptions fewer = options;
+        fewer.np = ranks;
+        zl::Plan p = zl::with_program_args(zl::build_plan(fewer, facts), chosen);
+        for (const auto& [name, value] : p.setenv) ::setenv(name.c_str(), value.c_str(), 1);
+        return p;
+      };
+      return zl::run_with_restarts(plan_for, plan.ranks, options.max_restarts, options.restart_delay,
+                                   options.min_ranks);
+    }
     if (options.max_restarts > 0) return zl::run_with_restarts(plan, options.max_restarts, options.restart_delay);
     std::vector<char*> args;
     for (const auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));

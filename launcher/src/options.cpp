@@ -99,6 +99,12 @@ void add_trial_and_restart_options(cli::App& app, LaunchOptions& o, Texts& t) {
               "sent to zeroshard-launch (forwarded to it) is not restarted",
               0)
       ->type_name("N");
+  app.add_int("--min-ranks", &o.min_ranks,
+              "with --max-restarts: take a failed run to have lost a rank for good\n"
+              "and restart it on one rank fewer, never below M (the program\n"
+              "resumes its checkpoint resharded; its global batch must divide)",
+              1)
+      ->type_name("M");
   app.add_number("--restart-delay", &o.restart_delay, "seconds between a failure and the restart (default 3)", 0,
                  3600)
       ->type_name("SECONDS");
@@ -136,6 +142,11 @@ void add_options(cli::App& app, LaunchOptions& o, Texts& t) {
                                                        {"srun", Launcher::kSrun}});
     }
     for (const std::string& e : t.env) o.env.push_back(parse_env(e));
+    if (o.min_ranks > 0) {
+      ZS_REQUIRE(o.max_restarts > 0, UsageError, "--min-ranks ", o.min_ranks,
+                 " says how far restarts may shrink the job; it needs --max-restarts N");
+      ZS_REQUIRE(o.np == 0 || o.min_ranks <= o.np, UsageError, "--min-ranks ", o.min_ranks, " exceeds -n ", o.np);
+    }
   });
 }
 

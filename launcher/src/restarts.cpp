@@ -90,28 +90,57 @@ void wait_unless_stopped(double seconds) {
 }  // namespace
 
 int run_with_restarts(const Plan& plan, int max_restarts, double delay_seconds) {
-  ZS_CHECK(!plan.argv.empty(), "an empty job command");
+  return run_with_restarts([&plan](int) { return plan; }, plan.ranks, max_restarts, delay_seconds, 0);
+}
+
+int run_with_restarts(const std::function<Plan(int ranks)>& plan_for, int ranks, int max_restarts,
+                      double delay_seconds, int min_ranks) {
   g_stop_signal.store(0);
   // A parent that ignores SIGCHLD passes that on across exec, and with it ignored the kernel
   // reaps the job itself: waitpid could not tell how it ended. Waiting needs the default action.
   ::signal(SIGCHLD, SIG_DFL);
   Forwarding forwarding;
+  Plan plan = plan_for(ranks);
+  ZS_CHECK(!plan.argv.empty(), "an empty job command");
+  std::string history;  // "4 ranks: ended by signal 9; 3 ranks: ..." for the summary
+  const auto record = [&](const std::string& how) {
+    history += (history.empty() ? "" : "; ") + std::to_string(ranks) + " rank(s): " + how;
+  };
+  const auto summary = [&](const std::string& last) {  // the last run: printed with every one before it
+    record(last);
+    if (min_ranks > 0) std::fprintf(stderr, "zeroshard-launch: the runs: %s\n", history.c_str());
+  };
   for (int restarts = 0;; ++restarts) {
     const int status = run_once(plan);
     const int exit_status = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    if (exit_status == 0) return 0;
+    if (exit_status == 0) {
+      if (restarts > 0) summary("completed");
+      return 0;
+    }
     if (const int sig = g_stop_signal.load(); sig != 0) {
       std::fprintf(stderr, "zeroshard-launch: the job %s after signal %d was forwarded to it; not restarting it\n",
                    describe(status).c_str(), sig);
+      summary(describe(status) + ", stopped");
       return exit_status;
     }
     if (restarts == max_restarts) {
       std::fprintf(stderr, "zeroshard-launch: the job %s; no restart left (--max-restarts %d)\n",
                    describe(status).c_str(), max_restarts);
+      summary(describe(status) + ", no restart left");
       return exit_status;
     }
-    std::fprintf(stderr, "zeroshard-launch: the job %s; restart %d of %d in %g s: %s\n", describe(status).c_str(),
-                 restarts + 1, max_restarts, delay_seconds, shell_line(plan).c_str());
+    if (min_ranks > 0 && ranks - 1 < min_ranks) {
+      std::fprintf(stderr, "zeroshard-launch: the job %s on %d rank(s); a restart would run on %d, below --min-ranks %d: "
+                   "giving up\n", describe(status).c_str(), ranks, ranks - 1, min_ranks);
+      summary(describe(status) + ", below --min-ranks");
+      return exit_status;
+    }
+    record(describe(status));
+    if (min_ranks > 0) plan = plan_for(--ranks);
+    std::fprintf(stderr, "zeroshard-launch: the job %s; restart %d of %d%s in %g s: %s\n", describe(status).c_str(),
+                 restarts + 1, max_restarts,
+                 min_ranks > 0 ? (" on " + std::to_string(ranks) + " rank(s)").c_str() : "", delay_seconds,
+                 shell_line(plan).c_str());
     std::fflush(stderr);
     wait_unless_stopped(delay_seconds);
     if (g_stop_signal.load() != 0) return exit_status;

@@ -6,10 +6,14 @@
 #   3. a SIGUSR1 sent to the launcher reaches the job, which stops, and is not restarted;
 #   4. train_gpt at 2 ranks with --resume=auto: one rank is killed (SIGKILL) after the first
 #      checkpoint, the launcher restarts the job, which resumes from that checkpoint and ends
-#      with the same last training loss as a run never interrupted.
-# Usage: launch_restarts.sh LAUNCH TRAIN_GPT CONFIG WORKDIR
+#      with the same last training loss as a run never interrupted;
+#   5. --min-ranks: train_gpt at 4 ranks, a random rank killed (SIGKILL) after a random one of its
+#      first checkpoints: the job is restarted on 3 ranks, resumes that checkpoint resharded and
+#      completes; its final parameters equal, bit for bit, those of a restart made by hand from the
+#      same checkpoint at 3 ranks. Prints the time from the kill to the resumed job's first step.
+# Usage: launch_restarts.sh LAUNCH TRAIN_GPT CONFIG WORKDIR CKPT_TOOL
 set -eu
-launch=$1 train_gpt=$2 config=$3 work=$4
+launch=$1 train_gpt=$2 config=$3 work=$4 ckpt_tool=$5
 rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "FAILED: $*"; exit 1; }
@@ -89,4 +93,54 @@ want=$(grep -o "last train loss [0-9.]*" "$work/plain.log")
 got=$(grep -o "last train loss [0-9.]*" "$work/4.log" | tail -n 1)
 [ -n "$want" ] && [ "$want" = "$got" ] || fail "uninterrupted: '$want', killed and restarted: '$got'"
 echo "ok: $(grep -o "resumed at step [0-9]*" "$work/4.log"), $got as uninterrupted"
+
+echo "== 5. --min-ranks: 4 ranks, a random rank killed, the job finished on 3"
+# A global batch of 24 divides over 4 and 3 ranks; every checkpoint kept, for the restart by hand.
+common="--config $config --set train.steps=24 --set train.batch_size=24 --set logging.progress=LINES"
+common="$common --set train.log_interval=1 --set checkpoint.interval_steps=4 --set checkpoint.keep_last=100"
+common="$common --set data.limit_eval_samples=48 --set sample.tokens=0"
+random() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
+after=$(( $(random 3) + 1 ))   # killed after the 1st, 2nd or 3rd checkpoint (step 4, 8 or 12)
+# shellcheck disable=SC2086
+"$launch" -n 4 --max-restarts 2 --min-ranks 3 --restart-delay 0 -- "$train_gpt" $common \
+  --set checkpoint.dir="$work/ckpt_elastic" --resume=auto > "$work/5.log" 2>&1 &
+pid=$!
+want_dir=$(printf "step-%08d" $((after * 4)))
+i=0
+while [ ! -e "$work/ckpt_elastic/$want_dir/manifest.pb" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done
+[ -e "$work/ckpt_elastic/$want_dir/manifest.pb" ] || fail "no $want_dir appeared: $(cat "$work/5.log")"
+ranks=$(pgrep -f "checkpoint.dir=$work/ckpt_elastic" | while read -r p; do
+  [ "$(cat /proc/"$p"/comm 2>/dev/null)" = train_gpt ] && echo "$p"; done)
+[ "$(echo "$ranks" | wc -l)" = 4 ] || fail "not 4 train_gpt ranks to choose from: $ranks"
+victim=$(echo "$ranks" | sed -n "$(( $(random 4) + 1 ))p")
+killed_at=$(date +%s%N)
+kill -KILL "$victim"
+while ! grep -q "resumed at step" "$work/5.log" && kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+resumed_at=$(date +%s%N)
+status=0
+wait "$pid" || status=$?
+[ "$status" = 0 ] || fail "the elastic job's exit status is $status: $(cat "$work/5.log")"
+grep -q "restart 1 of 2 on 3 rank(s)" "$work/5.log" || fail "no restart on 3 ranks in: $(cat "$work/5.log")"
+grep -q "the runs: 4 rank(s): .*; 3 rank(s): completed" "$work/5.log" || fail "no summary in: $(cat "$work/5.log")"
+from=$(grep -o "resumed at step [0-9]*" "$work/5.log" | tail -n 1 | grep -o "[0-9]*$")
+[ -n "$from" ] || fail "the restarted job did not resume: $(cat "$work/5.log")"
+# The restart by hand: the checkpoint the elastic job resumed, alone in a folder, at 3 ranks.
+step_dir=$(printf "step-%08d" "$from")
+mkdir -p "$work/ckpt_manual"
+cp -r "$work/ckpt_elastic/$step_dir" "$work/ckpt_manual/"
+echo "$step_dir" > "$work/ckpt_manual/latest"
+# shellcheck disable=SC2086
+"$launch" -n 3 -- "$train_gpt" $common --set checkpoint.dir="$work/ckpt_manual" --resume > "$work/5m.log" 2>&1 \
+  || fail "the restart by hand failed: $(cat "$work/5m.log")"
+for d in elastic manual; do
+  "$ckpt_tool" export "$work/ckpt_$d" "$work/final_$d.safetensors" --dtype float32 > /dev/null \
+    || fail "cannot export ckpt_$d"
+done
+cmp -s "$work/final_elastic.safetensors" "$work/final_manual.safetensors" \
+  || fail "the elastic job's final parameters differ from the restart by hand's"
+want=$(grep -o "last train loss [0-9.]*" "$work/5m.log")
+got=$(grep -o "last train loss [0-9.]*" "$work/5.log" | tail -n 1)
+[ -n "$want" ] && [ "$want" = "$got" ] || fail "by hand: '$want', elastic: '$got'"
+echo "ok: killed after step $((after * 4)), resumed at step $from on 3 ranks; final parameters equal the restart" \
+  "by hand's bit for bit; $(( (resumed_at - killed_at) / 1000000 )) ms from the kill to the resumed job"
 echo "ALL PASSED"

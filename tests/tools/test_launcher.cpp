@@ -318,6 +318,21 @@ TEST(LaunchRestarts, OptionsParseAndAJobWithoutResumeGetsANote) {
   EXPECT_FALSE(has_note(zl::build_plan(zl::parse_args({"-n", "2", "prog"}), f.facts)));
 }
 
+TEST(LaunchRestarts, MinRanksNeedsRestartsAndAtMostTheRanks) {
+  EXPECT_EQ(zl::parse_args({"-n", "4", "--max-restarts", "2", "--min-ranks", "3", "prog"}).min_ranks, 3);
+  EXPECT_EQ(zl::parse_args({"-n", "4", "--max-restarts", "2", "prog"}).min_ranks, 0);
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] { zl::parse_args({"-n", "4", "--min-ranks", "3", "prog"}); }),
+                       "--min-ranks 3 says how far restarts may shrink the job; it needs --max-restarts N"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] {
+                         zl::parse_args({"-n", "2", "--max-restarts", "1", "--min-ranks", "3", "prog"});
+                       }),
+                       "--min-ranks 3 exceeds -n 2"));
+  EXPECT_TRUE(contains(message_of<zs::UsageError>([] {
+                         zl::parse_args({"-n", "2", "--max-restarts", "1", "--min-ranks", "0", "prog"});
+                       }),
+                       "--min-ranks"));
+}
+
 // A job command that cannot start (here: a script whose interpreter does not exist) is an error
 // naming it and the reason; a launcher whose parent ignores SIGCHLD still waits for its job.
 TEST(LaunchRestarts, AJobThatCannotStartIsAnErrorAndAnIgnoredSigchldIsReset) {

@@ -59,6 +59,7 @@ struct LaunchOptions {
   int find_batch_start = 0;                 // START; 0 = the configured micro-batch
   int max_restarts = 0;                     // --max-restarts: run the job again after a failure
   double restart_delay = 3;                 // --restart-delay: seconds between a failure and the restart
+  int min_ranks = 0;                        // --min-ranks: each restart on one rank fewer, never below it; 0: the same count
   std::vector<std::string> program;  // the program and its arguments
 };
 
@@ -130,6 +131,14 @@ Plan build_plan(const LaunchOptions& options, const MachineFacts& facts);
 // (one of those signals arrived) is not restarted. Returns the status to exit with: the last
 // run's exit status, or 128 + the signal that ended it. IoError when the command cannot start.
 int run_with_restarts(const Plan& plan, int max_restarts, double delay_seconds);
+
+// The same with --min-ranks (min_ranks > 0): a failed run of R ranks is taken to have lost a rank
+// for good (its node, its GPU), so the restart runs `plan_for(R - 1)`; when that would be below
+// min_ranks the launcher gives up, saying why. A program that resumes with --resume=auto continues
+// from its newest checkpoint on the ranks that remain (the checkpoint is resharded as it loads).
+// The summary on stderr at the end names every run's rank count and how it ended.
+int run_with_restarts(const std::function<Plan(int ranks)>& plan_for, int ranks, int max_restarts,
+                      double delay_seconds, int min_ranks);
 
 // One word quoted for a POSIX shell: unchanged when it only holds safe characters, else in single
 // quotes ('\'' for a quote).
