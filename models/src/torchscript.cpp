@@ -6,6 +6,11 @@
 #include "zeroshard/models/torchscript.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/zeros.h>
+#include <torch/nn/init.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
@@ -14,6 +19,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
 #include <mutex>
 #include <unordered_map>
@@ -21,7 +28,11 @@
 
 #include "torchscript_internal.h"
 #include "zeroshard/base/error.h"
+#include "zeroshard/adapt/lora.h"
+#include "zeroshard/adapt/nf4.h"
 #include "zeroshard/engine/activation_checkpoint.h"
+#include "zeroshard/engine/unit_hook.h"
+#include "zeroshard/optim/param_groups.h"
 #include "zeroshard/engine/unit.h"
 #include "zeroshard/io/replace_file.h"
 
@@ -93,6 +104,21 @@ std::vector<at::Tensor> op_unit_exit_list(const c10::IValue& self, std::vector<a
   return xs;
 }
 
+// The end of a torch.nn.Linear's forward (add_lora): y + scale * lora_B(lora_A(dropout(x))) for
+// an adapted instance, y for the others.
+at::Tensor op_lora_linear(const c10::IValue& self, at::Tensor x, at::Tensor y) {
+  ScriptNode* node = find_node(self);
+  if (node == nullptr || !node->adapted) return y;
+  return keeping_error([&] {
+    const auto params = node->named_parameters(/*recurse=*/false);
+    const at::Tensor* a = params.find("lora_A");
+    const at::Tensor* b = params.find("lora_B");
+    ZS_CHECK(a != nullptr && b != nullptr, "LoRA on '", node->path(), "': lora_A or lora_B is missing");
+    const at::Tensor in = node->lora_dropout > 0 ? at::dropout(x, node->lora_dropout, node->is_training()) : x;
+    return y + at::linear(at::linear(in.to(a->scalar_type()), *a), *b).to(y.scalar_type()) * node->lora_scale;
+  });
+}
+
 // The model's forward starts: a new forward pass (units may run once each again).
 void op_model_enter(const c10::IValue& self) {
   ScriptNode* node = find_node(self);
@@ -144,6 +170,7 @@ TORCH_LIBRARY(zeroshard, m) {
   m.def(torch::schema("unit_exit_list(Any self, Tensor[] xs) -> Tensor[]", conservative), op_unit_exit_list);
   m.def(torch::schema("model_enter(Any self) -> ()", conservative), op_model_enter);
   m.def(torch::schema("call_unit(Any unit, Tensor[] xs) -> Tensor[]", conservative), op_call_unit);
+  m.def(torch::schema("lora_linear(Any self, Tensor x, Tensor y) -> Tensor", conservative), op_lora_linear);
 }
 
 void register_node(const c10::ivalue::Object* object, ScriptNode* node) {
@@ -159,7 +186,7 @@ void unregister_node(const c10::ivalue::Object* object) {
 // ---- the mirror tree ----------------------------------------------------------------------------
 
 ScriptNode::ScriptNode(torch::jit::Module script, std::string path, std::uint64_t* generation)
-    : script_(std::move(script)), path_(std::move(path)), generation_(generation) {
+    : class_name(script_class_name(script)), script_(std::move(script)), path_(std::move(path)), generation_(generation) {
   for (const auto& p : script_.named_parameters(/*recurse=*/false)) {
     register_parameter(p.name, p.value, p.value.requires_grad());
   }
@@ -205,6 +232,8 @@ struct TorchScriptModel::Impl {
   std::vector<std::string> unit_names;
   std::vector<const c10::ivalue::Object*> registered;
   std::uint64_t generation = 0;
+  double lora_scale = 0;  // alpha / rank of the adapters add_lora added; 0: none
+  std::vector<std::shared_ptr<detail::ScriptNode>> nodes;  // every node of the tree, in module order
 
   ~Impl() {
     for (const auto* o : registered) detail::unregister_node(o);
@@ -226,6 +255,7 @@ TorchScriptModel::TorchScriptModel(const std::string& path, const TorchScriptOpt
   std::function<std::shared_ptr<detail::ScriptNode>(const torch::jit::Module&, const std::string&)> build =
       [&](const torch::jit::Module& m, const std::string& path) {
         auto node = std::make_shared<detail::ScriptNode>(m, path, &impl_->generation);
+        impl_->nodes.push_back(node);
         detail::register_node(m._ivalue().get(), node.get());
         impl_->registered.push_back(m._ivalue().get());
         for (const auto& child : m.named_children()) {
@@ -267,14 +297,82 @@ at::Tensor TorchScriptModel::forward(const at::Tensor& input) { return forward(s
 
 const std::vector<std::string>& TorchScriptModel::unit_names() const { return impl_->unit_names; }
 
+std::vector<std::string> TorchScriptModel::add_lora(const lora::Options& o) {
+  lora::detail::check_options(o);
+  ZS_REQUIRE(impl_->lora_scale == 0, UsageError, "TorchScriptModel::add_lora on '", impl_->path,
+             "': the model has adapters already");
+  std::vector<std::shared_ptr<detail::ScriptNode>> chosen;
+  std::string linears;
+  for (const auto& node : impl_->nodes) {
+    if (node->class_name != "Linear") continue;
+    linears += (linears.empty() ? "" : ", ") + node->path();
+    bool match = o.targets.empty();
+    for (const std::string& t : o.targets) match = match || glob_match(t, node->path());
+    if (match) chosen.push_back(node);
+  }
+  ZS_REQUIRE(!chosen.empty(), UsageError, "LoRA on '", impl_->path, "': no torch.nn.Linear submodule matches lora.targets (",
+             o.targets.empty() ? std::string("empty: every Linear") : detail::concat(o.targets.size(), " pattern(s)"),
+             "); its Linear submodules: ", linears.empty() ? std::string("none") : linears);
+  // Every parameter frozen, then the adapters added (trainable).
+  for (const auto& p : impl_->root->parameters()) p.set_requires_grad(false);
+  std::vector<std::string> names;
+  for (const auto& node : chosen) {
+    const auto params = node->named_parameters(/*recurse=*/false);
+    const at::Tensor* w = params.find("weight");
+    ZS_REQUIRE(w != nullptr && w->dim() == 2, UsageError, "LoRA on '", node->path(),
+               "': a Linear without a 2-D weight");
+    const int64_t out = w->size(0), in = w->size(1);
+    ZS_REQUIRE(o.rank <= std::min(in, out), UsageError, "LoRA on '", node->path(), "': lora.rank ", o.rank,
+               " exceeds the layer's smaller side (", in, " inputs, ", out, " outputs)");
+    at::Tensor a = at::empty({o.rank, in}, w->options().requires_grad(false));
+    {
+      at::NoGradGuard no_grad;
+      torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));  // as torch.nn.Linear's weight (lora.h)
+    }
+    node->register_parameter("lora_A", a);
+    node->register_parameter("lora_B", at::zeros({out, o.rank}, w->options()));
+    node->adapted = true;
+    node->lora_scale = o.alpha / static_cast<double>(o.rank);
+    node->lora_dropout = o.dropout;
+    torch::jit::Module linear = impl_->script;
+    for (size_t at = 0, next = 0; !node->path().empty() && at <= node->path().size(); at = next + 1) {
+      next = node->path().find('.', at);
+      if (next == std::string::npos) next = node->path().size();
+      linear = linear.attr(node->path().substr(at, next - at)).toModule();
+    }
+    detail::insert_lora_operator(linear, node->path());
+    names.push_back(node->path());
+  }
+  impl_->lora_scale = o.alpha / static_cast<double>(o.rank);
+  return names;
+}
+
+namespace {
+// precision.frozen_linear = NF4 for TorchScript models: the weight of every frozen torch.nn.Linear
+// submodule (a node of the mirror tree of class Linear) is stored in NF4.
+class ScriptFrozenLinearHook final : public UnitHook {
+ public:
+  std::shared_ptr<const ShardCodec> codec_for(const torch::nn::Module& owner, const std::string& key) const override {
+    const auto* node = dynamic_cast<const detail::ScriptNode*>(&owner);
+    return node != nullptr && node->class_name == "Linear" && key == "weight" ? nf4::codec() : nullptr;
+  }
+};
+}  // namespace
+
+std::shared_ptr<const UnitHook> TorchScriptModel::frozen_linear_hook() {
+  return std::make_shared<const ScriptFrozenLinearHook>();
+}
+
 torch::jit::Module& TorchScriptModel::script() { return impl_->script; }
 
 void TorchScriptModel::save(const std::map<std::string, at::Tensor>& state, const std::string& out_path) const {
   torch::jit::Module fresh = torch::jit::load(impl_->path, c10::Device(c10::kCPU));
   at::NoGradGuard no_grad;
+  // Adapters are folded into their Linear's weight: the file has no place for them.
+  const std::map<std::string, at::Tensor> plain = impl_->lora_scale > 0 ? lora::merged(state, impl_->lora_scale) : state;
   auto put = [&](const std::string& name, at::Tensor t, const char* what) {
-    auto it = state.find(name);
-    ZS_REQUIRE(it != state.end(), UsageError, "TorchScriptModel::save: the state has no ", what, " '", name,
+    auto it = plain.find(name);
+    ZS_REQUIRE(it != plain.end(), UsageError, "TorchScriptModel::save: the state has no ", what, " '", name,
                "' of '", impl_->path, "'");
     ZS_REQUIRE(it->second.sizes() == t.sizes(), UsageError, "TorchScriptModel::save: ", what, " '", name, "' is ",
                it->second.sizes(), " in the state, ", t.sizes(), " in '", impl_->path, "'");

@@ -238,6 +238,33 @@ void check_unit_calls(const torch::jit::Module& root, const ScriptUnits& units) 
   }
 }
 
+std::string script_class_name(const torch::jit::Module& m) { return class_name(m); }
+
+void insert_lora_operator(const torch::jit::Module& linear, const std::string& path) {
+  auto g = forward_graph(linear);
+  const c10::Symbol op = c10::Symbol::fromQualString("zeroshard::lora_linear");
+  bool done = false;
+  for_each_node(g->block(), [&](Node* n) { done = done || n->kind() == op; });
+  if (done) return;  // the class is shared with an instance adapted before
+  Node* ret = g->return_node();
+  ZS_REQUIRE(g->inputs().size() == 2 && is_tensor(g->inputs()[1]) && ret->inputs().size() == 1 &&
+                 is_tensor(ret->input(0)),
+             UsageError, "LoRA on '", path, "': its class Linear has a forward that does not take and return one "
+             "Tensor; zeroshard adapts torch.nn.Linear submodules");
+  // A Linear that is a unit itself returns through zeroshard::unit_exit: the adapter's term goes
+  // before it (its parameters are gathered until then).
+  Node* at = ret;
+  size_t slot = 0;
+  if (Node* producer = ret->input(0)->node();
+      producer->kind() == c10::Symbol::fromQualString("zeroshard::unit_exit")) {
+    at = producer, slot = 1;
+  }
+  Value* out = at->input(slot);
+  Node* lora = insert_op(*g, "lora_linear", {g->inputs()[0], g->inputs()[1], out}, 1, at);
+  lora->output()->setType(out->type());
+  at->replaceInput(slot, lora->output());
+}
+
 void insert_unit_operators(const torch::jit::Module& root, const ScriptUnits& units, bool checkpoint) {
   std::set<const Graph*> done;
   for (size_t i = 0; i < units.modules.size(); ++i) {

@@ -31,6 +31,14 @@ class ScriptNode : public torch::nn::Module {
   void train(bool on = true) override;
   const std::string& path() const { return path_; }
   bool checkpointed = false;
+  // The script class's name ("Linear" for torch.nn.Linear, "Block"): which submodules LoRA and
+  // NF4 storage apply to.
+  std::string class_name;
+  // A LoRA adapter (TorchScriptModel::add_lora): lora_A and lora_B are parameters of this node
+  // only; zeroshard::lora_linear adds their term to the Linear's output.
+  bool adapted = false;
+  double lora_scale = 0;
+  double lora_dropout = 0;
   // Forward takes no argument besides tensors, numbers, booleans and strings (others may hold
   // tensors that zeroshard::unit_input does not see; the engine needs all for units with frozen
   // parameters, see unit_mark_input).
@@ -62,5 +70,13 @@ void check_unit_calls(const torch::jit::Module& root, const ScriptUnits& units);
 // UsageError naming the unit for a forward that returns neither a Tensor nor a tuple of Tensors,
 // or, checkpointed, takes an argument that is not a Tensor.
 void insert_unit_operators(const torch::jit::Module& root, const ScriptUnits& units, bool checkpoint);
+
+// "Linear" for __torch__.torch.nn.modules.linear.___torch_mangle_3.Linear.
+std::string script_class_name(const torch::jit::Module& m);
+
+// Makes the forward graph of `linear`'s class (a torch.nn.Linear: forward(self, input) returning a
+// Tensor) return zeroshard::lora_linear(self, input, output); once per class (instances without an
+// adapter pass through). UsageError naming `path` for a forward of another shape.
+void insert_lora_operator(const torch::jit::Module& linear, const std::string& path);
 
 }  // namespace zeroshard::detail

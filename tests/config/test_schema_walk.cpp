@@ -302,8 +302,8 @@ TEST_F(SchemaWalk, ZeroshardTrainRefusesAModelOrDataItCannotTrain) {
   EXPECT_NE(refusal({"--set", "model.path=" + dir_ + "/model.pt"}).find("data.format is AUTO: a TorchScript model"),
             std::string::npos);
   EXPECT_NE(refusal({"--set", "model.path=" + dir_ + "/model.pt", "--set", "data.format=IMAGES", "--set",
-                     "lora.rank=4"})
-                .find("zeroshard-train does not act on lora.rank (set by --set lora.rank=4)"),
+                     "model.n_layer=4"})
+                .find("zeroshard-train does not act on model.n_layer (set by --set model.n_layer=4)"),
             std::string::npos);
   EXPECT_NE(refusal({"--set", "model.path=" + dir_ + "/hf_model", "--set", "model.dropout=0.2"})
                 .find("zeroshard-train does not act on model.dropout"),

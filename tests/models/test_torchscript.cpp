@@ -27,7 +27,9 @@
 #include <string>
 #include <unordered_set>
 
+#include "common/nf4_reference.h"
 #include "common/test_util.h"
+#include "zeroshard/adapt/lora.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/engine/engine.h"
@@ -301,6 +303,153 @@ TEST(TorchScriptMixedPrecision, Bf16Learns) {
       (step == 0 ? first : last) = loss.item<double>();
     }
     EXPECT_LT(last, 0.8 * first) << "bf16 training did not learn: loss " << first << " -> " << last;
+  }
+}
+
+// ---- LoRA and NF4 on torch.nn.Linear submodules ---------------------------------------------
+
+zs::lora::Options lora_on(std::vector<std::string> targets, int64_t rank = 2) {
+  zs::lora::Options o;
+  o.rank = rank;
+  o.alpha = 4;
+  o.targets = std::move(targets);
+  return o;
+}
+
+// The adapter's term is lora.h's formula: the adapted model computes what the plain file computes
+// with the head's weight replaced by W + B A alpha / rank; with B = 0 it is the base model.
+TEST(TorchScriptLora, AdaptedLinearComputesTheLoraFormula) {
+  const at::Tensor x = regression_data(0, 6, 7, 5).x;
+  zs::TorchScriptModel plain(model_file("mlp.pt"), {.units = {"layers.*"}}, c10::Device(c10::kCPU));
+  const at::Tensor base = plain.forward(x).detach();
+  torch::manual_seed(3);
+  zs::TorchScriptModel adapted(model_file("mlp.pt"), {.units = {"layers.*"}}, c10::Device(c10::kCPU));
+  EXPECT_EQ(adapted.add_lora(lora_on({"head", "layers.*.fc"})),
+            (std::vector<std::string>{"layers.0.fc", "layers.1.fc", "layers.2.fc", "head"}));
+  EXPECT_TRUE(torch::equal(adapted.forward(x).detach(), base)) << "lora_B starts at zero";
+  std::map<std::string, at::Tensor> params;
+  for (const auto& p : adapted.module()->named_parameters()) {
+    params[p.key()] = p.value();
+    EXPECT_EQ(p.value().requires_grad(), p.key().find("lora_") != std::string::npos) << p.key();
+  }
+  {
+    at::NoGradGuard no_grad;
+    for (auto& [name, t] : params) {
+      if (name.find("lora_B") != std::string::npos) t.normal_(0, 0.5);
+    }
+  }
+  const at::Tensor got = adapted.forward(x).detach();
+  EXPECT_GT((got - base).abs().max().item<double>(), 1e-2);
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& p : plain.module()->named_parameters()) {
+      const std::string layer = p.key().substr(0, p.key().rfind('.'));
+      if (p.key().size() > 7 && p.key().compare(p.key().size() - 7, 7, ".weight") == 0 &&
+          params.count(layer + ".lora_A")) {
+        p.value().add_(params[layer + ".lora_B"].matmul(params[layer + ".lora_A"]) * (4.0 / 2));
+      }
+    }
+  }
+  EXPECT_LE((plain.forward(x).detach() - got).abs().max().item<double>(), 1e-5);
+  // Errors name what is wrong.
+  zs::TorchScriptModel other(model_file("mlp.pt"), {.units = {"layers.*"}}, c10::Device(c10::kCPU));
+  EXPECT_NE(usage_error_of([&] { other.add_lora(lora_on({"*.nothing"})); })
+                .find("no torch.nn.Linear submodule matches lora.targets (1 pattern(s)); its Linear submodules: inp, "
+                      "layers.0.fc, layers.0.out, layers.1.fc, layers.1.out, layers.2.fc, layers.2.out, head"),
+            std::string::npos);
+  EXPECT_NE(usage_error_of([&] { other.add_lora(lora_on({"head"}, 6)); })
+                .find("LoRA on 'head': lora.rank 6 exceeds the layer's smaller side (16 inputs, 5 outputs)"),
+            std::string::npos);
+}
+
+// LoRA trained sharded equals the same adapted model trained plainly (no engine, torch::optim's
+// AdamW over the adapters), at every rank count, for each strategy; with the base in NF4 (every
+// weight of the MLP is a Linear's) the frozen weights are exactly NF4's round trip of the file's,
+// and the run equals plain training over that round trip.
+TEST(TorchScriptLora, ShardedEqualsPlainTraining) {
+  const Task task = mlp_task();
+  const int world = zs::test::world_size(), rank = zs::test::rank();
+  const auto adapted_model = [&] {
+    auto m = std::make_unique<zs::TorchScriptModel>(model_file(task.file), task.units, c10::Device(c10::kCPU));
+    torch::manual_seed(11);
+    m->add_lora(lora_on({}, 3));
+    return m;
+  };
+  const auto is_weight = [](const std::string& name) {
+    return name.find("lora_") == std::string::npos && name.size() > 7 &&
+           name.compare(name.size() - 7, 7, ".weight") == 0;
+  };
+  const auto train_plain = [&](bool nf4_base) {
+    auto m = adapted_model();
+    if (nf4_base) {
+      at::NoGradGuard no_grad;
+      for (auto& p : m->module()->named_parameters()) {
+        if (is_weight(p.key())) p.value().copy_(zs_test::nf4_reference_roundtrip(p.value()));
+      }
+    }
+    std::vector<at::Tensor> trainable;
+    for (const auto& p : m->module()->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(kLr).betas({0.9, 0.95}).weight_decay(kWd));
+    for (int step = 0; step < kSteps; ++step) {
+      opt.zero_grad();
+      for (int micro = 0; micro < kAccum; ++micro) {
+        Batch b = task.data(step * kAccum + micro, kLocalBatch * world);
+        for (int r = 0; r < world; ++r) {
+          Batch sl = slice(b, r, world);
+          (task.loss(m->forward(sl.x), sl.y) / (world * kAccum)).backward();
+        }
+      }
+      torch::nn::utils::clip_grad_norm_(trainable, kClip);
+      opt.step();
+    }
+    std::map<std::string, at::Tensor> out;
+    for (const auto& p : m->module()->named_parameters()) out[p.key()] = p.value().detach().clone();
+    return out;
+  };
+  for (const bool nf4 : {false, true}) {
+    const std::map<std::string, at::Tensor> reference = train_plain(nf4);
+    for (Strategy strategy : {Strategy::kFullShard, Strategy::kNoShard}) {
+      if (nf4 && strategy == Strategy::kNoShard) continue;
+      auto m = adapted_model();
+      zs::ShardingOptions o;
+      o.strategy = strategy;
+      if (nf4) o.unit_hooks.push_back(zs::TorchScriptModel::frozen_linear_hook());
+      std::map<std::string, at::Tensor> start;
+      for (const auto& p : m->module()->named_parameters()) start[p.key()] = p.value().detach().clone();
+      zs::ShardingEngine engine(zs::test::session(), m->module(), o);
+      zs::AdamOptions ao;
+      ao.lr = kLr;
+      ao.beta2 = 0.95;
+      ao.weight_decay = kWd;
+      auto opt = zs::make_adamw(ao);
+      for (int step = 0; step < kSteps; ++step) {
+        for (int micro = 0; micro < kAccum; ++micro) {
+          Batch mine = slice(task.data(step * kAccum + micro, kLocalBatch * world), rank, world);
+          at::Tensor loss = engine.forward([&] { return task.loss(m->forward(mine.x), mine.y) / kAccum; });
+          loss.backward();
+        }
+        engine.clip_grad_norm(kClip);
+        engine.step(*opt);
+        engine.zero_grad();
+      }
+      const auto got = engine.full_state_dict();
+      const std::string what = std::string(nf4 ? "NF4 base, " : "") + zs::to_string(strategy);
+      std::string worst_name;
+      const double worst = worst_difference(reference, got, &worst_name);
+      if (rank == 0) {
+        std::printf("  LoRA on every Linear  %-23s ranks=%d  max|diff|=%.3g (%s)\n", what.c_str(), world, worst,
+                    worst_name.c_str());
+      }
+      EXPECT_LE(worst, kTolerance) << what << ": " << worst_name;
+      if (!nf4) continue;
+      for (const auto& [name, value] : start) {
+        if (is_weight(name)) {
+          EXPECT_EQ(zs::test::max_abs_diff(got.at(name), zs_test::nf4_reference_roundtrip(value)), 0.0) << name;
+        }
+      }
+    }
   }
 }
 

@@ -330,7 +330,19 @@ int train_torchscript(Session& s, const Run& run, const TrainStart& start, DataF
   units.checkpoint = o.model.checkpointing.enabled;
   units.checkpoint_every = o.model.checkpointing.every_n_blocks;
   TorchScriptModel model(path, units, s.device());
-  ShardingEngine engine(s, model.module(), o.sharding);
+  // LoRA and NF4 on the module's torch.nn.Linear submodules: the model's own adapters and hook,
+  // in place of the resolved ones (those act on zeroshard::lora::Linear layers).
+  ShardingOptions sharding = o.sharding;
+  sharding.unit_hooks.clear();
+  std::vector<std::string> adapted;
+  if (o.lora.rank > 0) {
+    at::manual_seed(o.session.seed);  // the adapters' initialisation, the same on every rank
+    adapted = model.add_lora(o.lora);
+  }
+  if (run.config.precision().frozen_linear() == config::PrecisionConfig::NF4) {
+    sharding.unit_hooks.push_back(TorchScriptModel::frozen_linear_hook());
+  }
+  ShardingEngine engine(s, model.module(), sharding);
   Trainer trainer(s, engine, start);
   const auto forward = [&model](const at::Tensor& x) { return model.forward(x); };
   if (format == DataFormat::kImages) {
@@ -348,6 +360,7 @@ int train_torchscript(Session& s, const Run& run, const TrainStart& start, DataF
   m << "model: " << path << " (TorchScript), " << model.unit_names().size() << " units, activation checkpointing "
     << checkpointing_line(units.checkpoint, units.checkpoint_every, "unit(s)");
   task.describe = {m.str(), data_line};
+  if (o.lora.rank > 0) task.describe.push_back(lora_line(o.lora, adapted));
   const std::function<void()> sample = task.after_training;
   task.after_training = [&, sample] {
     if (sample) sample();
@@ -414,9 +427,9 @@ Program train_program(const Config& config) {
                            "model.dropout"});
   }
   if (kind == ModelKind::kTorchScript) own.insert(own.end(), {"model.units", "model.unit_types"});
-  // LoRA and NF4 act on zeroshard::lora::Linear layers: the GPT's and the Llama family's.
-  const std::vector<std::string> adapters = kind == ModelKind::kTorchScript ? std::vector<std::string>{} : keys::adapters();
-  return Program{"zeroshard-train", {keys::engine(), keys::trainer(), adapters, own}};
+  // LoRA and NF4: on the GPT's and the Llama family's zeroshard::lora::Linear layers, and on a
+  // TorchScript module's torch.nn.Linear submodules.
+  return Program{"zeroshard-train", {keys::engine(), keys::trainer(), keys::adapters(), own}};
 }
 
 int train_main(Session& s, const Run& run) {

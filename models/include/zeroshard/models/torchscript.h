@@ -52,6 +52,11 @@ struct Module;
 
 namespace zeroshard {
 
+class UnitHook;
+namespace lora {
+struct Options;
+}  // namespace lora
+
 struct TorchScriptOptions {
   // Submodules that become sharded units, by dotted path ("blocks.0") with '*' matching any run
   // of characters inside one path component ("blocks.*", "h*"), or by the script class's name
@@ -85,6 +90,19 @@ class TorchScriptModel {
   at::Tensor forward(const at::Tensor& input);
   // The units, in the script module's order.
   const std::vector<std::string>& unit_names() const;
+
+  // LoRA (zeroshard/adapt/lora.h's formula and initialisation) on the torch.nn.Linear submodules
+  // whose path matches one of options.targets (globs, '*' any characters; every Linear when
+  // empty): lora_A [rank, in] and lora_B [out, rank] become parameters of module()'s tree (not of
+  // the script module), the Linear's forward adds dropout(x) A^T B^T * alpha / rank to its output,
+  // and every other parameter is frozen. Call before the engine wraps module(). Returns the
+  // adapted submodules' paths. UsageError for bad options, a second call, a rank above a layer's
+  // smaller side, or no Linear matched (naming the Linear submodules there are). save() folds the
+  // adapters into the weights.
+  std::vector<std::string> add_lora(const lora::Options& options);
+  // The unit hook (ShardingOptions::unit_hooks) that keeps the weight of every torch.nn.Linear
+  // submodule in NF4 when it is frozen (precision.frozen_linear = NF4; zeroshard/adapt/nf4.h).
+  static std::shared_ptr<const UnitHook> frozen_linear_hook();
   torch::jit::Module& script();
 
   // Writes `state` (name -> value: ShardingEngine::full_state_dict(), tied names included) into
