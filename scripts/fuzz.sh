@@ -83,7 +83,7 @@ found=0
 for h in "${harnesses[@]}"; do
   log=$fb/fuzz_$h.log
   status=0
-  "$fb/fuzz/fuzz_$h" -max_total_time="$secs" -rss_limit_mb=4096 -timeout=20 -max_len=65536 -print_final_stats=1 \
+  "$fb/bin/fuzz_$h" -max_total_time="$secs" -rss_limit_mb=4096 -timeout=20 -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$fb/findings/$h/" "$fb/corpus/$h" "$seeds/$h" >"$log" 2>&1 || status=$?
   runs=$(grep -o "stat::number_of_executed_units: *[0-9]*" "$log" | grep -o "[0-9]*$" || echo "?")
   corpus=$(find "$fb/corpus/$h" -type f | wc -l)

@@ -273,7 +273,8 @@ bool has_leaf(const std::string& name, const std::string& leaf) {
 std::map<std::string, at::Tensor> merged(const std::map<std::string, at::Tensor>& state, double scale) {
   static const std::string kA = "lora_A", kB = "lora_B";
   std::map<std::string, at::Tensor> out = state;
-  for (const auto& [key, a] : state) {
+  for (const auto& entry : state) {
+    const std::string& key = entry.first;  // not a structured binding: the lambda below captures it
     const bool is_a = has_leaf(key, kA), is_b = has_leaf(key, kB);
     if (!is_a && !is_b) continue;
     const std::string prefix = key.substr(0, key.size() - kA.size());  // "X." or ""

@@ -4,6 +4,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "zeroshard/adapt/lora.h"
+#include "zeroshard/base/cpu_features.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/bucketize.h>
@@ -182,7 +183,7 @@ void dequantize(const at::Tensor& packed, const at::Tensor& out) {
 namespace detail {
 
 bool avx2_available() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool yes = __builtin_cpu_supports("avx2") && cpu_has_f16c();
   return yes;
 }
 

@@ -65,7 +65,10 @@ bool is_close_spelling(const std::string& typed, const std::string& candidate, s
 std::string json_error_reason(const std::string& what) {
   const size_t column = what.find("column ");
   const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
-  return colon == std::string::npos ? what : what.substr(colon + 2);
+  if (colon != std::string::npos) return what.substr(colon + 2);
+  // "[json.exception.out_of_range.406] number overflow parsing '1e999'": the text after the tag.
+  const size_t tag = what.rfind("[json.exception.", 0) == 0 ? what.find("] ") : std::string::npos;
+  return tag == std::string::npos ? what : what.substr(tag + 2);
 }
 
 }  // namespace zeroshard

@@ -358,7 +358,9 @@ std::string json_location(const std::string& text, const std::string& source,
 // wrong value types are reported with their dotted path and the valid choices.
 void check_json_object(const pb::Struct& obj, const pb::Descriptor* d, const std::string& prefix,
                        const std::string& text, const std::string& source) {
-  for (const auto& [key, value] : obj.fields()) {
+  for (const auto& field : obj.fields()) {
+    const std::string& key = field.first;  // not structured bindings: the lambda below captures them
+    const pb::Value& value = field.second;
     const pb::FieldDescriptor* f = d->FindFieldByName(key);
     for (int i = 0; f == nullptr && i < d->field_count(); ++i) {
       if (d->field(i)->json_name() == key) f = d->field(i);

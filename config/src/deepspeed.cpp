@@ -413,7 +413,7 @@ std::vector<DeepSpeedSetting> deepspeed_settings(const std::string& json, const 
   Json root;
   try {
     root = Json::parse(json);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // a syntax error, or a number out of range ("1e999")
     ZS_THROW(ConfigError, source, ": not valid JSON: ", e.what());
   }
   return Importer(source, world_size).run(root);

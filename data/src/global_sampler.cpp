@@ -107,6 +107,8 @@ void GlobalSampler::restore_json(const std::string& json) {
     v = Json::parse(json);
   } catch (const Json::parse_error& e) {
     ZS_THROW(CheckpointError, "data sampler state: column ", e.byte, ": ", json_error_reason(e.what()));
+  } catch (const Json::exception& e) {  // a number out of range ("1e999")
+    ZS_THROW(CheckpointError, "data sampler state: ", json_error_reason(e.what()));
   }
   ZS_REQUIRE(v.is_object(), CheckpointError, "data sampler state is a ", v.type_name(), ", expected an object");
   const int64_t n = integer(v, "num_samples");

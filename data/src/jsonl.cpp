@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard::data {
 namespace {
@@ -40,6 +41,8 @@ json parse_object(std::string_view line) {
     v = json::parse(line.begin(), line.end());
   } catch (const json::parse_error& e) {
     ZS_THROW(DataError, "bad JSON at column ", e.byte, ": ", reason_of(e));
+  } catch (const json::exception& e) {  // a number out of range ("1e999")
+    ZS_THROW(DataError, "bad JSON: ", json_error_reason(e.what()));
   }
   ZS_REQUIRE(v.is_object(), DataError, "expected a JSON object, got ", type_name(v));
   return v;

@@ -81,6 +81,8 @@ nlohmann::ordered_json parse_untrusted_json(const std::string& text, const std::
     return Json::parse(begin, end, check);
   } catch (const Json::parse_error& e) {
     ZS_THROW(IoError, what, ": ", position(text, e.byte), ": ", json_error_reason(e.what()));
+  } catch (const Json::exception& e) {  // a number out of range ("1e999")
+    ZS_THROW(IoError, what, ": ", position(text, taken), ": ", json_error_reason(e.what()));
   } catch (const Refusal& r) {
     ZS_THROW(IoError, what, ": ", position(text, taken), ": ", r.what);
   }

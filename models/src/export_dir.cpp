@@ -47,7 +47,9 @@ std::pair<std::string, std::string> parent_and_name(const std::string& dir) {
 }  // namespace
 
 ExportDirectory::ExportDirectory(std::string dir, Communicator* comm) : dir_(std::move(dir)) {
-  const auto [parent, name] = parent_and_name(dir_);
+  const auto parent_name = parent_and_name(dir_);  // not a structured binding: the lambda below captures it
+  const std::string& parent = parent_name.first;
+  const std::string& name = parent_name.second;
   ZS_REQUIRE(!name.empty() && name != "." && name != "..", UsageError, "'", dir_, "' is not a directory name to export to");
   tmp_ = parent + "/." + name + ".tmp-export";
   const bool root = comm == nullptr || comm->rank() == 0;

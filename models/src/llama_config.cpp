@@ -216,7 +216,7 @@ LlamaConfig LlamaConfig::parse(const std::string& text, const std::string& path,
   Json j;
   try {
     j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // a syntax error, or a number out of range ("1e999")
     ZS_THROW(ConfigError, "'", path, "' is not valid JSON: ", e.what());
   }
   if (!j.is_object()) ZS_THROW(ConfigError, "'", path, "' is not a JSON object");

@@ -16,6 +16,7 @@
 #endif
 
 #include "cpu_common.h"
+#include "zeroshard/base/cpu_features.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 
@@ -27,7 +28,7 @@ namespace {
 
 bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+         cpu_has_f16c();
 }
 
 bool cpu_has_avx512() {
@@ -60,7 +61,7 @@ const char* to_string(SimdPath path) {
 std::string cpu_simd_flags() {
   const std::pair<const char*, bool> flags[] = {
       {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
-      {"f16c", __builtin_cpu_supports("f16c")},         {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"f16c", cpu_has_f16c()},         {"avx512f", __builtin_cpu_supports("avx512f")},
       {"avx512bw", __builtin_cpu_supports("avx512bw")}, {"avx512vl", __builtin_cpu_supports("avx512vl")},
       {"avx512dq", __builtin_cpu_supports("avx512dq")}};
   std::string s;

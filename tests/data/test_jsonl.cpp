@@ -57,6 +57,8 @@ TEST(Jsonl, SaysWhatIsWrongWithAMalformedLine) {
             "bad JSON at column 14: syntax error while parsing value - invalid string: missing closing quote; last "
             "read: '\"abc'");
   EXPECT_EQ(parse_error(R"(["text"])"), "expected a JSON object, got an array");
+  // A number no double holds (found by fuzz_records): refused, not an exception of the JSON library.
+  EXPECT_EQ(parse_error(R"({"text": "a", "n": 1e999})"), "bad JSON: number overflow parsing '1e999'");
   EXPECT_EQ(parse_error(R"({"txt": "a", "id": 1})"),
             "a record needs \"text\", \"prompt\" and \"completion\", or \"messages\"; this one has \"id\", \"txt\"");
   EXPECT_EQ(parse_error(R"({"text": "a", "messages": []})"),

@@ -323,6 +323,15 @@ TEST(TokenizerErrors, MalformedJsonNamesFileAndPosition) {
                    "expected string literal");
 }
 
+// A number no double holds (found by fuzz_tokenizer): a ConfigError naming the file.
+TEST(TokenizerErrors, NumberOverflowNamesTheFile) {
+  zeroshard::test::RankDir dir("tok_err_overflow");
+  const std::string path = dir.path + "/tokenizer.json";
+  write(path, "{\"model\": {\"type\": \"BPE\", \"dropout\": 1.02E1102}}");
+  EXPECT_EQ(message_of([&] { zt::load_tokenizer(path); }),
+            path + ": malformed JSON: number overflow parsing '1.02E1102'");
+}
+
 TEST(TokenizerErrors, MergeNamesTokenOutsideTheVocabulary) {
   zeroshard::test::RankDir dir("tok_err_merge");
   const std::string path = dir.path + "/tokenizer.json";

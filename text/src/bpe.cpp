@@ -44,7 +44,9 @@ BpeModel::BpeModel(std::vector<std::pair<std::string, int32_t>> vocab,
   const std::string& prefix = options_.continuing_subword_prefix;
   std::string merged;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
+    // Plain references, not a structured binding: C++17 lambdas cannot capture one (clang refuses).
+    const std::string& left = merges[rank].first;
+    const std::string& right = merges[rank].second;
     const auto lookup = [&](const std::string& token) {
       const int32_t* id = vocab_.find(token);
       ZS_REQUIRE(id != nullptr, ConfigError, where, ": model.merges[", rank, "] ('", left, "' + '", right,

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/format.h"
 
 namespace zeroshard::text::detail {
 
@@ -46,6 +47,8 @@ Json read_json_file(const std::string& path) {
     }
     ZS_THROW(ConfigError, path, ": malformed JSON at line ", line, ", column ", column, ": ",
              parse_error_reason(e.what()));
+  } catch (const Json::exception& e) {  // a number out of range ("1e999"), bad UTF-8 in a string
+    ZS_THROW(ConfigError, path, ": malformed JSON: ", ::zeroshard::json_error_reason(e.what()));
   }
 }
 

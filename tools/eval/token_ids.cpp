@@ -41,7 +41,7 @@ std::vector<int64_t> from_json(const std::string& path) {
   nlohmann::json v;
   try {
     v = nlohmann::json::parse(read_all(path));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number out of range ("1e999")
     // nlohmann's text names the line and column: "[json.exception.parse_error.101] parse error at line 1, ...".
     const std::string what = e.what();
     const size_t at = what.find("] ");

@@ -122,6 +122,8 @@ Json parse_line(const std::string& line, const std::string& where) {
     return Json::parse(line);
   } catch (const Json::parse_error& e) {
     ZS_THROW(Error, where, ": column ", e.byte, ": ", json_error_reason(e.what()));
+  } catch (const Json::exception& e) {  // a number out of range ("1e999")
+    ZS_THROW(Error, where, ": ", json_error_reason(e.what()));
   }
 }
 
