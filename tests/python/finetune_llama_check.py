@@ -27,7 +27,8 @@
       exit status 138; --resume auto then gives the uninterrupted run's losses and samples
 
   finetune_llama_check.py train --fixture DIR --bin BUILD/bin --mpirun MPIRUN
-      zeroshard-train on the model directory: at 1 rank its step losses equal finetune_llama's; QLoRA at
+      zeroshard-train on the model directory: at 1 and 2 ranks, 1 and 2 micro-batches, its step losses
+      equal finetune_llama's (the mean over the global batch's trained tokens); QLoRA at
       2 ranks on the chat data lowers the held-out loss, samples text, stores the base in NF4, exports
       a PEFT adapter, and its merged Hugging Face export scores as the checkpoint in zeroshard-eval
 
@@ -577,21 +578,27 @@ def cmd_train(a):
     os.makedirs(work)
     data = os.path.join(a.fixture, "chat.jsonl")
     targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
-    # The same math as finetune_llama: at one rank with one micro-batch both losses are the mean NLL of
-    # the batch's trained tokens; no shuffling, AdamW without weight decay, the adapters drawn from seed 0.
+    # The same math as finetune_llama: both losses are the mean NLL of the global batch's trained tokens
+    # whatever the ranks (TrainTask::loss_items); no shuffling (the same global batches), AdamW without
+    # weight decay, the adapters drawn from seed 0.
     same = ["data.path=" + data, "model.seq_len=64", "train.batch_size=8", "train.steps=3", "optimizer.lr=1e-2",
             "optimizer.weight_decay=0", "data.shuffle=false", "lora.rank=8", "lora.alpha=16", "runtime.seed=0",
             "lora.targets=" + ",".join("*." + t for t in targets.split(",")),
             "data.val_fraction=0.25", "sample.tokens=0", "precision.param_dtype=FP32", "precision.reduce_dtype=FP32"]
-    ours, _, out = zs_train(a, 1, work, "same", *same)
-    print(out.strip())
-    theirs = steps_of(finetune(a, 1, "--seq-len", "64", "--global-batch", "8", "--steps", "3", "--lr", "1e-2",
-                               "--lora-rank", "8", "--lora-alpha", "16", "--no-shuffle", "--lora-targets",
-                               targets).stdout)
-    pairs = [(ours.get(k), theirs[k][0]) for k in sorted(theirs)]
-    print("step losses, zeroshard-train vs finetune_llama: %s" % pairs)
-    check(len(pairs) == 3 and all(x is not None and abs(x - y) <= 1e-5 * abs(y) for x, y in pairs),
-          "zeroshard-train's Llama steps equal finetune_llama's (1 rank, 3 steps, 1e-5 relative)")
+    for ranks, micro in ((1, 1), (2, 1), (2, 2)):
+        ours, _, out = zs_train(a, ranks, work, "same%d-%d" % (ranks, micro), *same,
+                                "train.micro_batches=%d" % micro)
+        if ranks == 1:
+            print(out.strip())
+        theirs = steps_of(finetune(a, ranks, "--seq-len", "64", "--global-batch", "8", "--steps", "3", "--lr",
+                                   "1e-2", "--lora-rank", "8", "--lora-alpha", "16", "--no-shuffle", "--lora-targets",
+                                   targets, "--micro-batches", str(micro)).stdout)
+        pairs = [(ours.get(k), theirs[k][0]) for k in sorted(theirs)]
+        print("step losses at %d rank(s) x %d micro-batch(es), zeroshard-train vs finetune_llama: %s"
+              % (ranks, micro, pairs))
+        check(len(pairs) == 3 and all(x is not None and abs(x - y) <= 1e-5 * abs(y) for x, y in pairs),
+              "zeroshard-train's Llama steps equal finetune_llama's (%d rank(s) x %d micro-batch(es), 3 steps, "
+              "1e-5 relative)" % (ranks, micro))
     # LoRA over the NF4 base at 2 ranks from the chat data (its template's assistant turns trained),
     # with checkpoints, then the PEFT export scores as the checkpoint.
     ckpt = os.path.join(work, "ckpt")

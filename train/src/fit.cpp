@@ -112,9 +112,31 @@ TrainResult Trainer::fit(const TrainTask& task) {
   const RunLength len = run_length(o, plan, stream);
   const int64_t steps = len.steps;
   // One micro-batch: the next batch of this rank's stream through the sharded model.
-  auto micro_loss = [&](int) {
-    Batch b = stream.next();
-    return engine_.forward([&] { return task.loss(b); });
+  // With TrainTask::loss_items the step's micro-batches are read at its first one, their items
+  // counted over every rank (one all-reduce), and each summed loss scaled so that the step's loss
+  // and gradients are the mean over the global batch's items (step() divides by the micro-batches,
+  // the engine's reduction by the ranks).
+  std::vector<Batch> pending;
+  double factor = 1;
+  auto micro_loss = [&](int m) {
+    if (!task.loss_items) {
+      Batch b = stream.next();
+      return engine_.forward([&] { return task.loss(b); });
+    }
+    if (m == 0) {
+      pending.clear();
+      double items = 0;
+      for (int i = 0; i < plan.micro_batches; ++i) {
+        pending.push_back(stream.next());
+        items += task.loss_items(pending.back());
+      }
+      const double total = all_reduce_sum(session_, {items}, "train.loss_items")[0];
+      ZS_REQUIRE(total > 0, DataError, "step ", steps_ + 1, ": no sample of the global batch has an item the loss "
+                 "counts (TrainTask::loss_items is 0 on every rank)");
+      factor = static_cast<double>(session_.world_size()) * plan.micro_batches / total;
+    }
+    const Batch& b = pending.at(static_cast<size_t>(m));
+    return engine_.forward([&] { return task.loss(b); }).mul(factor);
   };
   TrainResult result;
   if (start_.flags.memory_trial) {

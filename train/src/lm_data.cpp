@@ -130,11 +130,11 @@ at::Tensor per_token_nll(const at::Tensor& logits, const at::Tensor& targets) {
 }
 }  // namespace
 
-at::Tensor lm_mean_nll(const at::Tensor& logits, const at::Tensor& targets) {
-  const at::Tensor nll = per_token_nll(logits, targets);
-  const at::Tensor trained = targets.ne(-100).sum().to(at::kFloat).clamp_min(1);
-  return nll.sum().div(trained);
+at::Tensor lm_nll_sum(const at::Tensor& logits, const at::Tensor& targets) {
+  return per_token_nll(logits, targets).sum();
 }
+
+int64_t lm_trained_tokens(const Batch& b) { return b.target.ne(-100).sum().item<int64_t>(); }
 
 at::Tensor lm_per_sample_nll(const at::Tensor& logits, const at::Tensor& targets) {
   const at::Tensor nll = per_token_nll(logits, targets);

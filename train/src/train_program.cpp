@@ -258,7 +258,9 @@ int train_hf(Session& s, const Run& run, TrainStart start, DataFormat format) {
   task.name = program_name(run);
   task.train = train_set;
   const auto forward = [&model](const Batch& b) { return model->forward(lm_ids(b), lm_positions(b), lm_documents(b)); };
-  task.loss = [forward](const Batch& b) { return lm_mean_nll(forward(b), b.target); };
+  // The mean NLL over the global batch's trained tokens, whatever the ranks and micro-batches.
+  task.loss = [forward](const Batch& b) { return lm_nll_sum(forward(b), b.target); };
+  task.loss_items = [](const Batch& b) { return static_cast<double>(lm_trained_tokens(b)); };
   if (n_val > 0) {
     task.eval.data = std::make_shared<LmSampleDataset>(samples, n - n_val, n_val, cfg.vocab_size);
     task.eval.metrics = {{"val_loss", "validation loss"}};

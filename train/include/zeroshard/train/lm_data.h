@@ -7,7 +7,8 @@
 //   auto samples = corpus.packed(512);                                  // packed, never attending across documents
 //   auto train = std::make_shared<zeroshard::LmSampleDataset>(samples, 0, n_train, cfg.vocab_size);
 //   // train->get(i): data int64 [3, T] (inputs, positions, document numbers), target int64 [T]
-//   task.loss = [&](const Batch& b) { return lm_mean_nll(model->forward(lm_ids(b), lm_positions(b), lm_documents(b)), b.target); };
+//   task.loss = [&](const Batch& b) { return lm_nll_sum(model->forward(lm_ids(b), lm_positions(b), lm_documents(b)), b.target); };
+//   task.loss_items = [](const Batch& b) { return double(lm_trained_tokens(b)); };   // the mean over the global batch's tokens
 //
 // JSONL records ({"text"}, {"prompt", "completion"} with the prompt untrained, {"messages"}
 // rendered by the tokenizer's chat template with only assistant turns trained) are tokenized by
@@ -88,9 +89,11 @@ at::Tensor lm_ids(const Batch& b);
 at::Tensor lm_positions(const Batch& b);
 at::Tensor lm_documents(const Batch& b);
 
-// The mean next-token NLL over the trained targets (target != -100) of logits [B, T, V] (fp32
-// math), with a gradient; 0 when no target is trained (the batch then adds nothing).
-at::Tensor lm_mean_nll(const at::Tensor& logits, const at::Tensor& targets);
+// The summed next-token NLL over the trained targets (target != -100) of logits [B, T, V] (fp32
+// math), with a gradient, and their count in a batch: TrainTask::loss and loss_items of a mean
+// over the global batch's tokens.
+at::Tensor lm_nll_sum(const at::Tensor& logits, const at::Tensor& targets);
+int64_t lm_trained_tokens(const Batch& b);
 // Each sample's mean NLL over its trained targets, fp32 [B] (0 for a sample with none).
 at::Tensor lm_per_sample_nll(const at::Tensor& logits, const at::Tensor& targets);
 

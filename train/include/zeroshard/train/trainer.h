@@ -145,6 +145,11 @@ struct TrainTask {
   int64_t train_samples = 0;                 // the first N samples; 0: all (data.limit_train_samples caps)
   // The mean loss of one micro-batch (run inside engine.forward; the Trainer does the backward).
   std::function<at::Tensor(const Batch&)> loss;
+  // Losses that are a mean over items of unequal count per sample (a language model's trained
+  // tokens): the items of one micro-batch. When set, `loss` returns the micro-batch's SUM over its
+  // items, and each step's loss and gradients are those of the mean over every item of the global
+  // batch, whatever the split over ranks and micro-batches (one all-reduce of the counts per step).
+  std::function<double(const Batch&)> loss_items;
   EvalSpec eval;
   std::string sample_noun = "samples";       // header: "32 <sample_noun> per step"
   std::string items = "samples";             // throughput unit: "tok" for tokens, else samples
