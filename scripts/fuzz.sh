@@ -34,6 +34,7 @@ echo "fuzz: built in $((built - started)) s"
 # ---- seeds ----
 seeds=$fb/seeds
 rm -rf "$seeds"
+rm -rf "$fb/findings"  # this run's findings only (the corpus grows from run to run)
 for h in "${harnesses[@]}"; do mkdir -p "$seeds/$h" "$fb/corpus/$h" "$fb/findings/$h"; done
 for f in examples/configs/*.textproto; do
   { printf '\0'; cat "$f"; } > "$seeds/config/$(basename "$f")"

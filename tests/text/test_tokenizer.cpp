@@ -332,6 +332,20 @@ TEST(TokenizerErrors, NumberOverflowNamesTheFile) {
             path + ": malformed JSON: number overflow parsing '1.02E1102'");
 }
 
+// Ids index the model's tables: an id far beyond any real vocabulary (found by fuzz_tokenizer: a
+// 9 GB allocation) is refused, naming the token, before anything is allocated.
+TEST(TokenizerErrors, TokenIdBeyondAnyVocabularyIsRefused) {
+  zeroshard::test::RankDir dir("tok_err_big_id");
+  const std::string path = dir.path + "/tokenizer.json";
+  write(path, R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 283762763}, "merges": []}})");
+  const std::string err = message_of([&] { zt::load_tokenizer(path); });
+  EXPECT_NE(err.find("token 'b' has id 283762763, expected an integer in [0, 2^24)"), std::string::npos) << err;
+  write(path, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                  "added_tokens": [{"id": 40000000, "content": "<x>", "special": true}]})");
+  const std::string added = message_of([&] { zt::load_tokenizer(path); });
+  EXPECT_NE(added.find("expected an id in [0, 2^24), got 40000000"), std::string::npos) << added;
+}
+
 TEST(TokenizerErrors, MergeNamesTokenOutsideTheVocabulary) {
   zeroshard::test::RankDir dir("tok_err_merge");
   const std::string path = dir.path + "/tokenizer.json";

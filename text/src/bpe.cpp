@@ -183,8 +183,8 @@ std::unique_ptr<Model> make_bpe_model(const JsonAt& model) {
   std::vector<std::pair<std::string, int32_t>> vocab;
   vocab.reserve(vocab_at.value().size());
   for (const auto& [token, id] : vocab_at.value().items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      vocab_at.fail("token '" + token + "' has id " + id.dump() + ", expected an integer in [0, 2^31)");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMaxTokenId) {
+      vocab_at.fail("token '" + token + "' has id " + id.dump() + ", expected an integer in [0, 2^24)");
     }
     vocab.emplace_back(token, static_cast<int32_t>(id.get<int64_t>()));
   }

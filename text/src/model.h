@@ -12,6 +12,11 @@
 
 namespace zeroshard::text::detail {
 
+// The largest token id a vocabulary may hold: models index their tokens by id, so an id of 2^31
+// in a crafted file would allocate tens of GB; the largest vocabularies in use are a few hundred
+// thousand ids.
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+
 class Model {
  public:
   virtual ~Model() = default;

@@ -173,7 +173,7 @@ std::vector<std::pair<std::string, int32_t>> read_ranks(const std::string& path)
     const size_t space = line.find(' ');
     char* end = nullptr;
     const long rank = space == std::string::npos ? -1 : std::strtol(line.c_str() + space + 1, &end, 10);
-    const bool rank_ok = rank >= 0 && rank <= INT32_MAX && end != nullptr && *end == '\0' && space + 1 < line.size();
+    const bool rank_ok = rank >= 0 && rank <= kMaxTokenId && end != nullptr && *end == '\0' && space + 1 < line.size();
     ZS_REQUIRE(rank_ok && base64_decode(std::string_view(line).substr(0, space), bytes), ConfigError, path, ": line ",
                line_number, ": expected 'BASE64 RANK', got '", line.substr(0, 80), "'");
     ranks.emplace_back(bytes, static_cast<int32_t>(rank));

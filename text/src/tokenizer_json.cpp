@@ -25,7 +25,7 @@ std::vector<AddedToken> parse_added_tokens(const JsonAt& root) {
   for (const JsonAt& entry : list->items()) {
     AddedToken t;
     const int64_t id = entry.integer("id");
-    if (id < 0 || id > INT32_MAX) entry.at("id").fail("expected an id in [0, 2^31), got " + std::to_string(id));
+    if (id < 0 || id > kMaxTokenId) entry.at("id").fail("expected an id in [0, 2^24), got " + std::to_string(id));
     t.id = static_cast<int32_t>(id);
     t.content = entry.str("content");
     t.single_word = entry.flag_or("single_word", false);
