@@ -226,6 +226,43 @@ void check_logging(const Config& c, Problems* out) {
 
 }  // namespace
 
+// Keys that only mean something under another key's value: set without it they would be ignored.
+void check_dependent_keys(const Config& c, Problems* out) {
+  const auto& ac = c.activation_checkpointing();
+  if (ac.every_n_blocks() != 1 && !ac.enabled()) {
+    add(out, {"activation_checkpointing.every_n_blocks", "activation_checkpointing.enabled"},
+        detail::concat("activation_checkpointing.every_n_blocks = ", ac.every_n_blocks(),
+                       " applies only with activation_checkpointing.enabled = true; enable it or remove the key"));
+  }
+  const auto& l = c.lora();
+  if (l.rank() == 0) {
+    const opt::LoraConfig defaults;
+    std::vector<std::string> set;
+    if (l.alpha() != defaults.alpha()) set.push_back("lora.alpha");
+    if (l.dropout() != defaults.dropout()) set.push_back("lora.dropout");
+    if (!l.targets().empty()) set.push_back("lora.targets");
+    for (const std::string& key : set) {
+      add(out, {key, "lora.rank"}, key + " applies only with LoRA adapters (lora.rank > 0), but lora.rank = 0; set "
+                                         "lora.rank or remove the key");
+    }
+  }
+  const auto& s = c.scheduler();
+  if (s.type() != opt::SchedulerConfig::STEP) {
+    const opt::SchedulerConfig defaults;
+    const std::string type = opt::SchedulerConfig::Type_Name(s.type());
+    if (s.step_size() != defaults.step_size()) {
+      add(out, {"scheduler.step_size", "scheduler.type"},
+          detail::concat("scheduler.step_size = ", s.step_size(), " applies only to scheduler.type = STEP, but "
+                         "scheduler.type = ", type, "; remove it or use STEP"));
+    }
+    if (s.gamma() != defaults.gamma()) {
+      add(out, {"scheduler.gamma", "scheduler.type"},
+          "scheduler.gamma = " + format_value(s.gamma()) + " applies only to scheduler.type = STEP, but "
+          "scheduler.type = " + type + "; remove it or use STEP");
+    }
+  }
+}
+
 void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
   check_device(c, out);
   check_offload(c, out);
@@ -238,6 +275,7 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
   check_model(c, out);
   check_checkpoint(c, out);
   check_logging(c, out);
+  check_dependent_keys(c, out);
 }
 
 }  // namespace zeroshard::config_rules

@@ -181,6 +181,34 @@ TEST(ConfigRules, MomentumAndNesterovApplyOnlyToSgd) {
   expect_valid({"optimizer.type=SGD", "optimizer.momentum=0.9"});
 }
 
+// Keys that mean something only under another key's value are refused without it (they would be
+// ignored).
+TEST(ConfigRules, DependentKeysNeedTheKeyTheyApplyTo) {
+  expect_one_problem({"activation_checkpointing.every_n_blocks=2"},
+                     {"activation_checkpointing.every_n_blocks", "activation_checkpointing.enabled"},
+                     "activation_checkpointing.every_n_blocks = 2 applies only with activation_checkpointing.enabled = "
+                     "true; enable it or remove the key");
+  expect_valid({"activation_checkpointing.every_n_blocks=2", "activation_checkpointing.enabled=true"});
+  expect_one_problem({"lora.alpha=8"}, {"lora.alpha", "lora.rank"},
+                     "lora.alpha applies only with LoRA adapters (lora.rank > 0), but lora.rank = 0; set lora.rank or "
+                     "remove the key");
+  expect_one_problem({"lora.targets=*.fc"}, {"lora.targets", "lora.rank"},
+                     "lora.targets applies only with LoRA adapters (lora.rank > 0), but lora.rank = 0; set lora.rank or "
+                     "remove the key");
+  expect_one_problem({"lora.dropout=0.1"}, {"lora.dropout", "lora.rank"},
+                     "lora.dropout applies only with LoRA adapters (lora.rank > 0), but lora.rank = 0; set lora.rank or "
+                     "remove the key");
+  expect_valid({"lora.rank=4", "lora.alpha=8", "lora.dropout=0.1", "lora.targets=*.fc"});
+  expect_one_problem({"scheduler.step_size=10"}, {"scheduler.step_size", "scheduler.type"},
+                     "scheduler.step_size = 10 applies only to scheduler.type = STEP, but scheduler.type = CONSTANT; "
+                     "remove it or use STEP");
+  expect_one_problem({"scheduler.type=COSINE", "scheduler.total_steps=10", "scheduler.gamma=0.5"},
+                     {"scheduler.gamma", "scheduler.type"},
+                     "scheduler.gamma = 0.5 applies only to scheduler.type = STEP, but scheduler.type = COSINE; remove "
+                     "it or use STEP");
+  expect_valid({"scheduler.type=STEP", "scheduler.step_size=10", "scheduler.gamma=0.5"});
+}
+
 // optimizer.param_groups is a list (a config file's): its entries are checked with the rules.
 TEST(ConfigRules, ParamGroupEntriesAreChecked) {
   Config c = parse_config_textproto(

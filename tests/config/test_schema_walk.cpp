@@ -62,6 +62,12 @@ const std::map<std::string, std::vector<std::string>> kCompanions = {
     {"offload.grads", {"offload.optimizer=CPU"}},
     {"offload.keep_param_dtype_shard", {"offload.params=CPU", "offload.optimizer=CPU", "precision.param_dtype=BF16"}},
     {"checkpoint.interval_steps", {"checkpoint.dir=walk-checkpoints"}},
+    {"activation_checkpointing.every_n_blocks", {"activation_checkpointing.enabled=true"}},
+    {"lora.alpha", {"lora.rank=4"}},
+    {"lora.dropout", {"lora.rank=4"}},
+    {"lora.targets", {"lora.rank=4"}},
+    {"scheduler.step_size", {"scheduler.type=STEP"}},
+    {"scheduler.gamma", {"scheduler.type=STEP"}},
 };
 // Values for keys whose generic non-default value the validator refuses (names, lists, shapes).
 const std::map<std::string, std::string> kValues = {
