@@ -344,17 +344,6 @@ TrainOptions train_options(const Config& c) {
   return o;
 }
 
-DataOptions data_options(const Config& c) {
-  DataOptions o{c.data().path(), c.data().val_fraction()};
-  switch (c.data().format()) {
-    case opt::DataConfig::AUTO: o.format = DataFormat::kAuto; break;
-    case opt::DataConfig::BYTES: o.format = DataFormat::kBytes; break;
-    case opt::DataConfig::TOKEN_SHARDS: o.format = DataFormat::kTokenShards; break;
-    case opt::DataConfig::JSONL: o.format = DataFormat::kJsonl; break;
-    case opt::DataConfig::IMAGES: o.format = DataFormat::kImages; break;
-  }
-  return o;
-}
 
 ModelSource model_source(const Config& c) {
   return ModelSource{c.model().path(), split_list(c.model().units()), split_list(c.model().unit_types())};
@@ -378,6 +367,18 @@ ProgressSettings progress_settings(const Config& c) {
 
 }  // namespace
 
+DataOptions resolve_data(const Config& c) {
+  DataOptions o{c.data().path(), c.data().val_fraction()};
+  switch (c.data().format()) {
+    case opt::DataConfig::AUTO: o.format = DataFormat::kAuto; break;
+    case opt::DataConfig::BYTES: o.format = DataFormat::kBytes; break;
+    case opt::DataConfig::TOKEN_SHARDS: o.format = DataFormat::kTokenShards; break;
+    case opt::DataConfig::JSONL: o.format = DataFormat::kJsonl; break;
+    case opt::DataConfig::IMAGES: o.format = DataFormat::kImages; break;
+  }
+  return o;
+}
+
 RunOptions resolve(const Config& validated) {
   const std::vector<ConfigProblem> problems = check_config(validated);
   ZS_REQUIRE(problems.empty(), UsageError, "resolve() needs a validated config (build_config or validate_config): ",
@@ -399,7 +400,7 @@ RunOptions resolve(const Config& validated) {
   r.estimate = estimate_options(validated, r);
   r.model = model_options(validated);
   r.train = train_options(validated);
-  r.data = data_options(validated);
+  r.data = resolve_data(validated);
   r.model_source = model_source(validated);
   r.sample = sample_options(validated);
   r.progress = progress_settings(validated);

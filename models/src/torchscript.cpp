@@ -110,12 +110,10 @@ at::Tensor op_lora_linear(const c10::IValue& self, at::Tensor x, at::Tensor y) {
   ScriptNode* node = find_node(self);
   if (node == nullptr || !node->adapted) return y;
   return keeping_error([&] {
-    const auto params = node->named_parameters(/*recurse=*/false);
-    const at::Tensor* a = params.find("lora_A");
-    const at::Tensor* b = params.find("lora_B");
-    ZS_CHECK(a != nullptr && b != nullptr, "LoRA on '", node->path(), "': lora_A or lora_B is missing");
+    const at::Tensor& a = node->lora_A;
+    const at::Tensor& b = node->lora_B;
     const at::Tensor in = node->lora_dropout > 0 ? at::dropout(x, node->lora_dropout, node->is_training()) : x;
-    return y + at::linear(at::linear(in.to(a->scalar_type()), *a), *b).to(y.scalar_type()) * node->lora_scale;
+    return y + at::linear(at::linear(in.to(a.scalar_type()), a), b).to(y.scalar_type()) * node->lora_scale;
   });
 }
 
@@ -329,8 +327,8 @@ std::vector<std::string> TorchScriptModel::add_lora(const lora::Options& o) {
       at::NoGradGuard no_grad;
       torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));  // as torch.nn.Linear's weight (lora.h)
     }
-    node->register_parameter("lora_A", a);
-    node->register_parameter("lora_B", at::zeros({out, o.rank}, w->options()));
+    node->lora_A = node->register_parameter("lora_A", a);
+    node->lora_B = node->register_parameter("lora_B", at::zeros({out, o.rank}, w->options()));
     node->adapted = true;
     node->lora_scale = o.alpha / static_cast<double>(o.rank);
     node->lora_dropout = o.dropout;

@@ -37,6 +37,7 @@ class ScriptNode : public torch::nn::Module {
   // A LoRA adapter (TorchScriptModel::add_lora): lora_A and lora_B are parameters of this node
   // only; zeroshard::lora_linear adds their term to the Linear's output.
   bool adapted = false;
+  at::Tensor lora_A, lora_B;  // the registered parameters (the engine changes their data in place)
   double lora_scale = 0;
   double lora_dropout = 0;
   // Forward takes no argument besides tensors, numbers, booleans and strings (others may hold

@@ -107,15 +107,10 @@ Task gpt_task() {
   return t;
 }
 
-// Plain LibTorch on the unmodified file: the whole global batch on one process, each rank's slice
-// forwarded on its own and the losses averaged; AdamW over module.parameters() (ties once).
-std::map<std::string, at::Tensor> train_reference(const Task& task, int world) {
-  torch::jit::Module m = torch::jit::load(model_file(task.file));
-  std::vector<at::Tensor> params;
-  std::unordered_set<const void*> seen;
-  for (const auto& p : m.parameters()) {
-    if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
-  }
+// AdamW over `params` on the whole global batch in one process: each rank's slice forwarded on its
+// own and the losses averaged, as the sharded runs split it.
+void train_plainly(const Task& task, int world, const std::function<at::Tensor(const at::Tensor&)>& forward,
+                   std::vector<at::Tensor> params) {
   torch::optim::AdamW opt(params, torch::optim::AdamWOptions(kLr).betas({0.9, 0.95}).weight_decay(kWd));
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
@@ -123,13 +118,24 @@ std::map<std::string, at::Tensor> train_reference(const Task& task, int world) {
       Batch b = task.data(step * kAccum + micro, kLocalBatch * world);
       for (int r = 0; r < world; ++r) {
         Batch s = slice(b, r, world);
-        at::Tensor loss = task.loss(m.forward({s.x}).toTensor(), s.y) / (world * kAccum);
+        at::Tensor loss = task.loss(forward(s.x), s.y) / (world * kAccum);
         loss.backward();
       }
     }
     torch::nn::utils::clip_grad_norm_(params, kClip);
     opt.step();
   }
+}
+
+// Plain LibTorch on the unmodified file; AdamW over module.parameters() (ties once).
+std::map<std::string, at::Tensor> train_reference(const Task& task, int world) {
+  torch::jit::Module m = torch::jit::load(model_file(task.file));
+  std::vector<at::Tensor> params;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : m.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+  }
+  train_plainly(task, world, [&](const at::Tensor& x) { return m.forward({x}).toTensor(); }, params);
   std::map<std::string, at::Tensor> out;
   for (const auto& p : m.named_parameters()) out[p.name] = p.value.detach();
   return out;
@@ -140,19 +146,26 @@ struct Sharded {
   std::unique_ptr<zs::ShardingEngine> engine;
 };
 
-Sharded make_sharded(const Task& task, const zs::ShardingOptions& o) {
+// `prepare` runs on the loaded model before the engine wraps it (e.g. adds LoRA adapters).
+using Prepare = std::function<void(zs::TorchScriptModel&)>;
+
+Sharded make_sharded(const Task& task, const zs::ShardingOptions& o, const Prepare& prepare = {}) {
   Sharded s;
   s.model = std::make_unique<zs::TorchScriptModel>(model_file(task.file), task.units, c10::Device(c10::kCPU));
+  if (prepare) prepare(*s.model);
   s.engine = std::make_unique<zs::ShardingEngine>(zs::test::session(), s.model->module(), o);
   return s;
 }
 
-std::map<std::string, at::Tensor> train_sharded(const Task& task, Strategy strategy, double* last_loss) {
+std::map<std::string, at::Tensor> train_sharded(const Task& task, Strategy strategy, double* last_loss,
+                                                const Prepare& prepare = {},
+                                                std::vector<std::shared_ptr<const zs::UnitHook>> hooks = {}) {
   const int world = zs::test::world_size(), rank = zs::test::rank();
   zs::ShardingOptions o;
   o.strategy = strategy;
   o.hybrid_group_size = world >= 2 ? 2 : 1;
-  Sharded s = make_sharded(task, o);
+  o.unit_hooks = std::move(hooks);
+  Sharded s = make_sharded(task, o, prepare);
   zs::AdamOptions ao;
   ao.lr = kLr;
   ao.beta2 = 0.95;
@@ -369,72 +382,45 @@ TEST(TorchScriptLora, AdaptedLinearComputesTheLoraFormula) {
 TEST(TorchScriptLora, ShardedEqualsPlainTraining) {
   const Task task = mlp_task();
   const int world = zs::test::world_size(), rank = zs::test::rank();
-  const auto adapted_model = [&] {
-    auto m = std::make_unique<zs::TorchScriptModel>(model_file(task.file), task.units, c10::Device(c10::kCPU));
+  const auto add_adapters = [](zs::TorchScriptModel& m) {
     torch::manual_seed(11);
-    m->add_lora(lora_on({}, 3));
-    return m;
+    m.add_lora(lora_on({}, 3));
   };
   const auto is_weight = [](const std::string& name) {
     return name.find("lora_") == std::string::npos && name.size() > 7 &&
            name.compare(name.size() - 7, 7, ".weight") == 0;
   };
   const auto train_plain = [&](bool nf4_base) {
-    auto m = adapted_model();
+    zs::TorchScriptModel m(model_file(task.file), task.units, c10::Device(c10::kCPU));
+    add_adapters(m);
     if (nf4_base) {
       at::NoGradGuard no_grad;
-      for (auto& p : m->module()->named_parameters()) {
+      for (auto& p : m.module()->named_parameters()) {
         if (is_weight(p.key())) p.value().copy_(zs_test::nf4_reference_roundtrip(p.value()));
       }
     }
     std::vector<at::Tensor> trainable;
-    for (const auto& p : m->module()->parameters()) {
+    for (const auto& p : m.module()->parameters()) {
       if (p.requires_grad()) trainable.push_back(p);
     }
-    torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(kLr).betas({0.9, 0.95}).weight_decay(kWd));
-    for (int step = 0; step < kSteps; ++step) {
-      opt.zero_grad();
-      for (int micro = 0; micro < kAccum; ++micro) {
-        Batch b = task.data(step * kAccum + micro, kLocalBatch * world);
-        for (int r = 0; r < world; ++r) {
-          Batch sl = slice(b, r, world);
-          (task.loss(m->forward(sl.x), sl.y) / (world * kAccum)).backward();
-        }
-      }
-      torch::nn::utils::clip_grad_norm_(trainable, kClip);
-      opt.step();
-    }
+    train_plainly(task, world, [&](const at::Tensor& x) { return m.forward(x); }, trainable);
     std::map<std::string, at::Tensor> out;
-    for (const auto& p : m->module()->named_parameters()) out[p.key()] = p.value().detach().clone();
+    for (const auto& p : m.module()->named_parameters()) out[p.key()] = p.value().detach().clone();
     return out;
   };
   for (const bool nf4 : {false, true}) {
     const std::map<std::string, at::Tensor> reference = train_plain(nf4);
     for (Strategy strategy : {Strategy::kFullShard, Strategy::kNoShard}) {
       if (nf4 && strategy == Strategy::kNoShard) continue;
-      auto m = adapted_model();
-      zs::ShardingOptions o;
-      o.strategy = strategy;
-      if (nf4) o.unit_hooks.push_back(zs::TorchScriptModel::frozen_linear_hook());
-      std::map<std::string, at::Tensor> start;
-      for (const auto& p : m->module()->named_parameters()) start[p.key()] = p.value().detach().clone();
-      zs::ShardingEngine engine(zs::test::session(), m->module(), o);
-      zs::AdamOptions ao;
-      ao.lr = kLr;
-      ao.beta2 = 0.95;
-      ao.weight_decay = kWd;
-      auto opt = zs::make_adamw(ao);
-      for (int step = 0; step < kSteps; ++step) {
-        for (int micro = 0; micro < kAccum; ++micro) {
-          Batch mine = slice(task.data(step * kAccum + micro, kLocalBatch * world), rank, world);
-          at::Tensor loss = engine.forward([&] { return task.loss(m->forward(mine.x), mine.y) / kAccum; });
-          loss.backward();
-        }
-        engine.clip_grad_norm(kClip);
-        engine.step(*opt);
-        engine.zero_grad();
-      }
-      const auto got = engine.full_state_dict();
+      std::map<std::string, at::Tensor> start;  // the file's values, before the engine shards them
+      const auto prepare = [&](zs::TorchScriptModel& m) {
+        add_adapters(m);
+        for (const auto& p : m.module()->named_parameters()) start[p.key()] = p.value().detach().clone();
+      };
+      double loss = NAN;
+      std::vector<std::shared_ptr<const zs::UnitHook>> hooks;
+      if (nf4) hooks.push_back(zs::TorchScriptModel::frozen_linear_hook());
+      const auto got = train_sharded(task, strategy, &loss, prepare, hooks);
       const std::string what = std::string(nf4 ? "NF4 base, " : "") + zs::to_string(strategy);
       std::string worst_name;
       const double worst = worst_difference(reference, got, &worst_name);
@@ -443,6 +429,7 @@ TEST(TorchScriptLora, ShardedEqualsPlainTraining) {
                     worst_name.c_str());
       }
       EXPECT_LE(worst, kTolerance) << what << ": " << worst_name;
+      EXPECT_TRUE(std::isfinite(loss)) << what;
       if (!nf4) continue;
       for (const auto& [name, value] : start) {
         if (is_weight(name)) {

@@ -17,6 +17,7 @@
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
 #include "zeroshard/core/host_memory.h"
+#include "zeroshard/config/resolve.h"
 #include "zeroshard/core/session.h"
 #include "zeroshard/data/shard_manifest.h"
 #include "zeroshard/engine/engine.h"
@@ -73,19 +74,6 @@ const char* kind_name(ModelKind k) {
     case ModelKind::kTorchScript: return "a TorchScript model";
   }
   return "?";
-}
-
-DataOptions data_options_of(const Config& c) {
-  DataOptions d;
-  d.path = c.data().path();
-  switch (c.data().format()) {
-    case config::DataConfig::AUTO: d.format = DataFormat::kAuto; break;
-    case config::DataConfig::BYTES: d.format = DataFormat::kBytes; break;
-    case config::DataConfig::TOKEN_SHARDS: d.format = DataFormat::kTokenShards; break;
-    case config::DataConfig::JSONL: d.format = DataFormat::kJsonl; break;
-    case config::DataConfig::IMAGES: d.format = DataFormat::kImages; break;
-  }
-  return d;
 }
 
 at::Tensor mean_cross_entropy(const at::Tensor& logits, const at::Tensor& targets) {
@@ -233,9 +221,9 @@ int train_hf(Session& s, const Run& run, TrainStart start, DataFormat format) {
              "or a folder of token shards; set data.path");
   const std::unique_ptr<text::Tokenizer> tok = text::load_tokenizer(dir);
   set_memory_phase(memory_phase_id("dataset, loaded into memory"));
-  const TokenizedCorpus corpus({{o.data.path}, dir, cfg.vocab_size, seq_len, s.rank(), s.local_world_size()}, *tok);
   ZS_REQUIRE(format != DataFormat::kTokenShards || data::is_shard_set(o.data.path), ConfigError,
              "data.format = TOKEN_SHARDS but data.path '", o.data.path, "' is not a folder of token shards");
+  const TokenizedCorpus corpus({{o.data.path}, dir, cfg.vocab_size, seq_len, s.rank(), s.local_world_size()}, *tok);
   const std::shared_ptr<const data::SampleSource> samples = corpus.packed(seq_len);
   const int64_t n = samples->num_samples();
   const int64_t n_val = static_cast<int64_t>(static_cast<double>(n) * o.data.val_fraction);
@@ -420,7 +408,7 @@ DataFormat resolved_data_format(ModelKind kind, const DataOptions& data) {
 
 Program train_program(const Config& config) {
   const ModelKind kind = model_kind(config.model().path());
-  const DataFormat format = resolved_data_format(kind, data_options_of(config));
+  const DataFormat format = resolved_data_format(kind, resolve_data(config));
   const bool language = format != DataFormat::kImages;
   std::vector<std::string> own = {"model.path", "data.path", "data.format", "activation_checkpointing"};
   if (language) own.insert(own.end(), {"data.val_fraction", "model.seq_len", "sample"});

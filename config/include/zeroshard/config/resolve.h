@@ -23,4 +23,8 @@ namespace zeroshard {
 // not pass (the problems listed).
 RunOptions resolve(const Config& validated);
 
+// The data section alone (data.path, data.val_fraction, data.format), as resolve() gives it in
+// RunOptions::data: for a program that chooses the keys it acts on from the config (ProgramOf).
+DataOptions resolve_data(const Config& validated);
+
 }  // namespace zeroshard
