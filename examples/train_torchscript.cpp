@@ -71,11 +71,11 @@ int main(int argc, char** argv) {
   for (std::string& a : args) argp.push_back(a.data());
   argp.push_back(nullptr);
   const auto torchscript_only = [](const zeroshard::Config& config) {
-    zeroshard::Program program = zeroshard::train_program(config);
-    program.name = "train_torchscript";
     ZS_REQUIRE(zeroshard::model_kind(config.model().path()) == zeroshard::ModelKind::kTorchScript,
                zeroshard::UsageError, "--model FILE.pt is required: the TorchScript module to train (other models: "
                "zeroshard-train)");
+    zeroshard::Program program = zeroshard::train_program(config);
+    program.name = "train_torchscript";
     return program;
   };
   return zeroshard::run_main(static_cast<int>(args.size()), argp.data(), torchscript_only, zeroshard::train_main);

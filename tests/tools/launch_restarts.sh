@@ -10,7 +10,8 @@
 #   5. --min-ranks: train_gpt at 4 ranks, a random rank killed (SIGKILL) after a random one of its
 #      first checkpoints: the job is restarted on 3 ranks, resumes that checkpoint resharded and
 #      completes; its final parameters equal, bit for bit, those of a restart made by hand from the
-#      same checkpoint at 3 ranks. Prints the time from the kill to the resumed job's first step.
+#      same checkpoint at 3 ranks. Prints the time from the kill to the resumed job's first step;
+#   6. --min-ranks: a job that fails at its smallest allowed size is not restarted below it.
 # Usage: launch_restarts.sh LAUNCH TRAIN_GPT CONFIG WORKDIR CKPT_TOOL
 set -eu
 launch=$1 train_gpt=$2 config=$3 work=$4 ckpt_tool=$5
@@ -143,4 +144,15 @@ got=$(grep -o "last train loss [0-9.]*" "$work/5.log" | tail -n 1)
 [ -n "$want" ] && [ "$want" = "$got" ] || fail "by hand: '$want', elastic: '$got'"
 echo "ok: killed after step $((after * 4)), resumed at step $from on 3 ranks; final parameters equal the restart" \
   "by hand's bit for bit; $(( (resumed_at - killed_at) / 1000000 )) ms from the kill to the resumed job"
+
+echo "== 6. --min-ranks: a job that keeps failing gives up below the minimum, saying why"
+status=0
+"$launch" -n 2 --max-restarts 5 --min-ranks 2 --restart-delay 0 -- "$work/flaky.sh" "$work/count6" 9 \
+  > "$work/6.log" 2>&1 || status=$?
+[ "$status" = 7 ] || fail "exit status $status (expected the job's 7): $(cat "$work/6.log")"
+grep -q "the job exited with status 7 on 2 rank(s); a restart would run on 1, below --min-ranks 2: giving up" \
+  "$work/6.log" || fail "no 'giving up' in: $(cat "$work/6.log")"
+grep -q "the runs: 2 rank(s): exited with status 7, below --min-ranks" "$work/6.log" \
+  || fail "no summary in: $(cat "$work/6.log")"
+echo "ok"
 echo "ALL PASSED"

@@ -12,6 +12,7 @@
 
 #include "common/test_util.h"
 #include "zeroshard/train/images.h"
+#include "zeroshard/train/lm_data.h"
 #include "zeroshard/train/text.h"
 
 namespace zs = zeroshard;
@@ -189,3 +190,42 @@ TEST(FashionMnist, ReadsTheInstalledTestSplit) {
 }
 
 }  // namespace
+
+// Packed token samples as the Trainer's examples (lm_data.h): inputs, positions and document
+// numbers stacked, targets -100 where the loss mask is 0; ids outside the model's vocabulary and
+// ranges outside the source are refused by name.
+namespace {
+class TwoSamples : public zeroshard::data::SampleSource {
+ public:
+  explicit TwoSamples(int32_t last_target) : last_target_(last_target) {}
+  int64_t num_samples() const override { return 2; }
+  int64_t seq_len() const override { return 3; }
+  void read(int64_t id, const zeroshard::data::SampleRow& out) const override {
+    for (int j = 0; j < 3; ++j) {
+      out.inputs[j] = static_cast<int32_t>(10 * id + j);
+      out.targets[j] = j == 2 ? last_target_ : static_cast<int32_t>(10 * id + j + 1);
+      out.loss_mask[j] = j == 0 ? 0 : 1;
+      out.doc_ids[j] = j < 2 ? 0 : 1;
+      out.positions[j] = j < 2 ? j : 0;
+    }
+  }
+
+ private:
+  int32_t last_target_;
+};
+}  // namespace
+
+TEST(LmSampleDataset, StacksInputsPositionsDocumentsAndMasksTargets) {
+  zeroshard::LmSampleDataset d(std::make_shared<TwoSamples>(7), 1, 1, 32);
+  ASSERT_EQ(d.size(), 1);
+  const zeroshard::Example e = d.get(0);
+  EXPECT_TRUE(torch::equal(e.data, torch::tensor({10, 11, 12, 0, 1, 0, 0, 0, 1}, at::kLong).view({3, 3})));
+  EXPECT_TRUE(torch::equal(e.target, torch::tensor({-100, 12, 7}, at::kLong)));
+  zeroshard::LmSampleDataset bad(std::make_shared<TwoSamples>(40), 0, 2, 32);
+  EXPECT_EQ(zeroshard::test::message_of<zeroshard::DataError>([&] { bad.get(0); }),
+            "sample 0, position 2: token id 40 is outside the model's vocabulary of 32 ids");
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>(
+                [] { zeroshard::LmSampleDataset(std::make_shared<TwoSamples>(7), 1, 2, 32); })
+                .find("LmSampleDataset: samples [1, 3) lie outside the source's 2 samples"),
+            std::string::npos);
+}
