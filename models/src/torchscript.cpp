@@ -332,13 +332,7 @@ std::vector<std::string> TorchScriptModel::add_lora(const lora::Options& o) {
     node->adapted = true;
     node->lora_scale = o.alpha / static_cast<double>(o.rank);
     node->lora_dropout = o.dropout;
-    torch::jit::Module linear = impl_->script;
-    for (size_t at = 0, next = 0; !node->path().empty() && at <= node->path().size(); at = next + 1) {
-      next = node->path().find('.', at);
-      if (next == std::string::npos) next = node->path().size();
-      linear = linear.attr(node->path().substr(at, next - at)).toModule();
-    }
-    detail::insert_lora_operator(linear, node->path());
+    detail::insert_lora_operator(node->script(), node->path());
     names.push_back(node->path());
   }
   impl_->lora_scale = o.alpha / static_cast<double>(o.rank);

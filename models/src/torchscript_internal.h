@@ -30,6 +30,7 @@ class ScriptNode : public torch::nn::Module {
   // Also switches the script module (the root does it for all of them).
   void train(bool on = true) override;
   const std::string& path() const { return path_; }
+  const torch::jit::Module& script() const { return script_; }
   bool checkpointed = false;
   // The script class's name ("Linear" for torch.nn.Linear, "Block"): which submodules LoRA and
   // NF4 storage apply to.
