@@ -5,8 +5,10 @@
 #include "zeroshard/checkpoint/checkpoint_tensors.h"
 
 #include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "zeroshard/base/crc32c.h"
 #include "zeroshard/base/error.h"
@@ -117,6 +119,16 @@ CheckpointTensors::CheckpointTensors(const std::string& path, Options options)
   im.cursors.resize(static_cast<size_t>(im.m.flats_size()));
   for (int i = 0; i < im.m.flats_size(); ++i) {
     const FlatEntry& fe = im.m.flats(i);
+    // Every shard file holds this flat's section at the size the manifest gives, checked against
+    // the files' indexes now: a reader allocates by the manifest's sizes, so a manifest that
+    // promises more than the files hold must fail before any allocation.
+    for (const auto& [shard, rf] : im.shard_files) {
+      RankFileReader& r = im.reader(dir_, shard);
+      const RankFileSection& sec = r.section(fe.name() + "/param");
+      ZS_REQUIRE(sec.bytes == fe.shard_numel() * 4, CheckpointError, "'", r.path(), "' section '", sec.name, "' has ",
+                 sec.bytes, " bytes, the manifest's flat parameter '", fe.name(), "' of unit '", fe.unit(), "' has ",
+                 fe.shard_numel(), " fp32 elements per shard (", fe.shard_numel() * 4, " bytes)");
+    }
     for (const ParamEntry& p : fe.params()) {
       SavedParam s{p.name(), {p.aliases().begin(), p.aliases().end()}, {p.shape().begin(), p.shape().end()},
                    p.numel(), fe.unit(), fe.trainable(), static_cast<size_t>(i), p.offset()};
@@ -169,10 +181,18 @@ at::Tensor CheckpointTensors::read_whole(const std::string& name) {
     if (b.name() != name) continue;
     ZS_REQUIRE(im.rank0 != nullptr, CheckpointError, "checkpoint '", dir_, "' has no rank 0 file (buffers live there)");
     std::unique_ptr<RankFileReader> r = open_rank_file(dir_, *im.rank0);
-    at::Tensor t = at::empty(std::vector<int64_t>(b.shape().begin(), b.shape().end()), buffer_dtype(b.dtype(), name));
+    const c10::ScalarType dtype = buffer_dtype(b.dtype(), name);
     const RankFileSection& sec = r->section("buffer/" + name);
-    ZS_REQUIRE(sec.bytes == static_cast<int64_t>(t.nbytes()), CheckpointError, "buffer '", name, "' in '", r->path(),
-               "' has ", sec.bytes, " bytes, expected ", t.nbytes());
+    // The size the manifest's shape gives, checked against the file's before allocating (the
+    // manifest's check bounds the element count, not its bytes).
+    const int64_t elem = static_cast<int64_t>(c10::elementSize(dtype));
+    int64_t numel = 1;
+    for (int64_t d : b.shape()) numel *= d;
+    ZS_REQUIRE(numel <= std::numeric_limits<int64_t>::max() / elem, CheckpointError, "buffer '", name,
+               "' of checkpoint '", dir_, "' has ", numel, " elements of ", b.dtype(), ": more bytes than a file holds");
+    ZS_REQUIRE(sec.bytes == numel * elem, CheckpointError, "buffer '", name, "' in '", r->path(), "' has ", sec.bytes,
+               " bytes, its manifest entry (", numel, " x ", b.dtype(), ") needs ", numel * elem);
+    at::Tensor t = at::empty(std::vector<int64_t>(b.shape().begin(), b.shape().end()), dtype);
     r->read(sec, t.data_ptr());
     bytes_read_ += sec.bytes;
     return t;

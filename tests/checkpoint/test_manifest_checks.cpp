@@ -26,6 +26,7 @@
 #include "zeroshard/checkpoint/checkpoint.h"
 #include "zeroshard/checkpoint/checkpoint_format.h"
 #include "zeroshard/checkpoint/checkpoint_manifest.h"
+#include "zeroshard/checkpoint/checkpoint_tensors.h"
 
 namespace zs = zeroshard;
 namespace fs = std::filesystem;
@@ -264,6 +265,39 @@ TEST_F(ManifestChecks, ConsolidateWritesThroughATemporaryName) {
   EXPECT_GT(zs::ckpt::consolidate(dir_, out, at::kFloat).parameters, 0);
   EXPECT_NE(slurp(out), "the earlier export");
   EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// A manifest that promises more bytes than the rank files hold, consistent in itself (a flat of
+// 2^40 elements; a buffer of 2^40): the exporters' reader (CheckpointTensors) refuses it when it
+// opens, from the files' indexes, before allocating by the manifest's sizes. Before, read_whole
+// allocated 4 TiB first (at::empty: LibTorch's c10::Error "not enough memory", not a
+// CheckpointError).
+TEST_F(ManifestChecks, ManifestPromisingMoreThanTheFilesHoldIsRefusedBeforeAllocating) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  zs::ckpt::Manifest m = parsed();
+  zs::ckpt::FlatEntry& fe = *m.mutable_flats(0);
+  const int64_t real_bytes = fe.shard_numel() * 4;
+  fe.set_padded_numel(kHuge);
+  fe.set_shard_numel(kHuge);
+  fe.set_numel(kHuge);
+  fe.mutable_params(0)->set_numel(kHuge);
+  fe.mutable_params(0)->clear_shape();
+  fe.mutable_params(0)->add_shape(kHuge);
+  spit(manifest(), zs::ckpt::manifest_bytes(m));
+  EXPECT_EQ(message_of(zs::test::error_text_of<zs::CheckpointError>([] { zs::ckpt::CheckpointTensors c(dir_); })),
+            "'" + rank_file() + "' section '" + fe.name() + "/param' has " + std::to_string(real_bytes) +
+                " bytes, the manifest's flat parameter '" + fe.name() + "' of unit '" + fe.unit() +
+                "' has 1099511627776 fp32 elements per shard (4398046511104 bytes)");
+
+  m = parsed();
+  zs::ckpt::BufferEntry& b = *m.add_buffers();
+  b.set_name("huge");
+  b.set_dtype("Float");
+  b.add_shape(kHuge);
+  spit(manifest(), zs::ckpt::manifest_bytes(m));
+  zs::ckpt::CheckpointTensors c(dir_);
+  EXPECT_EQ(message_of(zs::test::error_text_of<zs::CheckpointError>([&] { c.read_whole("huge"); })),
+            "checkpoint file '" + rank_file() + "' has no section 'buffer/huge'");
 }
 
 }  // namespace
