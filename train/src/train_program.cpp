@@ -176,7 +176,7 @@ std::string lora_line(const lora::Options& o, const std::vector<std::string>& ad
 
 // ---- the built-in GPT ---------------------------------------------------------------------
 
-int train_gpt(Session& s, const Run& run, const TrainStart& start) {
+int train_gpt(Session& s, const Run& run, TrainStart start) {
   const RunOptions& o = run.options;
   const int64_t seq_len = o.model.seq_len;
   const ByteData data = byte_data(o.data, seq_len);
@@ -188,6 +188,8 @@ int train_gpt(Session& s, const Run& run, const TrainStart& start) {
   models::Gpt model(mo);
   ShardingEngine engine(*init, model.ptr());
   set_memory_phase(0);
+  // Checkpoints record the adapters' rank and alpha: zeroshard-ckpt merges them on export.
+  if (o.lora.rank > 0) start.run.checkpoint.model.lora = o.lora;
   Trainer trainer(s, engine, start);
   TrainTask task;
   task.name = program_name(run);
@@ -289,7 +291,7 @@ int train_hf(Session& s, const Run& run, TrainStart start, DataFormat format) {
 
 // ---- a TorchScript model ------------------------------------------------------------------
 
-int train_torchscript(Session& s, const Run& run, const TrainStart& start, DataFormat format,
+int train_torchscript(Session& s, const Run& run, TrainStart start, DataFormat format,
                       const std::string& export_path, double required_accuracy) {
   const RunOptions& o = run.options;
   const std::string& path = o.model_source.path;
@@ -333,6 +335,7 @@ int train_torchscript(Session& s, const Run& run, const TrainStart& start, DataF
     sharding.unit_hooks.push_back(TorchScriptModel::frozen_linear_hook());
   }
   ShardingEngine engine(s, model.module(), sharding);
+  if (o.lora.rank > 0) start.run.checkpoint.model.lora = o.lora;  // as train_gpt
   Trainer trainer(s, engine, start);
   const auto forward = [&model](const at::Tensor& x) { return model.forward(x); };
   if (format == DataFormat::kImages) {
