@@ -12,6 +12,26 @@
 #     for behaviour a user sees end to end (e.g. a hung collective aborts the job with a message).
 #     REJECT_OUTPUT fails the test when the output matches (e.g. an error must come before training).
 
+# Every test's time limit is multiplied by this (scripts/sanitize.sh runs the suite under the
+# sanitizers, several times slower, with 4): zs_scale_test_timeouts() at the end of each tests'
+# CMakeLists.txt applies it to the TIMEOUT of every test of that folder, and job tests pass it on to
+# their own limit.
+set(ZS_TEST_TIME_SCALE 1 CACHE STRING "Factor on every test's time limit")
+function(zs_scale_test_timeouts)
+  if(ZS_TEST_TIME_SCALE EQUAL 1)
+    return()
+  endif()
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    get_test_property(${t} TIMEOUT limit)
+    if(NOT limit)
+      set(limit 1500)  # CTest's default
+    endif()
+    math(EXPR limit "${limit} * ${ZS_TEST_TIME_SCALE}")
+    set_tests_properties(${t} PROPERTIES TIMEOUT ${limit})
+  endforeach()
+endfunction()
+
 set(ZS_MPIEXEC ${MPIEXEC_EXECUTABLE})
 if(NOT ZS_MPIEXEC)
   find_program(ZS_MPIEXEC NAMES mpirun mpiexec REQUIRED)
@@ -67,6 +87,7 @@ function(zs_add_job_test name)
   if(NOT ARG_MAX_SECONDS)
     set(ARG_MAX_SECONDS 120)
   endif()
+  math(EXPR scaled_max "${ARG_MAX_SECONDS} * ${ZS_TEST_TIME_SCALE}")  # its TIMEOUT: zs_scale_test_timeouts
   if(ARG_NO_MPIRUN)
     set(cmd)
   else()
@@ -78,7 +99,7 @@ function(zs_add_job_test name)
     COMMAND ${CMAKE_COMMAND}
       -DEXPECT_FAIL=${ARG_EXPECT_FAIL} "-DEXPECT_EXIT_CODE=${ARG_EXPECT_EXIT_CODE}"
       "-DEXPECT_OUTPUT=${regex}" "-DREJECT_OUTPUT=${reject}"
-      -DMAX_SECONDS=${ARG_MAX_SECONDS}
+      -DMAX_SECONDS=${scaled_max}
       "-DCMD=${cmd};${ARG_COMMAND}"
       -P ${PROJECT_SOURCE_DIR}/cmake/RunJobTest.cmake)
   math(EXPR timeout "${ARG_MAX_SECONDS} + 30")
