@@ -140,7 +140,7 @@ def zeroshard_rate(path, warmup, tokens_per_step):
 # ---- the PyTorch peer ----
 
 def peer_rank(rank, cfg):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_ADDR"] = cfg.get("master", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(cfg["port"])
     # PyTorch >= 2.4 asks its TCPStore for libuv, which Debian's python3-torch 2.6 is built without
     # ("use_libuv was requested but PyTorch was build without libuv support"); 1.13 ignores this.
