@@ -4,7 +4,8 @@
 // checkpoint of step 3 and exit status 128 + SIGUSR1; the same command again with --resume=auto
 // ends with parameters equal, element by element, to those of a run never stopped (which
 // --resume=auto started at step 0: its checkpoint.dir was empty). A second signal ends the
-// process at once, as the signal's default action does. Run at 1 and 2 ranks.
+// process at once, as the signal's default action does. Also the Trainer's refusal of a global
+// batch with nothing for the loss to count. Run at 1 and 2 ranks.
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -139,6 +140,30 @@ TEST(StopSignal, OneRankSignalledStopsEveryRankWithACheckpointAndTheResumeEquals
   EXPECT_EQ(resumed.result.steps, 6);
   EXPECT_EQ(resumed.result.stop_signal, 0);
   EXPECT_EQ(max_param_diff(plain.params, resumed.params), 0);
+}
+
+// TrainTask::loss_items counting nothing in a whole global batch (every target masked, say): a
+// DataError naming the step on every rank, not a division by zero into NaN parameters.
+TEST(TrainerLossItems, AGlobalBatchWithNothingToCountIsADataError) {
+  zs::Session& s = zs::test::session();
+  const zs::test::SharedDir dir("loss_items_none");
+  const zs::Run run = make_run(dir.path, "--resume=auto");
+  const std::optional<zs::TrainStart> start = zs::start_training(s, run, "loss items test");
+  ASSERT_TRUE(start.has_value());
+  torch::manual_seed(11);
+  Net net;
+  zs::ShardingEngine engine(s, net.ptr(), run.options.sharding);
+  zs::Trainer trainer(s, engine, *start);
+  zs::TrainTask task;
+  task.train = std::make_shared<Points>();
+  task.loss = [&](const zs::Batch& b) { return F::mse_loss(net->forward(b.data), b.target, torch::kSum); };
+  task.loss_items = [](const zs::Batch&) { return 0.0; };
+  const std::string err = zs::test::error_text_of<zs::DataError>([&] { trainer.fit(task); });
+  EXPECT_NE(err.find("step 1: no sample of the global batch has an item the loss counts (TrainTask::loss_items is 0 "
+                     "on every rank)"),
+            std::string::npos)
+      << err;
+  for (const auto& [name, t] : engine.full_state_dict()) EXPECT_TRUE(t.isfinite().all().item<bool>()) << name;
 }
 
 TEST(StopSignal, ResumeAutoNeedsACheckpointDirectory) {
