@@ -246,6 +246,33 @@ void check_dependent_keys(const Config& c, Problems* out) {
                                          "lora.rank or remove the key");
     }
   }
+  const auto& ck = c.checkpoint();
+  if (ck.dir().empty()) {
+    const opt::CheckpointConfig defaults;
+    if (ck.keep_last() != defaults.keep_last()) {
+      add(out, {"checkpoint.keep_last", "checkpoint.dir"},
+          detail::concat("checkpoint.keep_last = ", ck.keep_last(), " applies only when checkpoints are saved "
+                         "(checkpoint.dir), but checkpoint.dir is empty; set it or remove the key"));
+    }
+    if (ck.async_save()) {
+      add(out, {"checkpoint.async_save", "checkpoint.dir"},
+          "checkpoint.async_save = true applies only when checkpoints are saved (checkpoint.dir), but checkpoint.dir "
+          "is empty; set it or remove the key");
+    }
+  }
+  const auto& sm = c.sample();
+  if (sm.tokens() == 0) {
+    const opt::SampleConfig defaults;
+    std::vector<std::string> set;
+    if (sm.temperature() != defaults.temperature()) set.push_back("sample.temperature");
+    if (sm.top_k() != defaults.top_k()) set.push_back("sample.top_k");
+    if (sm.prompt() != defaults.prompt()) set.push_back("sample.prompt");
+    if (sm.seed() != defaults.seed()) set.push_back("sample.seed");
+    for (const std::string& key : set) {
+      add(out, {key, "sample.tokens"}, key + " applies only when a sample is drawn (sample.tokens > 0), but "
+                                             "sample.tokens = 0; set sample.tokens or remove the key");
+    }
+  }
   const auto& s = c.scheduler();
   if (s.type() != opt::SchedulerConfig::STEP) {
     const opt::SchedulerConfig defaults;

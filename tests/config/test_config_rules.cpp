@@ -207,6 +207,21 @@ TEST(ConfigRules, DependentKeysNeedTheKeyTheyApplyTo) {
                      "scheduler.gamma = 0.5 applies only to scheduler.type = STEP, but scheduler.type = COSINE; remove "
                      "it or use STEP");
   expect_valid({"scheduler.type=STEP", "scheduler.step_size=10", "scheduler.gamma=0.5"});
+  expect_one_problem({"checkpoint.keep_last=5"}, {"checkpoint.keep_last", "checkpoint.dir"},
+                     "checkpoint.keep_last = 5 applies only when checkpoints are saved (checkpoint.dir), but "
+                     "checkpoint.dir is empty; set it or remove the key");
+  expect_one_problem({"checkpoint.async_save=true"}, {"checkpoint.async_save", "checkpoint.dir"},
+                     "checkpoint.async_save = true applies only when checkpoints are saved (checkpoint.dir), but "
+                     "checkpoint.dir is empty; set it or remove the key");
+  expect_valid({"checkpoint.dir=ck", "checkpoint.keep_last=5", "checkpoint.async_save=true"});
+  expect_one_problem({"sample.tokens=0", "sample.top_k=5"}, {"sample.top_k", "sample.tokens"},
+                     "sample.top_k applies only when a sample is drawn (sample.tokens > 0), but sample.tokens = 0; set "
+                     "sample.tokens or remove the key");
+  expect_one_problem({"sample.tokens=0", "sample.prompt=Once"}, {"sample.prompt", "sample.tokens"},
+                     "sample.prompt applies only when a sample is drawn (sample.tokens > 0), but sample.tokens = 0; set "
+                     "sample.tokens or remove the key");
+  expect_valid({"sample.tokens=0"});
+  expect_valid({"sample.tokens=10", "sample.top_k=5", "sample.temperature=0.5", "sample.prompt=Once", "sample.seed=3"});
 }
 
 // optimizer.param_groups is a list (a config file's): its entries are checked with the rules.
@@ -249,13 +264,14 @@ TEST(ConfigRules, CheckpointIntervalNeedsADirectory) {
 TEST(ConfigRules, AsyncSaveNeedsTheOptimizerStateInMemory) {
   const Keys nvme = {"offload.optimizer=NVME", "offload.nvme_path=/nvme"};
   Keys sets = nvme;
+  sets.push_back("checkpoint.dir=ck");
   sets.push_back("checkpoint.async_save=true");
   expect_one_problem(sets, {"checkpoint.async_save", "offload.optimizer"},
                      "checkpoint.async_save = true needs the optimizer state in memory (an async save copies it whole "
                      "before writing), but offload.optimizer = NVME; a synchronous save streams it from the drive "
                      "shard by shard");
   expect_valid(nvme);
-  expect_valid({"offload.optimizer=CPU", "checkpoint.async_save=true"});
+  expect_valid({"offload.optimizer=CPU", "checkpoint.dir=ck", "checkpoint.async_save=true"});
 }
 
 TEST(ConfigRules, LoggingKeysHaveTheLoggersVocabulary) {

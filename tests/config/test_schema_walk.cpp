@@ -62,6 +62,8 @@ const std::map<std::string, std::vector<std::string>> kCompanions = {
     {"offload.grads", {"offload.optimizer=CPU"}},
     {"offload.keep_param_dtype_shard", {"offload.params=CPU", "offload.optimizer=CPU", "precision.param_dtype=BF16"}},
     {"checkpoint.interval_steps", {"checkpoint.dir=walk-checkpoints"}},
+    {"checkpoint.keep_last", {"checkpoint.dir=walk-checkpoints"}},
+    {"checkpoint.async_save", {"checkpoint.dir=walk-checkpoints"}},
     {"activation_checkpointing.every_n_blocks", {"activation_checkpointing.enabled=true"}},
     {"lora.alpha", {"lora.rank=4"}},
     {"lora.dropout", {"lora.rank=4"}},
