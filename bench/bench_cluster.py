@@ -9,7 +9,8 @@ Needs root (scripts/netsim.sh makes the network namespaces). For each link rate,
 --nodes namespaces ("nodes") of --ranks-per-node ranks each behind links of that rate each way
 ("unlimited": the same namespaces and veth links without a limit), and inside it this script
 runs, in interleaved rounds (the order flipped every round), train_gpt with each strategy
-(HYBRID_SHARD: a shard group per node) and the PyTorch peer: the same GPT (tests/python/zs_gpt.py)
+(HYBRID_SHARD: a shard group per node; FULL_SHARD:INT8: with int8 parameter gathers) and the
+PyTorch peer: the same GPT (tests/python/zs_gpt.py)
 under DistributedDataParallel over gloo, one process per rank started by the same mpirun, so both
 cross the same links. Both start from the same weights (bench_vs_pytorch.py checks the two compute
 the same model) and train the demo model in fp32 with AdamW.
@@ -93,7 +94,9 @@ def inside(a):
             else:
                 metrics = os.path.join(a.work, f"{name}_{rnd}.jsonl")
                 argv = [os.path.join(a.bin, "train_gpt"), "--config", bvp.CONFIG, "--metrics-out", metrics]
-                for s in sets + [f"sharding.strategy={name}"]:
+                strategy, _, quant = name.partition(":")
+                extra = [f"sharding.strategy={strategy}"] + ([f"sharding.gather_quantization={quant}"] if quant else [])
+                for s in sets + extra:
                     argv += ["--set", s]
                 run(mpirun_line() + ["-n", str(ranks), "-x", "OPENBLAS_NUM_THREADS"] + argv, f"train_gpt {name}")
                 rate = bvp.zeroshard_rate(metrics, a.warmup, tokens_per_step)
@@ -105,7 +108,7 @@ def inside(a):
             out[name]["link_bytes_per_step"].append(link)
             if comm is not None:
                 out[name]["comm_bytes_per_step"].append(comm)
-            print(f"  {a.rate:>9s} round {rnd + 1}/{a.rounds} {name:14s} {rate:9.0f} tokens/s, node 0's link "
+            print(f"  {a.rate:>9s} round {rnd + 1}/{a.rounds} {name:15s} {rate:9.0f} tokens/s, node 0's link "
                   f"{link / 1e6:8.2f} MB/step" + (f", collectives {comm / 1e6:8.2f} MB/step" if comm else ""),
                   flush=True)
     json.dump(out, open(a.result, "w"))
@@ -119,7 +122,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10, help="measured steps per run, after the warm-up")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--strategies", default="FULL_SHARD,SHARD_GRAD_OP,HYBRID_SHARD")
+    ap.add_argument("--strategies", default="FULL_SHARD,FULL_SHARD:INT8,SHARD_GRAD_OP,HYBRID_SHARD",
+                    help="comma-separated; STRATEGY:INT8 adds sharding.gather_quantization=INT8")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     # Internal: the inside of one rate, and one rank of the PyTorch peer.
     ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -165,7 +169,7 @@ def main():
     print("\nmedian over rounds; ratio = zeroshard / DDP tokens/s; link = bytes node 0 sent + received per step "
           "(whole run / steps); collectives = one rank's all-gather + reduce bytes per step (engine counters); "
           "exposed = 1 - tokens/s / tokens/s unlimited")
-    print(f"{'rate':>9s} {'system':14s} {'tokens/s':>9s} {'vs DDP':>7s} {'link MB':>8s} {'coll MB':>8s} {'exposed':>8s}")
+    print(f"{'rate':>9s} {'system':15s} {'tokens/s':>9s} {'vs DDP':>7s} {'link MB':>8s} {'coll MB':>8s} {'exposed':>8s}")
     summary = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(), "nodes": a.nodes,
                "ranks_per_node": a.ranks_per_node, "model": bvp.MODEL, "global_batch": bvp.GLOBAL_BATCH,
                "rounds": a.rounds, "warmup": a.warmup, "steps": a.steps, "rates": {}}
@@ -184,7 +188,7 @@ def main():
             rows[name] = row
             coll = f"{row['comm_bytes_per_step'] / 1e6:8.2f}" if "comm_bytes_per_step" in row else f"{'-':>8s}"
             exposed = f"{100 * row['exposed']:7.0f}%" if "exposed" in row else f"{'-':>8s}"
-            print(f"{rate:>9s} {name:14s} {tps:9.0f} {tps / ddp:7.2f} {row['link_bytes_per_step'] / 1e6:8.2f} "
+            print(f"{rate:>9s} {name:15s} {tps:9.0f} {tps / ddp:7.2f} {row['link_bytes_per_step'] / 1e6:8.2f} "
                   f"{coll} {exposed}")
         summary["rates"][rate] = rows
     print(json.dumps(summary), flush=True)

@@ -112,6 +112,11 @@ void check_sharding(const Config& c, Problems* out) {
         "sharding.auto_wrap_policy = MODULE_TYPE needs sharding.auto_wrap_module_types (the module types to wrap, "
         "e.g. \"torch::nn::Linear,GptBlock\"), but it is empty");
   }
+  if (s.gather_quantization() != opt::GatherQuantization::NONE && s.strategy() == opt::ShardingConfig::NO_SHARD) {
+    add(out, {"sharding.gather_quantization", "sharding.strategy"},
+        "sharding.gather_quantization = INT8 quantizes the parameter all-gathers, but sharding.strategy = NO_SHARD "
+        "gathers none (every rank keeps every parameter)");
+  }
 }
 
 void check_scheduler(const Config& c, Problems* out) {
@@ -245,6 +250,14 @@ void check_dependent_keys(const Config& c, Problems* out) {
       add(out, {key, "lora.rank"}, key + " applies only with LoRA adapters (lora.rank > 0), but lora.rank = 0; set "
                                          "lora.rank or remove the key");
     }
+  }
+  const auto& sh = c.sharding();
+  if (sh.gather_quantization() == opt::GatherQuantization::NONE &&
+      sh.gather_quantization_block() != opt::ShardingConfig().gather_quantization_block()) {
+    add(out, {"sharding.gather_quantization_block", "sharding.gather_quantization"},
+        detail::concat("sharding.gather_quantization_block = ", sh.gather_quantization_block(),
+                       " applies only to quantized gathers (sharding.gather_quantization = INT8), but "
+                       "sharding.gather_quantization = NONE; set it or remove the key"));
   }
   const auto& ck = c.checkpoint();
   if (ck.dir().empty()) {

@@ -244,7 +244,7 @@ class Importer {
                  "reduce_scatter", "allgather_partitions", "round_robin_gradients", "reduce_bucket_size",
                  "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                  "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size",
-                 "stage3_gather_16bit_weights_on_model_save"});
+                 "stage3_gather_16bit_weights_on_model_save", "zero_quantized_weights"});
     const int64_t stage = z.contains("stage") ? integer(z, "stage", p) : 0;
     if (stage == 1) {
       fail(p + ".stage", "ZeRO stage 1 (optimizer state sharded, gradients replicated) has no zeroshard "
@@ -257,6 +257,10 @@ class Importer {
     if (z.contains("offload_param")) {
       const bool placed = offload(z.at("offload_param"), p + ".offload_param", "params", &nvme);
       if (placed && stage != 3) fail(p + ".offload_param", "parameter offload needs stage 3, as in DeepSpeed");
+    }
+    if (z.contains("zero_quantized_weights") && boolean(z, "zero_quantized_weights", p)) {
+      if (stage == 0) fail(p + ".zero_quantized_weights", "quantized weights need stage 2 or 3 (stage 0 gathers no parameters)");
+      set(p + ".zero_quantized_weights", "sharding.gather_quantization=INT8");
     }
     only(z, "overlap_comm", true, "gathers and reductions always run beside compute", p);
     only(z, "contiguous_gradients", true, "each unit's gradients are one contiguous buffer", p);

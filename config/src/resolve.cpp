@@ -128,6 +128,7 @@ void set_strategy(const opt::ShardingConfig& s, ShardingOptions* o) {
     case opt::BufferSync::BROADCAST: o->buffer_sync = BufferSync::kBroadcast; break;
     case opt::BufferSync::NONE: o->buffer_sync = BufferSync::kNone; break;
   }
+  o->gather_quant_block = s.gather_quantization() == opt::GatherQuantization::INT8 ? s.gather_quantization_block() : 0;
 }
 
 // precision.*: with autocast, param_dtype names the autocast dtype and the parameters stay fp32.

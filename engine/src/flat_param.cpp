@@ -178,14 +178,16 @@ void FlatParam::alloc_full_storage() {
   mem_->add(MemCategory::kGatheredParams, lp_bytes(padded_));
 }
 
-std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements) {
+std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements, int64_t* bytes) {
   if (gathered()) return nullptr;
   alloc_full_storage();
-  return storage_->gather({full_, shard_group_.get(), tag, elements});
+  return storage_->gather({full_, shard_group_.get(), tag, elements, bytes, gather_quant_block_, &gather_staging_});
 }
 
 void FlatParam::free_full() {
   storage_->gather_freed();
+  for (const at::Tensor& t : gather_staging_) mem_->sub(MemCategory::kCommBuffers, t.numel());
+  gather_staging_.clear();
   if (aliased_ || !full_allocated_) return;
   c10::StorageImpl* impl = full_.storage().unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));

@@ -126,8 +126,11 @@ class FlatParam final : public FlatShard {
   const at::Tensor& full() const { return full_; }
   // Allocates the full buffer's storage (from the current stream's pool) and starts the gather into
   // it; null when there is nothing to wait for (aliased, already gathered, or done in place).
-  // Elements gathered go to `elements`.
-  std::shared_ptr<Work> start_gather(const std::string& tag, int64_t* elements);
+  // Elements gathered go to `elements`, the bytes that travel to `bytes`.
+  std::shared_ptr<Work> start_gather(const std::string& tag, int64_t* elements, int64_t* bytes = nullptr);
+  // Gathers travel int8-quantized in blocks of `block` elements (0: exactly); the engine sets it
+  // from ShardingOptions::gather_quant_block for flat parameters that are not stored encoded.
+  void quantize_gathers(int64_t block) { gather_quant_block_ = block; }
   // Frees the full buffer's storage (no-op when aliased or already free).
   void free_full();
   // The unsharded fp32 values (collective over the shard group): padded flat tensor.
@@ -196,6 +199,8 @@ class FlatParam final : public FlatShard {
   std::unique_ptr<detail::GradStorage> grad_;
   at::Tensor full_;         // [padded]: gathered values; storage freed while resharded
   bool full_allocated_ = false;
+  int64_t gather_quant_block_ = 0;
+  std::vector<at::Tensor> gather_staging_;  // a quantized gather's buffers, until free_full
   at::Tensor grad_buffer_;  // [padded] or undefined
   at::Tensor pending_out_;  // the reduction's result in reduce_dtype: defined from start to finish
   int64_t staged_bytes_ = 0;  // of pending_out_, counted as comm buffers (0 when it is grad_buffer_)

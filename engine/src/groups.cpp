@@ -185,6 +185,7 @@ std::vector<std::unique_ptr<FlatParam>> make_unit_flats(const std::string& unit,
     flats.push_back(std::make_unique<FlatParam>(flat_name(unit, trainable, codec.get()), std::move(list), trainable,
                                                 groups.shard_group, groups.replicate_group, mem, options.param_dtype,
                                                 options.reduce_dtype, offloaded && !encoded, std::move(codec)));
+    if (!encoded) flats.back()->quantize_gathers(options.gather_quant_block);
   };
   add(slots.trainable, true, nullptr);
   add(slots.frozen, false, nullptr);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/quantize.h"
 #include "zeroshard/store/shard_store.h"
 
 namespace zeroshard::detail {
@@ -131,6 +132,8 @@ class StoredShard final : public ShardStorage {
       return nullptr;
     }
     *g.elements += g.full.numel();
+    if (g.quant_block > 0) return gather_quantized(g, copy_, shape_);
+    if (g.bytes != nullptr) *g.bytes += g.full.numel() * static_cast<int64_t>(g.full.element_size());
     return g.group->all_gather_into(g.full, copy_, g.tag);
   }
 
@@ -245,6 +248,7 @@ class EncodedShard final : public ShardStorage {
     *g.elements += g.full.numel();
     const int n = g.group->size();
     gathered_ = at::empty({packed_.numel() * n}, packed_.options());
+    if (g.bytes != nullptr) *g.bytes += gathered_.numel();
     shape_.mem->add(MemCategory::kCommBuffers, gathered_.numel());
     at::Tensor full = g.full;
     return std::make_shared<ThenWork>(g.group->all_gather_into(gathered_, packed_, g.tag), [this, full, n] {
@@ -292,6 +296,8 @@ std::shared_ptr<Work> gather_fp32(const GatherInto& g, const at::Tensor& shard, 
     return nullptr;
   }
   *g.elements += g.full.numel();
+  if (g.quant_block > 0) return gather_quantized(g, shard, shape);
+  if (g.bytes != nullptr) *g.bytes += g.full.numel() * static_cast<int64_t>(g.full.element_size());
   if (shape.param_dtype == c10::kFloat) return g.group->all_gather_into(g.full, shard, g.tag);
   // Low-precision compute: the shard is cast straight into this rank's slice of the full buffer
   // and gathered in place, so no cast copy of the shard exists while the gather is in flight.
@@ -317,6 +323,25 @@ StoreOptions param_store_options(StoreOptions options, c10::Device device) {
 std::unique_ptr<ShardStorage> encoded_shard(const ShardShape& shape, at::Tensor values,
                                             std::shared_ptr<const ShardCodec> codec) {
   return std::make_unique<EncodedShard>(shape, std::move(values), std::move(codec));
+}
+
+std::shared_ptr<Work> gather_quantized(const GatherInto& g, const at::Tensor& values, const ShardShape& shape) {
+  ZS_REQUIRE(g.keep != nullptr, UsageError, "a quantized gather of '", shape.name, "' needs somewhere to keep its buffers");
+  c10::AutoGradMode no_grad(false);
+  const int n = g.group->size();
+  const int64_t block = g.quant_block, numel = shape.shard_numel;
+  at::Tensor packed = quant::encode_int8(values.reshape({-1}), block);
+  at::Tensor all = at::empty({packed.numel() * n}, packed.options());
+  shape.mem->add(MemCategory::kCommBuffers, packed.numel() + all.numel());
+  g.keep->push_back(packed);
+  g.keep->push_back(all);
+  if (g.bytes != nullptr) *g.bytes += all.numel();
+  const at::Tensor full = g.full;
+  return std::make_shared<ThenWork>(g.group->all_gather_into(all, packed, g.tag), [all, full, n, block, numel] {
+    c10::AutoGradMode no_grad(false);
+    const int64_t b = all.numel() / n;
+    for (int r = 0; r < n; ++r) quant::decode_int8(all.narrow(0, r * b, b), block, full.narrow(0, r * numel, numel));
+  });
 }
 
 }  // namespace zeroshard::detail

@@ -45,6 +45,13 @@ struct GatherInto {
   Communicator* group = nullptr;
   std::string tag;
   int64_t* elements = nullptr;  // elements gathered are added here
+  int64_t* bytes = nullptr;     // bytes the all-gather delivers (what travels) are added here
+  // > 0: the values travel int8-quantized in blocks of this many elements (comm/quantize.h) and
+  // are decoded into `full` on every rank alike; 0: exactly, in full's dtype.
+  int64_t quant_block = 0;
+  // Buffers a quantized gather keeps until the full buffer is freed (on a GPU the decoding is
+  // queued on the stream that waited), counted as comm buffers until then.
+  std::vector<at::Tensor>* keep = nullptr;
 };
 
 class ShardStorage {
@@ -76,8 +83,13 @@ class ShardStorage {
 };
 
 // The fp32 values `shard` gathered into g.full: the cast copy when one rank holds everything, else
-// an all-gather (low-precision compute: the shard cast into this rank's slice, gathered in place).
+// an all-gather (low-precision compute: the shard cast into this rank's slice, gathered in place;
+// g.quant_block: int8-quantized, gather_quantized).
 std::shared_ptr<Work> gather_fp32(const GatherInto& g, const at::Tensor& shard, const ShardShape& shape);
+// `values` (this rank's shard, any floating dtype) int8-quantized in blocks of g.quant_block,
+// the encoded shards all-gathered, and every rank's part decoded into g.full (this rank's too, so
+// that every rank computes with the same values). Group size > 1.
+std::shared_ptr<Work> gather_quantized(const GatherInto& g, const at::Tensor& values, const ShardShape& shape);
 
 // `values`: the fp32 shard (contiguous, [shard_numel]); accounted as sharded parameters.
 std::unique_ptr<ShardStorage> resident_shard(const ShardShape& shape, at::Tensor values);

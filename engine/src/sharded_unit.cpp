@@ -131,7 +131,7 @@ void ShardedUnit::unshard() {
   DeviceStreams::Use on_all_gather(st, st.all_gather());
   host_.gathers_starting(*this);
   for (auto& f : flats) {
-    auto w = f->start_gather(name, &host_.counters().all_gather_elements);
+    auto w = f->start_gather(name, &host_.counters().all_gather_elements, &host_.counters().all_gather_bytes);
     if (w) gathers_.push_back(std::move(w));
   }
   gathered_on_side_stream_ = st.enabled();

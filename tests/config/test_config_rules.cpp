@@ -221,6 +221,16 @@ TEST(ConfigRules, DependentKeysNeedTheKeyTheyApplyTo) {
                      "sample.prompt applies only when a sample is drawn (sample.tokens > 0), but sample.tokens = 0; set "
                      "sample.tokens or remove the key");
   expect_valid({"sample.tokens=0"});
+  expect_one_problem({"sharding.gather_quantization_block=32"},
+                     {"sharding.gather_quantization_block", "sharding.gather_quantization"},
+                     "sharding.gather_quantization_block = 32 applies only to quantized gathers "
+                     "(sharding.gather_quantization = INT8), but sharding.gather_quantization = NONE; set it or remove "
+                     "the key");
+  expect_valid({"sharding.gather_quantization=INT8", "sharding.gather_quantization_block=32"});
+  expect_one_problem({"sharding.gather_quantization=INT8", "sharding.strategy=NO_SHARD"},
+                     {"sharding.gather_quantization", "sharding.strategy"},
+                     "sharding.gather_quantization = INT8 quantizes the parameter all-gathers, but sharding.strategy = "
+                     "NO_SHARD gathers none (every rank keeps every parameter)");
   expect_valid({"sample.tokens=10", "sample.top_k=5", "sample.temperature=0.5", "sample.prompt=Once", "sample.seed=3"});
 }
 

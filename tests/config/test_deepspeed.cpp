@@ -119,6 +119,13 @@ TEST(DeepSpeedConfig, TrapsAndDeepSpeedsOwnDefaults) {
   EXPECT_EQ(cosine.scheduler().type(), config::SchedulerConfig::COSINE);
   EXPECT_EQ(cosine.scheduler().min_lr_ratio(), 0.1);
   EXPECT_EQ(cosine.scheduler().total_steps(), 500);
+  // ZeRO++'s quantized weights: int8 parameter gathers.
+  const Config qw = imported(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": true}})");
+  EXPECT_EQ(qw.sharding().gather_quantization(), config::GatherQuantization::INT8);
+  EXPECT_EQ(imported(R"({"zero_optimization": {"stage": 3, "zero_quantized_weights": false}})")
+                .sharding()
+                .gather_quantization(),
+            config::GatherQuantization::NONE);
 }
 
 TEST(DeepSpeedConfig, WhatHasNoMeaningHereIsRefusedWithItsKey) {
@@ -140,6 +147,9 @@ TEST(DeepSpeedConfig, WhatHasNoMeaningHereIsRefusedWithItsKey) {
   EXPECT_EQ(refusal(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})"),
             "ds.json: DeepSpeed key 'scheduler.params.warmup_type': is log (DeepSpeed's default); zeroshard warms "
             "up linearly: set warmup_type to linear" + tail);
+  EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 0, "zero_quantized_weights": true}})"),
+            "ds.json: DeepSpeed key 'zero_optimization.zero_quantized_weights': quantized weights need stage 2 or 3 "
+            "(stage 0 gathers no parameters)" + tail);
   EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})"),
             "ds.json: DeepSpeed key 'zero_optimization.overlap_comm': only true has a meaning here: gathers and "
             "reductions always run beside compute" + tail);

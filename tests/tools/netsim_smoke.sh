@@ -8,7 +8,9 @@
 #      the limited link, not through shared memory;
 #   2. 4 ranks in 2 namespaces (2 per node), HYBRID_SHARD with a shard group per node, against
 #      FULL_SHARD over all 4: parameters are gathered inside the node, so fewer bytes cross the
-#      links (the nodes are seen as nodes).
+#      links (the nodes are seen as nodes);
+#   3. FULL_SHARD with int8-quantized parameter gathers (sharding.gather_quantization) against
+#      exact ones: the link carries below 0.85 of the bytes (bf16 gathers halved, the reduction not).
 # Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR
 set -eu
 netsim=$1 train_gpt=$2 config=$3 work=$4
@@ -16,13 +18,14 @@ rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "FAILED: $*"; exit 1; }
 
-# run NAME NODES RANKS_PER_NODE [--set ...]: train_gpt over the simulated links; exit 77 passes on.
+# run NAME NODES RANKS_PER_NODE [--set ...]: train_gpt (STEPS steps, default 4) over the simulated
+# links; exit 77 passes on.
 run() {
   name=$1 nodes=$2 per_node=$3
   shift 3
   status=0
   "$netsim" --nodes "$nodes" --ranks-per-node "$per_node" --rate 1gbit --stats "$work/$name.links.json" -- \
-    "$train_gpt" --config "$config" --set train.steps=4 --set train.log_interval=1 --set sample.tokens=0 \
+    "$train_gpt" --config "$config" --set train.steps="${STEPS:-4}" --set train.log_interval=1 --set sample.tokens=0 \
     --set data.limit_eval_samples=16 --set logging.progress=LINES --metrics-out "$work/$name.metrics.jsonl" "$@" \
     > "$work/$name.log" 2>&1 || status=$?
   [ "$status" = 77 ] && { cat "$work/$name.log"; echo "SKIPPED: network namespaces cannot be made here"; exit 77; }
@@ -65,4 +68,20 @@ grep -q "HYBRID_SHARD" "$work/hybrid4.log" || fail "the hybrid run does not name
 [ "$hybrid_sent" -lt "$full_sent" ] \
   || fail "HYBRID_SHARD sent $hybrid_sent bytes over a link, FULL_SHARD $full_sent: the nodes were not seen"
 echo "ok: busiest link sent $full_sent bytes under FULL_SHARD, $hybrid_sent under HYBRID_SHARD"
+
+echo "== 3. FULL_SHARD with int8 parameter gathers against exact ones, 2 ranks in 2 namespaces"
+# 16 steps each, so that what a run sends once (the initial weights, the evaluations) counts less.
+STEPS=16 run exact16 2 1
+STEPS=16 run int8 2 1 --set sharding.gather_quantization=INT8
+read -r _ _ exact_sent <<END
+$(figures exact16)
+END
+read -r _ _ int8_sent <<END
+$(figures int8)
+END
+# The bf16 gathers (2 bytes per parameter, twice a step) become int8 (1.06 bytes), the fp32
+# reduce-scatter (4 bytes) stays: about 0.77 of the bytes; exact gathers would send as many (1.0).
+python3 -c "import sys; sys.exit(0 if $int8_sent < 0.85 * $exact_sent else 1)" \
+  || fail "int8 gathers sent $int8_sent bytes over the link, exact ones $exact_sent: not below 0.85 of them"
+echo "ok: the link carried $exact_sent bytes with exact gathers, $int8_sent with int8 ones"
 echo "ALL PASSED"

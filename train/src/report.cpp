@@ -39,8 +39,7 @@ std::string tag_name(const std::string& text) {
 
 int64_t comm_bytes(const ShardingEngine& engine, c10::ScalarType reduce_dtype) {
   const CommCounters& c = engine.comm_counters();
-  return c.all_gather_elements * static_cast<int64_t>(c10::elementSize(engine.compute_dtype())) +
-         c.reduce_elements * static_cast<int64_t>(c10::elementSize(reduce_dtype));
+  return c.all_gather_bytes + c.reduce_elements * static_cast<int64_t>(c10::elementSize(reduce_dtype));
 }
 
 TrainingReport::TrainingReport(Session& session, const ShardingEngine& engine, ReportOptions options)

@@ -68,7 +68,8 @@ struct StateDictOptions {
 // (N-1)/N wire factor): the ZeRO formulas count 3 x params for FULL_SHARD, 2 x for the others.
 struct CommCounters {
   int64_t all_gather_elements = 0;
-  int64_t reduce_elements = 0;  // reduce-scatter, or 2 x for an all-reduce
+  int64_t all_gather_bytes = 0;  // what the parameter gathers delivered (quantized or encoded: their bytes)
+  int64_t reduce_elements = 0;   // reduce-scatter, or 2 x for an all-reduce
 };
 
 class ShardingEngine {

@@ -35,6 +35,11 @@ struct ShardingOptions {
   int limit_all_gathers = 2;  // all-gathers in flight at once
   bool sync_module_states = true;
   BufferSync buffer_sync = BufferSync::kAverage;
+  // > 0: parameter all-gathers travel int8-quantized, one fp32 scale per this many elements
+  // (sharding.gather_quantization = INT8; zeroshard/comm/quantize.h): the gathered parameters every
+  // rank computes with are the quantized ones, alike on every rank; the fp32 shards, gradients,
+  // optimizer state and checkpoints stay exact. 0: gathered exactly in param_dtype.
+  int64_t gather_quant_block = 0;
   // Auto-wrap: which submodules become units in addition to declared Units. A module picked by
   // the policy must still be called through a Unit holder or engine.call_unit (see unit.h).
   AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kNone;

@@ -1,0 +1,134 @@
+// SPDX-License-Identifier: Apache-2.0
+// Block-wise int8 quantization (comm/quantize.h), against its stated bound, computed here from the
+// data itself: every decoded value within absmax / 254 of the original, where absmax is the largest
+// magnitude in its block of `block` elements (the last block may be partial); a block of zeros and
+// each block's largest magnitude exact; encodings of equal-length parts concatenate; a block with
+// an infinite or NaN value decodes to NaN throughout and the others are untouched; bf16/fp16 in and
+// out; sizes and bad arguments refused by name.
+
+#include <gtest/gtest.h>
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/error_text.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/comm/quantize.h"
+
+namespace q = zeroshard::quant;
+
+namespace {
+
+// Values whose blocks differ in scale by orders of magnitude, a block of zeros, and a tail.
+at::Tensor mixed_values(int64_t block, int64_t blocks, int64_t tail) {
+  at::manual_seed(5);
+  at::Tensor v = at::randn({block * blocks + tail});
+  for (int64_t b = 0; b < blocks; ++b) v.narrow(0, b * block, block).mul_(std::pow(10.0, static_cast<double>(b % 7) - 3));
+  v.narrow(0, block, block).zero_();  // block 1: zeros
+  return v;
+}
+
+at::Tensor round_trip(const at::Tensor& v, int64_t block, c10::ScalarType out_dtype = at::kFloat) {
+  at::Tensor out = at::empty({v.numel()}, v.options().dtype(out_dtype));
+  q::decode_int8(q::encode_int8(v, block), block, out);
+  return out;
+}
+
+// The largest error over a block, as a multiple of that block's bound absmax / 254 (<= 1 holds the
+// bound); NaN where a value came back NaN.
+double worst_ratio(const at::Tensor& v, const at::Tensor& back, int64_t block) {
+  double worst = 0;
+  const at::Tensor a = v.to(at::kDouble), b = back.to(at::kDouble);
+  for (int64_t pos = 0; pos < v.numel(); pos += block) {
+    const int64_t n = std::min(block, v.numel() - pos);
+    const at::Tensor x = a.narrow(0, pos, n), y = b.narrow(0, pos, n);
+    if (y.isnan().any().item<bool>()) return std::numeric_limits<double>::quiet_NaN();
+    const double absmax = x.abs().max().item<double>();
+    const double err = (x - y).abs().max().item<double>();
+    if (absmax == 0) {
+      if (err != 0) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    worst = std::max(worst, err / (absmax / 254.0));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(Quantize, EveryValueWithinHalfAScaleOfItsBlock) {
+  for (int64_t block : {8, 64, 256}) {
+    const at::Tensor v = mixed_values(block, 9, block / 2 + 1);
+    const at::Tensor back = round_trip(v, block);
+    const double worst = worst_ratio(v, back, block);
+    // fp32 arithmetic on top of the rounding: a hair over exactly half a scale.
+    EXPECT_LE(worst, 1.0 + 1e-5) << "block " << block;
+    EXPECT_GT(worst, 0.5) << "block " << block << ": the rounding error should come near its bound on random data";
+    // The zero block is exact, and so is each block's largest magnitude.
+    EXPECT_TRUE(back.narrow(0, block, block).eq(0).all().item<bool>());
+    const int64_t i = v.narrow(0, 0, block).abs().argmax().item<int64_t>();
+    EXPECT_EQ(back[i].item<float>(), v[i].item<float>());
+  }
+}
+
+TEST(Quantize, EncodedSizeAndConcatenation) {
+  constexpr int64_t block = 32;
+  EXPECT_EQ(q::int8_encoded_bytes(0, block), 0);
+  EXPECT_EQ(q::int8_encoded_bytes(1, block), 4 + block);
+  EXPECT_EQ(q::int8_encoded_bytes(64, block), 2 * (4 + block));
+  EXPECT_EQ(q::int8_encoded_bytes(65, block), 3 * (4 + block));
+  // Each rank's part encoded on its own and the encodings concatenated (what an all-gather of them
+  // holds) decode part by part to the parts' round trips.
+  const at::Tensor v = mixed_values(block, 6, 0);
+  const int64_t part = 3 * block;
+  const at::Tensor e0 = q::encode_int8(v.narrow(0, 0, part), block), e1 = q::encode_int8(v.narrow(0, part, part), block);
+  const at::Tensor all = at::cat({e0, e1});
+  at::Tensor out = at::empty({2 * part});
+  q::decode_int8(all.narrow(0, 0, e0.numel()), block, out.narrow(0, 0, part));
+  q::decode_int8(all.narrow(0, e0.numel(), e1.numel()), block, out.narrow(0, part, part));
+  EXPECT_TRUE(at::equal(out, round_trip(v, block)));
+}
+
+TEST(Quantize, NonFiniteValuesPoisonOnlyTheirBlock) {
+  constexpr int64_t block = 16;
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    at::Tensor v = mixed_values(block, 4, 0);
+    v[2 * block + 3] = bad;
+    const at::Tensor back = round_trip(v, block);
+    EXPECT_TRUE(back.narrow(0, 2 * block, block).isnan().all().item<bool>()) << bad;
+    const at::Tensor others = at::cat({back.narrow(0, 0, 2 * block), back.narrow(0, 3 * block, block)});
+    EXPECT_FALSE(others.isnan().any().item<bool>()) << bad;
+  }
+}
+
+TEST(Quantize, HalfPrecisionInAndOut) {
+  constexpr int64_t block = 64;
+  const at::Tensor v = mixed_values(block, 5, 7);
+  for (c10::ScalarType t : {at::kBFloat16, at::kHalf}) {
+    const at::Tensor low = v.to(t);
+    // Encoding a low-precision tensor quantizes its values; decoding into one rounds the result.
+    const at::Tensor back = round_trip(low, block);
+    EXPECT_LE(worst_ratio(low.to(at::kFloat), back, block), 1.0 + 1e-5) << c10::toString(t);
+    const at::Tensor back_low = round_trip(v, block, t);
+    EXPECT_TRUE(at::equal(back_low, round_trip(v, block).to(t))) << c10::toString(t);
+  }
+}
+
+TEST(Quantize, BadArgumentsAreRefusedByName) {
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([] { q::int8_encoded_bytes(10, 6); })
+                .find("int8 quantization block of 6 elements: a block is a multiple of 4 in [8, 65536]"),
+            std::string::npos);
+  const at::Tensor enc = q::encode_int8(at::zeros({40}), 8);
+  at::Tensor out = at::empty({41});
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([&] { q::decode_int8(enc, 8, out); })
+                .find("decode_int8: 60 encoded bytes for 41 elements in blocks of 8 (expected 72)"),
+            std::string::npos);
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([] { q::encode_int8(at::zeros({4, 4}), 8); })
+                .find("encode_int8: the values must be a contiguous 1-D floating tensor"),
+            std::string::npos);
+}
