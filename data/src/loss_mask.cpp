@@ -97,6 +97,9 @@ void LossMaskWriter::append(const uint8_t* trained, int64_t count) {
     bytes_.push_back(b);
   }
   for (; i < count; ++i) one(trained[i]);
+  // Nothing to write (an empty record, or fewer than 8 tokens in all so far): fwrite's buffer must
+  // not be null, which an empty vector's data() may be.
+  if (bytes_.empty()) return;
   ZS_REQUIRE(std::fwrite(bytes_.data(), 1, bytes_.size(), file_) == bytes_.size(), IoError,
              "cannot write loss mask '", path_, "': ", detail::errno_string(errno));
 }
