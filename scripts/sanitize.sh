@@ -11,8 +11,13 @@
 #   scripts/sanitize.sh [CTEST ARGS...]    # e.g. -R checkpoint; default: every test
 #
 # Left out: install_consumer (it builds a project of its own against the installed libraries
-# without the sanitizer flags, and an uninstrumented program cannot load instrumented libraries)
-# and the GPU tests (no GPU; NCCL is not built). Test time limits are 4x the normal ones
+# without the sanitizer flags, and an uninstrumented program cannot load instrumented libraries),
+# job_ckpt_export_gguf_tokenizer_too_large (its model comes from a SentencePiece case, below) and
+# the GPU tests (no GPU; NCCL is not built). Skipped inside tests (tests/common/sanitizer.h), each
+# saying why: the cases that load a SentencePiece tokenizer.model (the module needs RTLD_DEEPBIND,
+# which ASan refuses; the library says so instead, tested), the mlock checks of test_pinned_pool
+# (ASan makes mlock a no-op), and test_data_large's address-space cap on zeroshard-data (ASan's
+# shadow memory does not fit under it). Test time limits are 4x the normal ones
 # (ZS_TEST_TIME_SCALE). Environment: ZS_SANITIZE_BUILD (default build-asan), ZS_TEST_JOBS (2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,7 +40,8 @@ export ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=0:halt_
 export LSAN_OPTIONS=suppressions=$supp/lsan.supp:print_suppressions=0:exitcode=87:fast_unwind_on_malloc=0
 export UBSAN_OPTIONS=suppressions=$supp/ubsan.supp:print_stacktrace=1:halt_on_error=1:exitcode=88
 status=0
-ctest --test-dir "$sb" --output-on-failure -j "${ZS_TEST_JOBS:-2}" -E '^install_consumer$' -LE gpu "$@" \
+exclude='^(install_consumer|job_ckpt_export_gguf_tokenizer_too_large)$'
+ctest --test-dir "$sb" --output-on-failure -j "${ZS_TEST_JOBS:-2}" -E "$exclude" -LE gpu "$@" \
   >"$sb/sanitize.log" 2>&1 || status=$?
 tail -n 25 "$sb/sanitize.log"
 reports=$(grep -cE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$sb/sanitize.log" || true)

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/sanitizer.h"
 #include "common/test_util.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/text/tokenizer.h"
@@ -392,7 +393,18 @@ TEST(TokenizerErrors, OtherBadFiles) {
   write(ranks, "YQ== 0\nnot base64! 1\n");
   EXPECT_EQ(message_of([&] { zt::load_tokenizer(ranks); }),
             ranks + ": line 2: expected 'BASE64 RANK', got 'not base64! 1'");
+}
+
+TEST(TokenizerErrors, NotASentencePieceModel) {
+  zeroshard::test::RankDir dir("tok_err_spm");
   const std::string model = dir.path + "/tokenizer.model";
   write(model, "\x01\x02 not a protobuf");
+  if (ZS_TEST_ASAN) {  // the module cannot be loaded there: a clear refusal, not the sanitizer ending the process
+    EXPECT_EQ(message_of([&] { zt::load_tokenizer(model); }),
+              model + ": SentencePiece support (libzs_text_sentencepiece.so) is not available in a build with "
+                      "AddressSanitizer: the module must be loaded with RTLD_DEEPBIND, which the sanitizer's runtime "
+                      "refuses");
+    return;
+  }
   EXPECT_EQ(message_of([&] { zt::load_tokenizer(model); }).rfind(model + ": not a SentencePiece model: ", 0), 0u);
 }

@@ -21,9 +21,27 @@ namespace zeroshard::text::detail {
 
 namespace {
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 // The module's open function, loaded once: beside libzs_text (build tree and installs alike), else
 // in the build's or the installation's library folder.
 OpenSentencePiece open_function(const std::string& model_path) {
+  // AddressSanitizer's runtime ends the process on any dlopen with RTLD_DEEPBIND (its malloc
+  // interposition cannot hold inside a deep-bound library), and without it libsentencepiece's
+  // protobuf copy interposes on the process's: no way to load the module in such a build.
+  ZS_REQUIRE(!kAddressSanitizer, ConfigError, model_path, ": SentencePiece support (", kSentencePieceModule,
+             ") is not available in a build with AddressSanitizer: the module must be loaded with RTLD_DEEPBIND, "
+             "which the sanitizer's runtime refuses");
   static const std::pair<OpenSentencePiece, std::string> loaded = []() -> std::pair<OpenSentencePiece, std::string> {
     std::vector<std::string> folders;
     Dl_info info{};
