@@ -9,7 +9,8 @@ Needs root (scripts/netsim.sh makes the network namespaces). For each link rate,
 --nodes namespaces ("nodes") of --ranks-per-node ranks each behind links of that rate each way
 ("unlimited": the same namespaces and veth links without a limit), and inside it this script
 runs, in interleaved rounds (the order flipped every round), train_gpt with each strategy
-(HYBRID_SHARD: a shard group per node; FULL_SHARD:INT8: with int8 parameter gathers) and the
+(HYBRID_SHARD: a shard group per node; FULL_SHARD:INT8: with int8 parameter gathers;
+FULL_SHARD:ONE_CALL: each collective over all ranks at once instead of in two stages) and the
 PyTorch peer: the same GPT (tests/python/zs_gpt.py)
 under DistributedDataParallel over gloo, one process per rank started by the same mpirun, so both
 cross the same links. Both start from the same weights (bench_vs_pytorch.py checks the two compute
@@ -41,6 +42,8 @@ import bench_vs_pytorch as bvp  # noqa: E402
 from peer_common import fail  # noqa: E402
 
 NETSIM = os.path.join(ROOT, "scripts", "netsim.sh")
+# What a strategy's ":VARIANT" suffix sets.
+VARIANTS = {"INT8": "sharding.gather_quantization=INT8", "ONE_CALL": "comm.node_stages=false"}
 
 
 def link_bytes():
@@ -73,6 +76,10 @@ def inside(a):
     sets = bvp.common_sets(a.init_from, 32, a.warmup + a.steps) + bvp.VARIANTS["fp32"][0]["fp32"]
     sets = [s for s in sets if not s.startswith("sharding.strategy=")] + ["train.log_interval=1"]
     names = a.strategies.split(",") + ["pytorch"]
+    for name in names[:-1]:
+        for v in name.split(":")[1:]:
+            if v not in VARIANTS:
+                fail(f"--strategies: '{name}' has the variant '{v}'; known: {', '.join(VARIANTS)}")
     out = {n: {"tokens_per_s": [], "link_bytes_per_step": [], "comm_bytes_per_step": []} for n in names}
     for rnd in range(a.rounds):
         order = names if rnd % 2 == 0 else list(reversed(names))
@@ -94,8 +101,8 @@ def inside(a):
             else:
                 metrics = os.path.join(a.work, f"{name}_{rnd}.jsonl")
                 argv = [os.path.join(a.bin, "train_gpt"), "--config", bvp.CONFIG, "--metrics-out", metrics]
-                strategy, _, quant = name.partition(":")
-                extra = [f"sharding.strategy={strategy}"] + ([f"sharding.gather_quantization={quant}"] if quant else [])
+                strategy, *variants = name.split(":")
+                extra = [f"sharding.strategy={strategy}"] + [VARIANTS[v] for v in variants]
                 for s in sets + extra:
                     argv += ["--set", s]
                 run(mpirun_line() + ["-n", str(ranks), "-x", "OPENBLAS_NUM_THREADS"] + argv, f"train_gpt {name}")
@@ -123,7 +130,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="measured steps per run, after the warm-up")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--strategies", default="FULL_SHARD,FULL_SHARD:INT8,SHARD_GRAD_OP,HYBRID_SHARD",
-                    help="comma-separated; STRATEGY:INT8 adds sharding.gather_quantization=INT8")
+                    help="comma-separated; STRATEGY:INT8 adds sharding.gather_quantization=INT8, "
+                         "STRATEGY:ONE_CALL comm.node_stages=false (each collective over all ranks at once)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     # Internal: the inside of one rate, and one rank of the PyTorch peer.
     ap.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)

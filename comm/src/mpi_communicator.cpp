@@ -3,6 +3,7 @@
 
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -12,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "mpi_ring.h"
 #include "mpi_util.h"
@@ -119,6 +121,7 @@ class MpiCommunicator final : public Communicator {
     ZS_REQUIRE(opts_.max_elements_per_call >= 1 && opts_.max_elements_per_call <= INT_MAX, CommError,
                "CommOptions::max_elements_per_call = ", opts_.max_elements_per_call,
                " is out of range; allowed: [1, ", INT_MAX, "]");
+    if (opts_.node_stages) find_nodes();
     queue_ = std::make_shared<Queue>();
     worker_ = std::thread([q = queue_, comm = comm_, check = opts_.check_signatures, poll = opts_.poll_before_sleep] {
       progress_loop(q, comm, check, poll);
@@ -140,6 +143,8 @@ class MpiCommunicator final : public Communicator {
       return;
     }
     worker_.join();
+    if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+    if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
     MPI_Comm_free(&comm_);
   }
 
@@ -148,6 +153,10 @@ class MpiCommunicator final : public Communicator {
   const std::string& name() const override { return opts_.name; }
   const char* backend() const override { return "mpi"; }
   c10::Device device() const override { return c10::Device(c10::kCPU); }
+  std::string node_stages() const override {
+    if (node_ == MPI_COMM_NULL) return "";
+    return detail::concat(size_ / local_size_, " nodes x ", local_size_, " ranks");
+  }
 
  protected:
   std::string device_requirement(const at::Tensor& t) const override {
@@ -169,8 +178,14 @@ class MpiCommunicator final : public Communicator {
     const int64_t max = opts_.max_elements_per_call;
     const size_t esize = element_size(in);
     MPI_Comm comm = comm_;
-    return enqueue(signature(CollectiveKind::kAllGather, in, shard, ReduceOp::kSum, -1, tag), {out, in},
-                   [=] { all_gather_chunked(comm, out_p, in_place ? nullptr : in_p, shard, esize, type, max); });
+    const Stages stages{cross_, node_, local_rank_, local_size_, size_ / std::max(local_size_, 1)};
+    return enqueue(signature(CollectiveKind::kAllGather, in, shard, ReduceOp::kSum, -1, tag), {out, in}, [=] {
+      if (stages.node != MPI_COMM_NULL) {
+        all_gather_in_stages(stages, out_p, in_place ? nullptr : in_p, shard, esize, type, max);
+      } else {
+        all_gather_chunked(comm, out_p, in_place ? nullptr : in_p, shard, esize, type, max);
+      }
+    });
   }
 
   std::shared_ptr<Work> run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op,
@@ -183,8 +198,17 @@ class MpiCommunicator final : public Communicator {
     const int n = size_;
     at::Tensor out_t = out, in_t = in;
     const bool ring = opts_.reduce_scatter_ring && ring_supports(in.scalar_type(), op);
+    const Stages stages{cross_, node_, local_rank_, local_size_, size_ / std::max(local_size_, 1)};
     return enqueue(signature(CollectiveKind::kReduceScatter, in, in.numel(), op, -1, tag), {out, in}, [=]() mutable {
-      if (ring) {
+      if (ring && stages.node != MPI_COMM_NULL) {
+        // Inside the node first: local rank j gets the node's sum of the blocks of local rank j on
+        // every node (block m x L + j, gathered into one column by the copy), then across the
+        // nodes: node m's rank j gets the sum of block m x L + j.
+        const at::Tensor columns = in_t.view({stages.nodes, stages.local_size, shard}).transpose(0, 1).contiguous();
+        at::Tensor partial = at::empty({stages.nodes * shard}, in_t.options());
+        reduce_scatter_ring(stages.node, partial, columns.view({-1}), op, max, &wait_request);
+        reduce_scatter_ring(stages.cross, out_t, partial, op, max, &wait_request);
+      } else if (ring) {
         reduce_scatter_ring(comm, out_t, in_t, op, max, &wait_request);
       } else {
         reduce_scatter_chunked(comm, out_t, in_t, shard, n, type, mop, max);
@@ -250,6 +274,7 @@ class MpiCommunicator final : public Communicator {
     if (color < 0) return nullptr;
     CommOptions child = opts_;
     child.name = detail::concat(opts_.name, "/split(", color, ")");
+    child.node_size = 0;  // consecutive ranks of this communicator, not of the child
     return make_mpi_communicator(*result, child);
   }
 
@@ -316,6 +341,89 @@ class MpiCommunicator final : public Communicator {
       MPI_Type_free(&piece);
       ZS_MPI_CHECK(rc);
     });
+  }
+
+  // The communicators of a two-stage collective: `cross` joins the ranks of local rank `local`
+  // on the `nodes` nodes (ordered by node), `node` the `local_size` ranks of this rank's node.
+  struct Stages {
+    MPI_Comm cross = MPI_COMM_NULL, node = MPI_COMM_NULL;
+    int local = 0, local_size = 1, nodes = 1;
+  };
+
+  // Derived datatypes freed however the scope ends.
+  struct Types {
+    std::vector<MPI_Datatype> all;
+    void add(MPI_Datatype t) { all.push_back(t); }
+    ~Types() {
+      for (MPI_Datatype& t : all) MPI_Type_free(&t);
+    }
+  };
+
+  // The same result as all_gather_chunked, for ranks laid out node by node (rank = node x L +
+  // local): stage 1 gathers the shards of the ranks of equal local rank across the nodes straight
+  // into their slots of `out` (a receive type whose extent is L shards), stage 2 gathers those
+  // columns inside the node in place (a vector of one piece per node, with an extent of one shard,
+  // so that local rank j's column starts at slot j).
+  static void all_gather_in_stages(const Stages& st, char* out, const char* in, int64_t shard, size_t esize,
+                                   MPI_Datatype type, int64_t max) {
+    const auto row_bytes = static_cast<MPI_Aint>(st.local_size * shard * esize);
+    for_chunks(shard, max, [&](int64_t off, int len) {
+      Types types;
+      MPI_Datatype piece = MPI_DATATYPE_NULL, spaced = MPI_DATATYPE_NULL;
+      ZS_MPI_CHECK(MPI_Type_contiguous(len, type, &piece));
+      types.add(piece);
+      ZS_MPI_CHECK(MPI_Type_create_resized(piece, 0, row_bytes, &spaced));
+      ZS_MPI_CHECK(MPI_Type_commit(&spaced));
+      types.add(spaced);
+      MPI_Request req;
+      char* mine = out + (st.local * shard + off) * esize;
+      ZS_MPI_CHECK(MPI_Iallgather(in ? in + off * esize : MPI_IN_PLACE, in ? len : 0, type, mine, 1, spaced,
+                                  st.cross, &req));
+      ZS_MPI_CHECK(wait_request(&req));
+      MPI_Datatype column = MPI_DATATYPE_NULL, columns = MPI_DATATYPE_NULL;
+      ZS_MPI_CHECK(MPI_Type_create_hvector(st.nodes, len, row_bytes, type, &column));
+      types.add(column);
+      ZS_MPI_CHECK(MPI_Type_create_resized(column, 0, static_cast<MPI_Aint>(shard * esize), &columns));
+      ZS_MPI_CHECK(MPI_Type_commit(&columns));
+      types.add(columns);
+      ZS_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, type, out + off * esize, 1, columns, st.node, &req));
+      ZS_MPI_CHECK(wait_request(&req));
+    });
+  }
+
+  // The node layout for the two-stage collectives, collectively: kept only when there are several
+  // nodes of several ranks each, every node holding the same number of consecutive ranks.
+  void find_nodes() {
+    if (size_ < 4) return;
+    MPI_Comm node = MPI_COMM_NULL;
+    if (opts_.node_size > 0) {
+      ZS_MPI_CHECK(MPI_Comm_split(comm_, rank_ / opts_.node_size, rank_, &node));
+    } else {
+      ZS_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    }
+    int local = 0, l = 1;
+    ZS_MPI_CHECK(MPI_Comm_rank(node, &local));
+    ZS_MPI_CHECK(MPI_Comm_size(node, &l));
+    std::vector<int> mates(l);
+    ZS_MPI_CHECK(MPI_Allgather(&rank_, 1, MPI_INT, mates.data(), 1, MPI_INT, node));
+    bool consecutive = (rank_ - local) % l == 0;
+    for (int i = 0; i < l; ++i) consecutive = consecutive && mates[i] == rank_ - local + i;
+    int mine[3] = {consecutive ? 1 : 0, l, -l}, all[3] = {0, 0, 0};
+    ZS_MPI_CHECK(MPI_Allreduce(&mine[0], &all[0], 1, MPI_INT, MPI_MIN, comm_));
+    ZS_MPI_CHECK(MPI_Allreduce(&mine[1], &all[1], 2, MPI_INT, MPI_MAX, comm_));
+    const bool regular = all[0] == 1 && all[1] == -all[2];
+    if (!regular || l < 2 || l == size_) {
+      MPI_Comm_free(&node);
+      return;
+    }
+    MPI_Comm cross = MPI_COMM_NULL;
+    ZS_MPI_CHECK(MPI_Comm_split(comm_, local, rank_, &cross));
+    MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(cross, MPI_ERRORS_RETURN);
+    node_ = node;
+    cross_ = cross;
+    local_rank_ = local;
+    local_size_ = l;
   }
 
   // out = op_r in[r*S : (r+1)*S]. Chunks pack the chunk of every rank's block into a staging buffer.
@@ -395,6 +503,9 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   CommOptions opts_;
+  // Set by find_nodes() for two-stage collectives; MPI_COMM_NULL otherwise.
+  MPI_Comm node_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
+  int local_rank_ = 0, local_size_ = 1;
   uint64_t seq_ = 0;
   std::shared_ptr<Queue> queue_;
   std::thread worker_;

@@ -76,6 +76,7 @@ SessionOptions session_options(const Config& c) {
   o.comm.abort_on_timeout = c.comm().abort_on_timeout();
   o.comm.check_signatures = c.comm().check_signatures();
   o.comm.reduce_scatter_ring = c.comm().reduce_scatter_ring();
+  o.comm.node_stages = c.comm().node_stages();
   o.flight_recorder_entries = c.comm().flight_recorder_entries();
   o.flight_recorder_dir = c.comm().flight_recorder_dir();
   switch (c.comm().backend()) {

@@ -138,6 +138,10 @@ void Session::start() {
                 << " on this host; device " << device_.str() << "; " << mpi.library << " ("
                 << mpi.thread_level << "); launcher " << launch_env_.source
                 << "; NCCL backend " << (nccl_compiled() ? "built" : "not built") << "; " << blas;
+  if (!world_->node_stages().empty()) {
+    ZS_LOG(kInfo) << "all-gathers and reduce-scatters in two stages over " << world_->node_stages()
+                  << ": between the nodes and inside each (comm.node_stages)";
+  }
 }
 
 void Session::check_launch_env() const {

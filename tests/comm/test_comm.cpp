@@ -11,6 +11,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <chrono>
+#include <climits>
 #include <thread>
 
 #include "common/test_util.h"
@@ -170,6 +171,57 @@ TEST(Comm, ChunkedPathMatches) {
   out.narrow(0, c->rank() * shard, shard).copy_(seeded(shard, c->rank(), at::kFloat));
   c->all_gather_into(out, out.narrow(0, c->rank() * shard, shard), "t.chunk.inplace")->wait();
   for (int r = 0; r < c->size(); ++r) EXPECT_TRUE(at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, at::kFloat)));
+}
+
+// comm.node_stages with the ranks grouped into "nodes" of CommOptions::node_size consecutive
+// ranks: at 4 ranks in 2 nodes all-gathers and ring reduce-scatters run in two stages (between the
+// nodes and inside them) and give the same elements as one collective, for every dtype, size and
+// op, in place and in small pieces; every other layout runs one collective over all ranks.
+TEST(Comm, CollectivesInTwoStagesAcrossNodes) {
+  const int n = world()->size();
+  auto make = [&](const std::string& name, int node_size, bool stages, int64_t max) {
+    zs::CommOptions o = zs::test::test_comm_options(name);
+    o.node_size = node_size;
+    o.node_stages = stages;
+    o.max_elements_per_call = max;
+    return zs::make_mpi_world_communicator(o);
+  };
+  EXPECT_EQ(world()->node_stages(), "") << "the test ranks run on one host";
+  EXPECT_EQ(make("st.one_rank_nodes", 1, true, INT_MAX)->node_stages(), "");
+  EXPECT_EQ(make("st.off", 2, false, INT_MAX)->node_stages(), "");
+  EXPECT_EQ(make("st.uneven", 3, true, INT_MAX)->node_stages(), "") << "nodes of 3 and " << n - 3;
+  auto staged = make("st.staged", 2, true, INT_MAX);
+  auto pieces = make("st.staged.pieces", 2, true, 7);
+  if (n != 4) {
+    EXPECT_EQ(staged->node_stages(), "") << n << " ranks make no 2 nodes of 2 or more";
+    GTEST_SKIP() << "two stages need 4 ranks in nodes of 2 here";
+  }
+  EXPECT_EQ(staged->node_stages(), "2 nodes x 2 ranks");
+  EXPECT_EQ(pieces->node_stages(), "2 nodes x 2 ranks");
+  for (auto dtype : kAllDtypes) {
+    for (int64_t shard : kShards) check_all_gather(*staged, dtype, shard);
+  }
+  for (auto dtype : kNumeric) {
+    for (int64_t shard : kShards) {
+      for (auto op : {zs::ReduceOp::kSum, zs::ReduceOp::kMax, zs::ReduceOp::kMin}) {
+        check_reduce_scatter(*staged, dtype, shard, op);
+      }
+      if (c10::isFloatingType(dtype)) check_reduce_scatter(*staged, dtype, shard, zs::ReduceOp::kAvg);
+    }
+  }
+  for (int64_t shard : {6, 7, 8, 23, 1001}) {
+    check_all_gather(*pieces, at::kFloat, shard);
+    check_reduce_scatter(*pieces, at::kBFloat16, shard, zs::ReduceOp::kSum);
+  }
+  for (auto* c : {staged.get(), pieces.get()}) {
+    const int64_t shard = 1001;
+    at::Tensor out = at::zeros({shard * n}, at::kFloat);
+    out.narrow(0, c->rank() * shard, shard).copy_(seeded(shard, c->rank(), at::kFloat));
+    c->all_gather_into(out, out.narrow(0, c->rank() * shard, shard), "t.staged.inplace")->wait();
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, at::kFloat))) << c->name() << " " << r;
+    }
+  }
 }
 
 TEST(Comm, SplitIntoSubGroups) {

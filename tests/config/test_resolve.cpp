@@ -34,6 +34,7 @@ TEST(Resolve, SessionDefaultsAreTheSchemas) {
   EXPECT_EQ(d.comm.abort_on_timeout, r.comm.abort_on_timeout);
   EXPECT_EQ(d.comm.check_signatures, r.comm.check_signatures);
   EXPECT_EQ(d.comm.reduce_scatter_ring, r.comm.reduce_scatter_ring);
+  EXPECT_EQ(d.comm.node_stages, r.comm.node_stages);
   EXPECT_EQ(d.comm_backend, r.comm_backend);
   EXPECT_EQ(d.log.level, r.log.level);
   EXPECT_EQ(d.log.all_ranks, r.log.all_ranks);

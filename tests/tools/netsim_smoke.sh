@@ -7,9 +7,12 @@
 #      bytes the engine's counters report per step, summed over the steps): the traffic went over
 #      the limited link, not through shared memory;
 #   2. 4 ranks in 2 namespaces (2 per node), HYBRID_SHARD with a shard group per node, against
-#      FULL_SHARD over all 4: parameters are gathered inside the node, so fewer bytes cross the
-#      links (the nodes are seen as nodes);
-#   3. FULL_SHARD with int8-quantized parameter gathers (sharding.gather_quantization) against
+#      FULL_SHARD over all 4 with each collective run over all ranks at once (comm.node_stages =
+#      false): parameters are gathered inside the node, so fewer bytes cross the links (the nodes
+#      are seen as nodes);
+#   3. FULL_SHARD with its collectives in two stages (comm.node_stages, the default: between the
+#      nodes and inside them) against case 2's: its links carry fewer bytes;
+#   4. FULL_SHARD with int8-quantized parameter gathers (sharding.gather_quantization) against
 #      exact ones: the link carries below 0.85 of the bytes (bf16 gathers halved, the reduction not).
 # Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR
 set -eu
@@ -56,20 +59,34 @@ python3 -c "import sys; sys.exit(0 if $sent_min >= 0.5 * $comm else 1)" \
 echo "ok: collectives moved $comm bytes per rank; the quieter node sent $sent_min bytes over its link"
 
 echo "== 2. HYBRID_SHARD (a shard group per node) against FULL_SHARD, 2 x 2 ranks"
-run full4 2 2
+run flat4 2 2 --set comm.node_stages=false
 run hybrid4 2 2 --set sharding.strategy=HYBRID_SHARD
-read -r _ _ full_sent <<END
-$(figures full4)
+read -r _ _ flat_sent <<END
+$(figures flat4)
 END
 read -r _ _ hybrid_sent <<END
 $(figures hybrid4)
 END
 grep -q "HYBRID_SHARD" "$work/hybrid4.log" || fail "the hybrid run does not name its strategy: $(head -n 20 "$work/hybrid4.log")"
-[ "$hybrid_sent" -lt "$full_sent" ] \
-  || fail "HYBRID_SHARD sent $hybrid_sent bytes over a link, FULL_SHARD $full_sent: the nodes were not seen"
-echo "ok: busiest link sent $full_sent bytes under FULL_SHARD, $hybrid_sent under HYBRID_SHARD"
+[ "$hybrid_sent" -lt "$flat_sent" ] \
+  || fail "HYBRID_SHARD sent $hybrid_sent bytes over a link, FULL_SHARD $flat_sent: the nodes were not seen"
+echo "ok: busiest link sent $flat_sent bytes under FULL_SHARD, $hybrid_sent under HYBRID_SHARD"
 
-echo "== 3. FULL_SHARD with int8 parameter gathers against exact ones, 2 ranks in 2 namespaces"
+echo "== 3. FULL_SHARD's collectives in two stages against one over all ranks, 2 x 2 ranks"
+run full4 2 2
+read -r _ _ full_sent <<END
+$(figures full4)
+END
+grep -q "reduce-scatters in two stages over 2 nodes x 2 ranks" "$work/full4.log" \
+  || fail "the 2 x 2 FULL_SHARD run does not say it runs in two stages: $(head -n 20 "$work/full4.log")"
+grep -q "in two stages" "$work/flat4.log" && fail "comm.node_stages=false still runs in two stages"
+# Per parameter and step the bf16 gathers (2 x 2 bytes) cross whole in one call and halved in two
+# stages; the fp32 reduce-scatter (4 bytes) crosses 3/4 in the ring, 1/2 in stages: about 0.57.
+python3 -c "import sys; sys.exit(0 if $full_sent < 0.8 * $flat_sent else 1)" \
+  || fail "two stages sent $full_sent bytes over a link, one collective $flat_sent: not below 0.8 of them"
+echo "ok: busiest link sent $flat_sent bytes with one collective over all ranks, $full_sent in two stages"
+
+echo "== 4. FULL_SHARD with int8 parameter gathers against exact ones, 2 ranks in 2 namespaces"
 # 16 steps each, so that what a run sends once (the initial weights, the evaluations) counts less.
 STEPS=16 run exact16 2 1
 STEPS=16 run int8 2 1 --set sharding.gather_quantization=INT8

@@ -94,6 +94,19 @@ struct CommOptions {
   // dtype but Bool); false: MPI_Reduce_scatter_block, Open MPI's own (a third of the bandwidth on
   // one host, docs/performance.md).
   bool reduce_scatter_ring = true;
+  // MPI only: when the ranks span several nodes that hold the same number of consecutive ranks
+  // each, all-gathers and (with reduce_scatter_ring) reduce-scatters run in two stages: all-gathers
+  // between the ranks of equal local rank across the nodes, then inside each node over shared
+  // memory; reduce-scatters inside the node first, then across. Each node's link then carries
+  // (nodes - 1) / nodes of the gathered or reduced buffer each way, where one MPI_Iallgather over
+  // all ranks sends it whole (Open MPI sends every shard to every rank of the other nodes) and the
+  // ring (ranks - 1) / ranks of it. A reduce-scatter in stages takes a transposed copy of its input
+  // and sums in another order (within the node, then across). false: one collective over all
+  // ranks; other layouts always take that (node_stages() says which).
+  bool node_stages = true;
+  // MPI only, for tests on one host: every `node_size` consecutive ranks count as one node; 0: the
+  // nodes MPI reports (MPI_COMM_TYPE_SHARED). Not passed on to split() communicators.
+  int node_size = 0;
   // How long a waiting caller and an idle progress thread poll (yielding the core) before they
   // sleep. Saves two futex wake-ups per collective when ranks have cores of their own; the
   // Session sets it to zero when the node runs more ranks than it has cores (oversubscribed).
@@ -108,6 +121,9 @@ class Communicator {
   virtual int size() const = 0;
   virtual const std::string& name() const = 0;
   virtual const char* backend() const = 0;  // "mpi" or "nccl"
+  // "N nodes x L ranks" when all-gathers and reduce-scatters run in two stages across nodes
+  // (CommOptions::node_stages), empty when each runs as one collective over all ranks.
+  virtual std::string node_stages() const { return ""; }
   // Where the tensors of its collectives live: cpu (MPI) or cuda:<index> (NCCL, with the index).
   virtual c10::Device device() const = 0;
 
