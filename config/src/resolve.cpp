@@ -303,6 +303,8 @@ EstimateOptions estimate_options(const Config& c, const RunOptions& run) {
   o.offload_block_size = c.offload().block_size();
   o.nvme_generations = c.offload().nvme_generations();
   o.gpu = run.session.device == DevicePolicy::kCuda || (run.session.device == DevicePolicy::kAuto && at::hasCUDA());
+  o.node_stages = run.session.comm.node_stages;
+  o.reduce_scatter_ring = run.session.comm.reduce_scatter_ring;
   return o;
 }
 

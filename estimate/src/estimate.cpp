@@ -2,12 +2,14 @@
 #include "zeroshard/estimate/estimate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <sstream>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/base/format.h"
+#include "zeroshard/comm/quantize.h"
 #include "zeroshard/engine/plan.h"
 #include "zeroshard/io/pinned_pool.h"
 
@@ -379,6 +381,74 @@ ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t b, int by
   return a;
 }
 
+StepCommEstimate estimate_step_comm(const ModelShape& model, const EstimateOptions& o, const LinkOptions& link) {
+  ZS_REQUIRE(link.bytes_per_s > 0 && std::isfinite(link.bytes_per_s), UsageError, "the link's bandwidth (",
+             link.bytes_per_s, " bytes/s) must be positive");
+  ZS_REQUIRE(link.latency_s >= 0 && link.compute_s >= 0, UsageError, "the link's latency (", link.latency_s,
+             " s) and the step's compute time (", link.compute_s, " s) must not be negative");
+  ZS_REQUIRE(model.total() > 0, UsageError, "the model has no parameters");
+  const ShardingPlan plan = plan_for(o);
+  const int world = o.world_size, l = std::min(o.ranks_per_node, world);
+  ZS_REQUIRE(world % l == 0, UsageError, "the communication estimate needs the same number of ranks on every node: ",
+             "world size ", world, " is not a multiple of ", l, " ranks per node");
+  StepCommEstimate e;
+  e.strategy = o.sharding.strategy;
+  e.nodes = world / l;
+  const int n = plan.shard_group_size, replicas = plan.replicas;
+  // The nodes a shard group spans and its ranks on each.
+  int group_nodes = 1, group_l = n;
+  if (n > l) {
+    group_nodes = n / l;
+    group_l = l;
+  }
+  if (e.nodes > 1) {
+    if (o.sharding.strategy == Strategy::kNoShard) {
+      e.not_modelled = "its gradient all-reduce runs as one MPI_Iallreduce, whose path through the nodes is Open MPI's";
+    } else if ((n > l && n % l != 0) || (n < l && l % n != 0)) {
+      e.not_modelled = detail::concat("shard groups of ", n, " ranks straddle nodes of ", l);
+    } else if (replicas > 1 && n != l) {
+      e.not_modelled = detail::concat("replicas of a shard on one node (shard groups of ", n, " ranks, ", l,
+                                      " per node): the all-reduce's path is Open MPI's");
+    } else if (!o.reduce_scatter_ring && group_nodes > 1) {
+      e.not_modelled = "comm.reduce_scatter_ring = false: MPI_Reduce_scatter_block's path is Open MPI's";
+    }
+  }
+  if (!e.not_modelled.empty()) return e;
+  const bool stages = o.node_stages && group_l > 1;
+  const int k = group_nodes;
+  const double across = k > 1 ? static_cast<double>(k - 1) / k : 0.0;
+  const int pbytes = dtype_bytes(o.sharding.param_dtype), rbytes = dtype_bytes(o.sharding.reduce_dtype);
+  const bool reshard = plan.reshard_after_forward;
+  const std::vector<int64_t> f = flats(model);
+  for (size_t i = 0; i < f.size(); ++i) {
+    const bool root = model.root_params > 0 && i == 0;
+    const int64_t padded = pad(f[i], n), shard = padded / n;
+    if (n > 1 && k > 1) {
+      const double shard_bytes = o.sharding.gather_quant_block > 0
+                                     ? static_cast<double>(quant::int8_encoded_bytes(shard, o.sharding.gather_quant_block))
+                                     : static_cast<double>(shard) * pbytes;
+      const double gathers = reshard && !root ? 2 : 1;
+      e.link_bytes += gathers * (stages ? 1.0 : group_l) * across * n * shard_bytes;
+      e.messages += gathers * (k - 1);
+      const double reduce = static_cast<double>(padded) * rbytes;
+      e.link_bytes += stages ? across * reduce : static_cast<double>(n - 1) / n * reduce;
+      e.messages += stages ? k - 1 : n - 1;
+    }
+    if (replicas > 1 && e.nodes > 1) {  // HYBRID_SHARD: one shard group per node
+      e.link_bytes += l * 2.0 * (replicas - 1) / replicas * static_cast<double>(shard) * rbytes;
+      e.messages += 2.0 * (replicas - 1);
+    }
+  }
+  e.comm_s = e.link_bytes / link.bytes_per_s + e.messages * link.latency_s;
+  if (link.compute_s > 0) {
+    e.step_min_s = std::max(link.compute_s, e.comm_s);
+    e.step_max_s = link.compute_s + e.comm_s;
+    e.step_s = (e.step_min_s + e.step_max_s) / 2;
+    e.exposed_share = (e.step_s - link.compute_s) / e.step_s;
+  }
+  return e;
+}
+
 namespace {
 
 std::string human(int64_t bytes) { return bytes == 0 ? "0" : format_bytes(bytes); }
@@ -466,6 +536,54 @@ void format_configured(std::ostringstream& os, const ModelShape& model, const Es
 }
 
 }  // namespace
+
+std::string format_step_comm(const ModelShape& model, const EstimateOptions& options, const LinkOptions& link) {
+  std::ostringstream os;
+  char line[320];
+  const int l = std::min(options.ranks_per_node, options.world_size);
+  std::snprintf(line, sizeof(line),
+                "\ncommunication per step over links of %.4g Gb/s each way, %.4g us latency, %d node(s) of %d rank(s)%s%s:\n",
+                link.bytes_per_s * 8 / 1e9, link.latency_s * 1e6, options.world_size / std::max(l, 1), l,
+                options.node_stages ? "" : ", one collective over all ranks (comm.node_stages = false)",
+                options.sharding.gather_quant_block > 0 ? ", int8 parameter gathers" : "");
+  os << line;
+  std::snprintf(line, sizeof(line), "  %-14s %16s %10s %24s %8s\n", "strategy", "link MB/node/step", "comm s",
+                "step s (min..max)", "exposed");
+  os << line;
+  for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kHybridShard, Strategy::kNoShard}) {
+    EstimateOptions o = options;
+    o.sharding.strategy = strategy;
+    const char* mark = strategy == options.sharding.strategy ? "*" : " ";
+    StepCommEstimate e;
+    try {
+      e = estimate_step_comm(model, o, link);
+    } catch (const ConfigError& err) {
+      std::snprintf(line, sizeof(line), "%s %-14s not possible: %s\n", mark, to_string(strategy), err.message().c_str());
+      os << line;
+      continue;
+    }
+    if (!e.not_modelled.empty()) {
+      std::snprintf(line, sizeof(line), "%s %-14s not modelled: %s\n", mark, to_string(strategy), e.not_modelled.c_str());
+      os << line;
+      continue;
+    }
+    char step[64] = "-", exposed[16] = "-";
+    if (link.compute_s > 0) {
+      std::snprintf(step, sizeof(step), "%.3f (%.3f..%.3f)", e.step_s, e.step_min_s, e.step_max_s);
+      std::snprintf(exposed, sizeof(exposed), "%.0f%%", e.exposed_share * 100);
+    }
+    std::snprintf(line, sizeof(line), "%s %-14s %16.3f %10.3f %24s %8s\n", mark, to_string(strategy),
+                  e.link_bytes / 1e6, e.comm_s, step, exposed);
+    os << line;
+  }
+  if (link.compute_s > 0) {
+    std::snprintf(line, sizeof(line),
+                  "  step: between max(compute, comm) and compute + comm (compute %.3f s), estimated at their middle\n",
+                  link.compute_s);
+    os << line;
+  }
+  return os.str();
+}
 
 std::string format_estimates(const ModelShape& model, const EstimateOptions& options) {
   std::ostringstream os;

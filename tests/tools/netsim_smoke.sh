@@ -11,12 +11,14 @@
 #      false): parameters are gathered inside the node, so fewer bytes cross the links (the nodes
 #      are seen as nodes);
 #   3. FULL_SHARD with its collectives in two stages (comm.node_stages, the default: between the
-#      nodes and inside them) against case 2's: its links carry fewer bytes;
+#      nodes and inside them) against case 2's: its links carry fewer bytes; and what a step adds
+#      to a link (the difference between a 16-step and a 4-step run, over 12) is within 10% of
+#      what zeroshard-estimate --link-gbps predicts for the same model and layout;
 #   4. FULL_SHARD with int8-quantized parameter gathers (sharding.gather_quantization) against
 #      exact ones: the link carries below 0.85 of the bytes (bf16 gathers halved, the reduction not).
-# Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR
+# Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR ESTIMATE
 set -eu
-netsim=$1 train_gpt=$2 config=$3 work=$4
+netsim=$1 train_gpt=$2 config=$3 work=$4 estimate=$5
 rm -rf "$work"
 mkdir -p "$work"
 fail() { echo "FAILED: $*"; exit 1; }
@@ -85,6 +87,28 @@ grep -q "in two stages" "$work/flat4.log" && fail "comm.node_stages=false still 
 python3 -c "import sys; sys.exit(0 if $full_sent < 0.8 * $flat_sent else 1)" \
   || fail "two stages sent $full_sent bytes over a link, one collective $flat_sent: not below 0.8 of them"
 echo "ok: busiest link sent $flat_sent bytes with one collective over all ranks, $full_sent in two stages"
+STEPS=16 run full4_16 2 2
+read -r _ _ full16_sent <<END
+$(figures full4_16)
+END
+# The configuration's GPT (the model keys it sets, the schema's defaults for the rest) and its
+# estimate: the FULL_SHARD row of the communication table.
+shape=$(/usr/bin/python3 -c "
+import re, sys
+text = open(sys.argv[1]).read()
+get = lambda k, d: int((re.findall(r'\\b' + k + r':\\s*(\\d+)', text) or [d])[0])
+print(f\"{get('n_layer', 0)},{get('d_model', 0)},{get('vocab_size', 256)},{get('seq_len', 0)},{get('n_head', 0)}\")
+" "$config")
+"$estimate" --config "$config" --gpt "$shape" --world 4 --ranks-per-node 2 --link-gbps 1 > "$work/estimate.txt" \
+  || fail "zeroshard-estimate: $(cat "$work/estimate.txt")"
+predicted=$(/usr/bin/python3 -c "
+import sys
+rows = open(sys.argv[1]).read().split('communication per step')[1].splitlines()
+print(int(float(next(r for r in rows if 'FULL_SHARD' in r).split()[-4]) * 1e6))
+" "$work/estimate.txt") || fail "no FULL_SHARD row in the estimate: $(cat "$work/estimate.txt")"
+python3 -c "import sys; d = ($full16_sent - $full_sent) / 12; sys.exit(0 if abs(d - $predicted) <= 0.1 * $predicted else 1)" \
+  || fail "a step added $(( (full16_sent - full_sent) / 12 )) bytes to the busiest link, the estimate says $predicted"
+echo "ok: a step adds $(( (full16_sent - full_sent) / 12 )) bytes to the busiest link; zeroshard-estimate: $predicted"
 
 echo "== 4. FULL_SHARD with int8 parameter gathers against exact ones, 2 ranks in 2 namespaces"
 # 16 steps each, so that what a run sends once (the initial weights, the evaluations) counts less.

@@ -374,3 +374,55 @@ TEST(EstimateActivations, WithinFifteenPercentOfMeasured) {
     expect_within("activations", measured, want, 0.15);
   }
 }
+
+// The communication estimate's refusals and what it leaves unmodelled, and the ordering the layout
+// implies (its bytes against a simulated cluster's link counters: netsim_smoke).
+TEST(EstimateStepComm, RefusalsAndLayouts) {
+  const zs::ModelShape gpt = zs::gpt_model_shape({4, 128, 256, 128});
+  zs::EstimateOptions o;
+  o.world_size = 4;
+  o.ranks_per_node = 2;
+  const zs::LinkOptions link{12.5e6, 0, 0};
+  EXPECT_EQ(zs::test::message_of([&] { zs::estimate_step_comm(gpt, o, {0, 0, 0}); }),
+            "the link's bandwidth (0 bytes/s) must be positive");
+  EXPECT_EQ(zs::test::message_of([&] { zs::estimate_step_comm(gpt, o, {1e9, -1e-6, 0}); }),
+            "the link's latency (-1e-06 s) and the step's compute time (0 s) must not be negative");
+  zs::EstimateOptions uneven = o;
+  uneven.world_size = 3;
+  EXPECT_EQ(zs::test::message_of([&] { zs::estimate_step_comm(gpt, uneven, link); }),
+            "the communication estimate needs the same number of ranks on every node: world size 3 is not a "
+            "multiple of 2 ranks per node");
+  zs::EstimateOptions no_shard = o;
+  no_shard.sharding.strategy = zs::ShardingStrategy::kNoShard;
+  EXPECT_EQ(zs::estimate_step_comm(gpt, no_shard, link).not_modelled,
+            "its gradient all-reduce runs as one MPI_Iallreduce, whose path through the nodes is Open MPI's");
+  zs::EstimateOptions hybrid_pairs = o;
+  hybrid_pairs.ranks_per_node = 4;
+  hybrid_pairs.world_size = 8;
+  hybrid_pairs.sharding.strategy = zs::ShardingStrategy::kHybridShard;
+  hybrid_pairs.sharding.hybrid_group_size = 2;
+  EXPECT_EQ(zs::estimate_step_comm(gpt, hybrid_pairs, link).not_modelled,
+            "replicas of a shard on one node (shard groups of 2 ranks, 4 per node): the all-reduce's path is Open MPI's");
+
+  // One node: nothing crosses a link. Two: two stages put less on it than one collective, int8
+  // gathers less than exact ones, a HYBRID_SHARD group per node less than FULL_SHARD's gathers.
+  zs::EstimateOptions one_node = o;
+  one_node.ranks_per_node = 4;
+  EXPECT_EQ(zs::estimate_step_comm(gpt, one_node, link).link_bytes, 0.0);
+  const double staged = zs::estimate_step_comm(gpt, o, link).link_bytes;
+  zs::EstimateOptions one_call = o, int8 = o, hybrid = o;
+  one_call.node_stages = false;
+  int8.sharding.gather_quant_block = 64;
+  hybrid.sharding.strategy = zs::ShardingStrategy::kHybridShard;
+  EXPECT_GT(staged, 0.0);
+  EXPECT_LT(staged, zs::estimate_step_comm(gpt, one_call, link).link_bytes);
+  EXPECT_LT(zs::estimate_step_comm(gpt, int8, link).link_bytes, staged);
+  EXPECT_LT(zs::estimate_step_comm(gpt, hybrid, link).link_bytes, staged);
+  // With the compute time the step lies between its bounds, and latency adds to the time only.
+  const zs::StepCommEstimate timed = zs::estimate_step_comm(gpt, o, {12.5e6, 50e-6, 0.3});
+  EXPECT_LE(timed.step_min_s, timed.step_s);
+  EXPECT_LE(timed.step_s, timed.step_max_s);
+  EXPECT_GE(timed.step_min_s, 0.3);
+  EXPECT_GT(timed.comm_s, staged / 12.5e6);
+  EXPECT_EQ(timed.link_bytes, staged);
+}

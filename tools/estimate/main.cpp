@@ -3,10 +3,13 @@
 //
 //   zeroshard-estimate --params 1.3e9 [--unit-params 5e7] --world 8 --ranks-per-node 8 [--config F] [--set k=v]
 //   zeroshard-estimate --gpt 24,2048,50304,1024[,16] --world 16 --ranks-per-node 8 --micro-batch 4
+//   zeroshard-estimate --gpt 4,128,256,128 --world 4 --ranks-per-node 2 --link-gbps 0.1 [--latency-us 50] [--compute-s 0.3]
 //
 // Prints every strategy x offload mode (the configured one marked '*'), the configured setup
 // category by category, and for --gpt the activations per micro-batch with and without activation
-// checkpointing. Formulas: estimate/include/zeroshard/estimate/estimate.h and docs/tools.md.
+// checkpointing; with --link-gbps what a step of each strategy sends between the nodes, its
+// communication time and (with --compute-s) the step time. Formulas:
+// estimate/include/zeroshard/estimate/estimate.h and docs/tools.md.
 
 #include <cmath>
 #include <cstdio>
@@ -56,6 +59,7 @@ std::string mib(int64_t bytes) { return zs::format_mib(bytes, 2); }
 struct Args {
   int64_t params = 0, unit_params = 0, micro_batch = 1;
   int world = 1, ranks_per_node = 0;
+  double link_gbps = 0, latency_us = 0, compute_s = 0;
   bool have_gpt = false;
   zs::GptShape gpt;
 };
@@ -80,10 +84,17 @@ bool parse(const std::vector<std::string>& rest, Args& a) {
   app.add_int("--world", &a.world, "ranks in the job (default 1)", 1);
   app.add_int("--ranks-per-node", &a.ranks_per_node, "ranks per node (default: --world)", 1);
   app.add_int("--micro-batch", &a.micro_batch, "sequences per micro-batch, for the activations (default 1)", 1);
+  app.add_number("--link-gbps", &a.link_gbps,
+                 "each node's link to the others, Gb/s each way: adds what a step sends over it per strategy", 1e-6);
+  app.add_number("--latency-us", &a.latency_us, "with --link-gbps: one-way latency per message, microseconds", 0);
+  app.add_number("--compute-s", &a.compute_s,
+                 "with --link-gbps: a step's compute per rank with communication out of the way (e.g. the same job "
+                 "on one node), seconds: adds the step time", 0);
   app.add_config_options();
   app.then([&] {
     if (a.have_gpt == (a.params > 0)) app.fail("give exactly one of --params and --gpt");
     if (a.unit_params != 0 && a.params == 0) app.fail("--unit-params goes with --params (--gpt knows its units)");
+    if (a.link_gbps == 0 && (a.latency_us > 0 || a.compute_s > 0)) app.fail("--latency-us and --compute-s go with --link-gbps");
   });
   return app.parse(rest);
 }
@@ -98,7 +109,9 @@ int run(int argc, char** argv) {
                         "sharding.backward_prefetch", "sharding.limit_all_gathers", "precision.param_dtype", "precision.reduce_dtype", "optimizer.type",
                         "optimizer.momentum", "offload.optimizer", "offload.params", "offload.grads",
                         "offload.keep_param_dtype_shard", "offload.buffer_count", "offload.block_size",
-                        "offload.nvme_generations", "activation_checkpointing"}}};
+                        "offload.nvme_generations", "activation_checkpointing", "sharding.gather_quantization",
+                        "sharding.gather_quantization_block", "comm.node_stages",
+                        "comm.reduce_scatter_ring"}}};
   program.accept_unread_in_file = true;
   const zs::Run run = zs::load_run(argc, argv, program);
   Args args;
@@ -131,6 +144,10 @@ int run(int argc, char** argv) {
                 mib(a.per_block).c_str(), mib(a.head).c_str());
     std::printf("%s with checkpointing      %14s  (every %d block(s))\n", ckpt ? "*" : " ", mib(a.checkpointed).c_str(),
                 every);
+  }
+  if (args.link_gbps > 0) {
+    const zs::LinkOptions link{args.link_gbps * 1e9 / 8, args.latency_us * 1e-6, args.compute_s};
+    std::fputs(zs::format_step_comm(model, options, link).c_str(), stdout);
   }
   return 0;
 }

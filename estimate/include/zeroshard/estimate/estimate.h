@@ -84,6 +84,10 @@ struct EstimateOptions {
   // NVMe the parameter store holds the fp32 master (nvme_generations copies) and the optimizer's
   // files the moments only; a GPU run's optimizer keeps a master of its own in its files.
   bool gpu = false;
+  // comm.node_stages and comm.reduce_scatter_ring: how the MPI backend's collectives cross nodes
+  // (for estimate_step_comm).
+  bool node_stages = true;
+  bool reduce_scatter_ring = true;
 };
 
 // Bytes per rank. The categories match zeroshard::MemCategory.
@@ -130,6 +134,50 @@ struct ActivationEstimate {
 };
 ActivationEstimate estimate_gpt_activations(const GptShape& g, int64_t micro_batch, int dtype_bytes,
                                             int every_n_blocks = 1);
+
+// The links between nodes, for the communication estimate of a step.
+struct LinkOptions {
+  double bytes_per_s = 0;   // each node's link, each way (e.g. 100 Mb/s = 12.5e6)
+  double latency_s = 0;     // one way, per message between nodes
+  double compute_s = 0;     // a step's compute per rank with communication out of the way; 0: unknown
+};
+
+// What one step of a strategy puts on the links between nodes, as the MPI backend runs its
+// collectives (world_size / ranks_per_node nodes of ranks_per_node ranks, placed node by node),
+// bytes each node sends over its link (it receives as many):
+//   all-gather of a buffer of B bytes over ranks on K nodes: in two stages (node_stages)
+//     (K-1)/K x B; as one MPI_Iallgather every rank's shard goes to every rank of the other
+//     nodes: L (K-1)/K x B, L ranks per node;
+//   reduce-scatter: in two stages (K-1)/K x B, as zeroshard's ring (N-1)/N x B over N ranks;
+//   all-reduce across R replicas (HYBRID_SHARD's shards): 2 (R-1)/R x B.
+// Per step FULL_SHARD gathers every flat parameter in forward and every unit's again in backward
+// (the root stays gathered), SHARD_GRAD_OP once; both reduce-scatter every flat once; HYBRID_SHARD
+// gathers and reduce-scatters inside its shard groups (no link bytes when a group is inside a node)
+// and all-reduces the reduced shards across the replicas. Gathers move param_dtype bytes (int8
+// gathers: their encoded bytes), reductions reduce_dtype bytes. NO_SHARD's all-reduce runs as one
+// MPI_Iallreduce, whose path through the nodes is Open MPI's choice: not modelled.
+// Time: comm = bytes / bytes_per_s + latency x messages between nodes; with compute_s the step
+// lies between max(compute, comm) (all communication hidden behind compute) and compute + comm
+// (none hidden), and the estimate is their middle: the engine overlaps gathers (prefetch) and
+// reduce-scatters (backward) with compute, but not all of them (docs/tools.md has it against the
+// simulated cluster's measurements).
+struct StepCommEstimate {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  std::string not_modelled;  // why the strategy has no figures; empty when it has
+  int nodes = 1;
+  double link_bytes = 0;        // per node and step, each way
+  double messages = 0;          // messages between nodes per step, on one rank's critical path
+  double comm_s = 0;            // link_bytes / bytes_per_s + latency x messages
+  // With compute_s (0 otherwise): the step's estimate and bounds, and the share of the estimate
+  // spent in communication not hidden behind compute ((step_s - compute_s) / step_s).
+  double step_s = 0, step_min_s = 0, step_max_s = 0, exposed_share = 0;
+};
+// UsageError for a world size not a multiple of ranks_per_node or a link of no bandwidth.
+StepCommEstimate estimate_step_comm(const ModelShape& model, const EstimateOptions& options, const LinkOptions& link);
+
+// The communication table zeroshard-estimate prints with --link-gbps: every strategy (the
+// configured one marked '*'), bytes per node and step, comm time, and with compute_s the step.
+std::string format_step_comm(const ModelShape& model, const EstimateOptions& options, const LinkOptions& link);
 
 // The table zeroshard-estimate prints: every strategy x offload mode (or just `only`), per rank.
 std::string format_estimates(const ModelShape& model, const EstimateOptions& options);
