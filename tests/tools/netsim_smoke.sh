@@ -16,6 +16,7 @@
 #      what zeroshard-estimate --link-gbps predicts for the same model and layout;
 #   4. FULL_SHARD with int8-quantized parameter gathers (sharding.gather_quantization) against
 #      exact ones: the link carries below 0.85 of the bytes (bf16 gathers halved, the reduction not).
+#   0. netsim.sh's refusals of bad options (before any namespace is made).
 # Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR ESTIMATE
 set -eu
 netsim=$1 train_gpt=$2 config=$3 work=$4 estimate=$5
@@ -48,6 +49,26 @@ links = json.load(open(sys.argv[2]))["links"]
 print(comm, min(l["sent_bytes"] for l in links), max(l["sent_bytes"] for l in links))
 PY
 }
+
+echo "== 0. options netsim.sh refuses, each with its reason"
+# refused EXPECTED_TEXT ARGS...: netsim.sh exits with status 2 and says EXPECTED_TEXT.
+refused() {
+  want=$1
+  shift
+  status=0
+  "$netsim" "$@" > "$work/refused.log" 2>&1 || status=$?
+  if [ "$status" != 2 ] || ! grep -qF -- "$want" "$work/refused.log"; then
+    fail "netsim.sh $*: exit status $status, expected 2 and '$want': $(cat "$work/refused.log")"
+  fi
+}
+refused "--nodes must be 1..32, got '0'" --nodes 0 -- true
+refused "--ranks-per-node must be >= 1, got 'two'" --ranks-per-node two -- true
+refused "--rate must be 0 or a tc rate such as 1gbit or 100mbit, got '1gbps'" --rate 1gbps -- true
+refused "--delay must be 0 or a tc time such as 0.1ms or 50us, got '5'" --delay 5 -- true
+refused "--delay needs a --rate" --rate 0 --delay 1ms -- true
+refused "unknown option '--link'" --link 1gbit -- true
+refused "no command after --" --nodes 2 --
+echo "ok"
 
 echo "== 1. FULL_SHARD, 2 ranks in 2 namespaces"
 run full2 2 1
