@@ -131,4 +131,19 @@ TEST(Quantize, BadArgumentsAreRefusedByName) {
   EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([] { q::encode_int8(at::zeros({4, 4}), 8); })
                 .find("encode_int8: the values must be a contiguous 1-D floating tensor"),
             std::string::npos);
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([] { q::encode_int8(at::zeros({40}, at::kInt), 8); })
+                .find("encode_int8: the values must be a contiguous 1-D floating tensor, got [40] Int"),
+            std::string::npos);
+  // Every other element of 80: 40 elements, not contiguous; and an integer output.
+  const at::Tensor strided = at::empty({80}).slice(0, 0, 80, 2);
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([&] { q::decode_int8(enc, 8, strided); })
+                .find("decode_int8: the output must be a contiguous floating tensor"),
+            std::string::npos);
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>(
+                [&] { q::decode_int8(enc, 8, at::empty({40}, at::kLong)); })
+                .find("decode_int8: the output must be a contiguous floating tensor"),
+            std::string::npos);
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>([] { q::int8_encoded_bytes(-1, 8); })
+                .find("int8 quantization of -1 elements"),
+            std::string::npos);
 }
