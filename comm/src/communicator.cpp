@@ -98,6 +98,31 @@ std::shared_ptr<Work> Communicator::reduce_scatter_into(const at::Tensor& out_sh
   return run_reduce_scatter(out_shard, in_flat, op, tag);
 }
 
+std::shared_ptr<Work> Communicator::reduce_scatter_int8_into(const at::Tensor& out_shard, const at::Tensor& in_flat,
+                                                             ReduceOp op, int64_t block, std::string_view tag) {
+  const ArgCheck check(*this, "reduce_scatter_int8_into");
+  check.pair(out_shard, "out_shard", in_flat, "in_flat");
+  if (!c10::isFloatingType(in_flat.scalar_type())) {
+    check.fail(detail::concat("in_flat has dtype ", c10::toString(in_flat.scalar_type()),
+                              "; int8 quantization takes floating-point values"));
+  }
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
+    check.fail(detail::concat("reduce op ", to_string(op), " cannot run on quantized values; use sum or avg"));
+  }
+  if (block < 8 || block > 65536 || block % 4 != 0) {
+    check.fail(detail::concat("block ", block, " is out of range; allowed: a multiple of 4 in [8, 65536]"));
+  }
+  check.sizes(in_flat, "in_flat", out_shard, "out_shard");
+  check.disjoint(out_shard, "out_shard", in_flat, "in_flat");
+  return run_reduce_scatter_int8(out_shard, in_flat, op, block, tag);
+}
+
+std::shared_ptr<Work> Communicator::run_reduce_scatter_int8(const at::Tensor&, const at::Tensor&, ReduceOp, int64_t,
+                                                            std::string_view) {
+  ZS_THROW(CommError, "communicator '", name(), "' (", backend(), "): reduce_scatter_int8_into: the ", backend(),
+           " backend has no quantized reduce-scatter; it runs on the MPI backend (CPU tensors) only");
+}
+
 std::shared_ptr<Work> Communicator::all_reduce(const at::Tensor& tensor, ReduceOp op, std::string_view tag) {
   const ArgCheck check(*this, "all_reduce");
   check.tensor(tensor, "tensor");

@@ -21,6 +21,7 @@
 #include "watchdog.h"
 #include "work_base.h"
 #include "zeroshard/base/logging.h"
+#include "zeroshard/comm/quantize.h"
 
 namespace zeroshard::comm {
 namespace {
@@ -217,6 +218,34 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
+  std::shared_ptr<Work> run_reduce_scatter_int8(const at::Tensor& out, const at::Tensor& in, ReduceOp op, int64_t block,
+                                                std::string_view tag) override {
+    const int64_t shard = out.numel(), max = opts_.max_elements_per_call;
+    MPI_Comm comm = comm_;
+    const int n = size_;
+    at::Tensor out_t = out, in_t = in;
+    const Stages stages{cross_, node_, local_rank_, local_size_, size_ / std::max(local_size_, 1)};
+    return enqueue(signature(CollectiveKind::kReduceScatterInt8, in, in.numel(), op, -1, tag), {out, in}, [=]() mutable {
+      at::Tensor sum;
+      if (stages.node != MPI_COMM_NULL) {
+        // As run_reduce_scatter's stages: local rank j sums the node's column j (block m x L + j
+        // of every node m), then node m's rank j sums block m x L + j of the node sums.
+        const at::Tensor columns = in_t.view({stages.nodes, stages.local_size, shard}).transpose(0, 1);
+        const at::Tensor partial = all_to_all_int8_sum(
+            stages.node, stages.local_size, [&](int j) { return columns[j].reshape({-1}); }, stages.nodes, shard,
+            block, max);
+        sum = all_to_all_int8_sum(
+            stages.cross, stages.nodes, [&](int m) { return partial.narrow(0, m * shard, shard); }, 1, shard, block,
+            max);
+      } else {
+        sum = all_to_all_int8_sum(comm, n, [&](int r) { return in_t.narrow(0, r * shard, shard); }, 1, shard, block,
+                                  max);
+      }
+      if (op == ReduceOp::kAvg) sum.div_(n);
+      out_t.copy_(sum);
+    });
+  }
+
   std::shared_ptr<Work> run_all_reduce(const at::Tensor& t, ReduceOp op, std::string_view tag) override {
     MPI_Datatype type = mpi_datatype(t.scalar_type());
     MPI_Op mop = mpi_op(op, t.scalar_type());
@@ -341,6 +370,50 @@ class MpiCommunicator final : public Communicator {
       MPI_Type_free(&piece);
       ZS_MPI_CHECK(rc);
     });
+  }
+
+  // Sends part(r) (`pieces` x `shard` elements) to rank r of `comm` (`n` ranks) int8-encoded, each
+  // piece on its own so that blocks of `block` start at every shard, in one all-to-all; returns
+  // the fp32 sum, in rank order, of the parts that the ranks sent this one, decoded.
+  static at::Tensor all_to_all_int8_sum(MPI_Comm comm, int n, const std::function<at::Tensor(int)>& part,
+                                        int64_t pieces, int64_t shard, int64_t block, int64_t max) {
+    const int64_t ep = quant::int8_encoded_bytes(shard, block), e = pieces * ep;
+    const at::Tensor send = at::empty({n * e}, at::kByte), recv = at::empty({n * e}, at::kByte);
+    for (int r = 0; r < n; ++r) {
+      const at::Tensor values = part(r).contiguous();
+      for (int64_t k = 0; k < pieces; ++k) {
+        send.narrow(0, r * e + k * ep, ep).copy_(quant::encode_int8(values.narrow(0, k * shard, shard), block));
+      }
+    }
+    const char* send_p = static_cast<const char*>(send.data_ptr());
+    char* recv_p = static_cast<char*>(recv.data_ptr());
+    // Parts longer than `max` bytes go in pieces: a type whose extent is one part, so piece k of
+    // every part travels in one call.
+    for_chunks(e, max, [&](int64_t off, int len) {
+      Types types;
+      MPI_Datatype piece = MPI_DATATYPE_NULL, spaced = MPI_DATATYPE_NULL;
+      ZS_MPI_CHECK(MPI_Type_contiguous(len, MPI_BYTE, &piece));
+      types.add(piece);
+      ZS_MPI_CHECK(MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(e), &spaced));
+      ZS_MPI_CHECK(MPI_Type_commit(&spaced));
+      types.add(spaced);
+      MPI_Request req;
+      ZS_MPI_CHECK(MPI_Ialltoall(send_p + off, 1, spaced, recv_p + off, 1, spaced, comm, &req));
+      ZS_MPI_CHECK(wait_request(&req));
+    });
+    at::Tensor sum = at::empty({pieces * shard}, at::kFloat), value = at::empty({shard}, at::kFloat);
+    for (int r = 0; r < n; ++r) {
+      for (int64_t k = 0; k < pieces; ++k) {
+        const at::Tensor encoded = recv.narrow(0, r * e + k * ep, ep), into = sum.narrow(0, k * shard, shard);
+        if (r == 0) {
+          quant::decode_int8(encoded, block, into);
+        } else {
+          quant::decode_int8(encoded, block, value);
+          into.add_(value);
+        }
+      }
+    }
+    return sum;
   }
 
   // The communicators of a two-stage collective: `cross` joins the ranks of local rank `local`

@@ -22,6 +22,7 @@ const char* to_string(CollectiveKind kind) {
     case CollectiveKind::kAllReduce: return "all_reduce";
     case CollectiveKind::kBroadcast: return "broadcast";
     case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kReduceScatterInt8: return "reduce_scatter_int8";
   }
   return "?";
 }
@@ -31,7 +32,8 @@ std::string CollectiveSignature::to_string() const {
   os << "#" << seq << " " << zeroshard::to_string(kind);
   if (kind != CollectiveKind::kBarrier) {
     os << "(" << c10::toString(dtype) << ", count=" << count;
-    if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce) {
+    if (kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kAllReduce ||
+        kind == CollectiveKind::kReduceScatterInt8) {
       os << ", op=" << zeroshard::to_string(op);
     }
     if (kind == CollectiveKind::kBroadcast) os << ", root=" << root;

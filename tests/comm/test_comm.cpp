@@ -2,6 +2,9 @@
 // The MPI communicator, element by element against rank-seeded data, at 1, 2 and 4 ranks.
 
 #include <ATen/ops/arange.h>
+#include <ATen/ops/repeat_interleave.h>
+#include <ATen/ops/sin.h>
+#include <ATen/ops/pow.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
@@ -75,6 +78,64 @@ void check_reduce_scatter(zs::Communicator& c, c10::ScalarType dtype, int64_t sh
   EXPECT_TRUE(at::equal(out, ref.to(dtype))) << name(dtype) << " " << zs::to_string(op) << " shard " << shard;
 }
 
+
+// Rank r's gradient-like values for the quantized reduce-scatter: magnitudes that change by
+// orders from block to block of 16 elements, one block of zeros in every 7, rank-dependent signs.
+at::Tensor graded(int64_t n, int rank) {
+  const at::Tensor i = at::arange(n, at::kDouble);
+  const at::Tensor scale = at::pow(10.0, i.div(16, "floor").remainder(5).sub(2));
+  at::Tensor v = at::sin(i.mul(0.37).add(rank * 1.3)).mul(scale);
+  return v.masked_fill(i.div(16, "floor").remainder(7).eq(3), 0.0).to(at::kFloat);
+}
+
+// Largest |x| of the block of `block` elements (counted from the start of `x`) each element is in.
+at::Tensor block_absmax(const at::Tensor& x, int64_t block) {
+  const int64_t n = x.numel(), nb = (n + block - 1) / block;
+  at::Tensor padded = at::zeros({nb * block}, x.options());
+  padded.narrow(0, 0, n).copy_(x.abs());
+  return std::get<0>(padded.view({nb, block}).max(1)).repeat_interleave(block).narrow(0, 0, n);
+}
+
+// reduce_scatter_int8_into on `c` (ranks grouped into nodes of `node_size` when c runs in stages):
+// every element of this rank's shard within the documented bound of the exact fp64 sum, zeros
+// exact, and not every element exact (the values did travel quantized).
+void check_quantized_reduce_scatter(zs::Communicator& c, int64_t shard, int64_t block, zs::ReduceOp op,
+                                    int node_size) {
+  const int n = c.size(), me = c.rank();
+  at::Tensor out = at::full({shard}, 99.0f, at::kFloat);
+  c.reduce_scatter_int8_into(out, graded(shard * n, me), op, block, "t.rs.int8")->wait();
+  at::Tensor exact = at::zeros({shard}, at::kDouble), bound = at::zeros({shard}, at::kDouble);
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < n; ++r) {
+    parts.push_back(graded(shard * n, r).narrow(0, me * shard, shard).to(at::kDouble));
+    exact.add_(parts.back());
+    bound.add_(block_absmax(parts.back(), block).div(254.0));
+  }
+  if (!c.node_stages().empty()) {
+    // The node sums are encoded again: each within absmax / 254 of its block, its own error included.
+    const at::Tensor first = bound.clone();
+    for (int m = 0; m < n / node_size; ++m) {
+      at::Tensor node = at::zeros({shard}, at::kDouble);
+      for (int r = m * node_size; r < (m + 1) * node_size; ++r) node.add_(parts[r]);
+      bound.add_(block_absmax(node.abs().add(first), block).div(254.0));
+    }
+  }
+  if (op == zs::ReduceOp::kAvg) {
+    exact.div_(n);
+    bound.div_(n);
+  }
+  // Slack for fp32 rounding in the encoding and the sum.
+  bound.add_(exact.abs().mul(1e-6)).add_(1e-30);
+  const at::Tensor err = out.to(at::kDouble).sub(exact).abs();
+  const std::string what = c.name() + " shard " + std::to_string(shard) + " block " + std::to_string(block) + " " +
+                           zs::to_string(op);
+  const at::Tensor over = err.gt(bound).logical_or(err.isnan());
+  EXPECT_EQ(over.sum().item<int64_t>(), 0) << what << ": first over the bound at "
+                                           << (over.any().item<bool>() ? over.nonzero()[0].item<int64_t>() : -1);
+  EXPECT_TRUE(at::equal(out.masked_select(exact.eq(0)), at::zeros({exact.eq(0).sum().item<int64_t>()})))
+      << what << ": zeros stay exact";
+  if (shard >= 16) EXPECT_TRUE(err.gt(0).any().item<bool>()) << what << ": every element exact, nothing quantized";
+}
 }  // namespace
 
 TEST(Comm, WorldMatchesSession) {
@@ -222,6 +283,58 @@ TEST(Comm, CollectivesInTwoStagesAcrossNodes) {
       EXPECT_TRUE(at::equal(out.narrow(0, r * shard, shard), seeded(shard, r, at::kFloat))) << c->name() << " " << r;
     }
   }
+}
+
+// ZeRO++'s quantized gradients: the int8 reduce-scatter through all-to-all, summed in fp32, within
+// its bound of the exact sum at every rank count, flat, in two stages across 2 "nodes" of 2 ranks,
+// and with the all-to-all in pieces of 7 bytes; a NaN poisons its block only; bad arguments refused.
+TEST(Comm, QuantizedReduceScatter) {
+  const int n = world()->size();
+  auto make = [&](const std::string& name, int node_size, int64_t max) {
+    zs::CommOptions o = zs::test::test_comm_options(name);
+    o.node_size = node_size;
+    o.max_elements_per_call = max;
+    return zs::make_mpi_world_communicator(o);
+  };
+  for (int64_t shard : {1, 7, 64, 1001}) {
+    for (int64_t block : {8, 64}) {
+      check_quantized_reduce_scatter(*world(), shard, block, zs::ReduceOp::kSum, 1);
+      check_quantized_reduce_scatter(*world(), shard, block, zs::ReduceOp::kAvg, 1);
+    }
+  }
+  auto pieces = make("q.pieces", 0, 7);
+  check_quantized_reduce_scatter(*pieces, 1001, 64, zs::ReduceOp::kSum, 1);
+  auto staged = make("q.staged", 2, INT_MAX);
+  if (n == 4) {
+    ASSERT_EQ(staged->node_stages(), "2 nodes x 2 ranks");
+    for (int64_t shard : {1, 64, 1001}) check_quantized_reduce_scatter(*staged, shard, 16, zs::ReduceOp::kAvg, 2);
+    auto staged_pieces = make("q.staged.pieces", 2, 7);
+    check_quantized_reduce_scatter(*staged_pieces, 1001, 16, zs::ReduceOp::kSum, 2);
+  }
+  // A NaN in rank 0's element 5 of every part: its block of 8 is NaN on every rank, the rest finite.
+  {
+    const int64_t shard = 32;
+    at::Tensor in = graded(shard * n, world()->rank());
+    if (world()->rank() == 0) {
+      for (int r = 0; r < n; ++r) in[r * shard + 5] = NAN;
+    }
+    at::Tensor out = at::empty({shard}, at::kFloat);
+    world()->reduce_scatter_int8_into(out, in, zs::ReduceOp::kSum, 8, "t.rs.int8.nan")->wait();
+    EXPECT_TRUE(out.narrow(0, 0, 8).isnan().all().item<bool>());
+    EXPECT_TRUE(out.narrow(0, 8, shard - 8).isfinite().all().item<bool>());
+  }
+  const at::Tensor out = at::empty({4}, at::kFloat), in = at::zeros({4 * n}, at::kFloat);
+  expect_comm_error([&] { world()->reduce_scatter_int8_into(out, in, zs::ReduceOp::kMax, 8); },
+                    {"reduce_scatter_int8_into: reduce op max cannot run on quantized values; use sum or avg"});
+  expect_comm_error([&] { world()->reduce_scatter_int8_into(out, in, zs::ReduceOp::kSum, 6); },
+                    {"reduce_scatter_int8_into: block 6 is out of range; allowed: a multiple of 4 in [8, 65536]"});
+  expect_comm_error(
+      [&] {
+        world()->reduce_scatter_int8_into(at::empty({4}, at::kInt), at::zeros({4 * n}, at::kInt), zs::ReduceOp::kSum, 8);
+      },
+      {"in_flat has dtype Int; int8 quantization takes floating-point values"});
+  expect_comm_error([&] { world()->reduce_scatter_int8_into(out, at::zeros({4 * n + 1}), zs::ReduceOp::kSum, 8); },
+                    {"in_flat has ", "elements but must have size() * out_shard.numel()"});
 }
 
 TEST(Comm, SplitIntoSubGroups) {

@@ -181,7 +181,7 @@ std::string Record::describe() const {
   os << op;
   if (op != "barrier") {
     os << "(" << dtype << ", count=" << count;
-    if (op == "all_reduce" || op == "reduce_scatter") os << ", op=" << reduce;
+    if (op == "all_reduce" || op == "reduce_scatter" || op == "reduce_scatter_int8") os << ", op=" << reduce;
     if (op == "broadcast") os << ", root=" << root;
     os << ")";
   }

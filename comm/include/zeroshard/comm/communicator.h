@@ -39,7 +39,7 @@ namespace zeroshard {
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* to_string(ReduceOp op);
 
-enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
+enum class CollectiveKind { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kBarrier, kReduceScatterInt8 };
 const char* to_string(CollectiveKind kind);
 
 // What a collective is, as the watchdog and the signature check see it.
@@ -137,6 +137,21 @@ class Communicator {
   std::shared_ptr<Work> reduce_scatter_into(const at::Tensor& out_shard, const at::Tensor& in_flat,
                                             ReduceOp op, std::string_view tag = {});
 
+  // reduce_scatter_into with the values travelling int8-quantized (zeroshard/comm/quantize.h: one
+  // fp32 scale per `block` elements), ZeRO++'s quantized gradients: each rank encodes the part of
+  // in_flat every other rank owns, an all-to-all delivers the parts, and each rank decodes and sums
+  // the ones it received in fp32. A link then carries about a quarter of an fp32 reduce-scatter's
+  // bytes. With two stages across nodes (CommOptions::node_stages) the parts are summed inside the
+  // node first and the node sums encoded again for the all-to-all across the nodes, so each node's
+  // link carries (nodes - 1) / nodes of the quantized buffer, as a flat all-to-all would carry
+  // (local ranks) x as much. Blocks are counted from the start of each shard. Error of each result
+  // element, before kAvg's division: at most the sum over ranks of absmax / 254 of the block the
+  // element sits in on that rank (a block of zeros stays exact); with two stages, also absmax / 254
+  // of each node sum's block. A block holding an infinity or NaN on any rank is NaN. Same arguments as
+  // reduce_scatter_into, floating dtypes, op kSum or kAvg; the MPI backend only (CommError on others).
+  std::shared_ptr<Work> reduce_scatter_int8_into(const at::Tensor& out_shard, const at::Tensor& in_flat, ReduceOp op,
+                                                 int64_t block, std::string_view tag = {});
+
   // In place: tensor = op over ranks of tensor.
   std::shared_ptr<Work> all_reduce(const at::Tensor& tensor, ReduceOp op, std::string_view tag = {});
 
@@ -163,6 +178,9 @@ class Communicator {
                                                bool in_place, std::string_view tag) = 0;
   virtual std::shared_ptr<Work> run_reduce_scatter(const at::Tensor& out_shard, const at::Tensor& in_flat,
                                                    ReduceOp op, std::string_view tag) = 0;
+  // The default refuses: a backend without a quantized reduce-scatter.
+  virtual std::shared_ptr<Work> run_reduce_scatter_int8(const at::Tensor& out_shard, const at::Tensor& in_flat,
+                                                        ReduceOp op, int64_t block, std::string_view tag);
   virtual std::shared_ptr<Work> run_all_reduce(const at::Tensor& tensor, ReduceOp op, std::string_view tag) = 0;
   virtual std::shared_ptr<Work> run_broadcast(const at::Tensor& tensor, int root, std::string_view tag) = 0;
   virtual std::shared_ptr<Work> run_barrier(std::string_view tag) = 0;
