@@ -117,6 +117,11 @@ void check_sharding(const Config& c, Problems* out) {
         "sharding.gather_quantization = INT8 quantizes the parameter all-gathers, but sharding.strategy = NO_SHARD "
         "gathers none (every rank keeps every parameter)");
   }
+  if (s.reduce_quantization() != opt::ReduceQuantization::NONE && s.strategy() == opt::ShardingConfig::NO_SHARD) {
+    add(out, {"sharding.reduce_quantization", "sharding.strategy"},
+        "sharding.reduce_quantization = INT8 quantizes the gradient reduce-scatters, but sharding.strategy = NO_SHARD "
+        "reduce-scatters none (its gradients are all-reduced exactly)");
+  }
 }
 
 void check_scheduler(const Config& c, Problems* out) {
@@ -258,6 +263,13 @@ void check_dependent_keys(const Config& c, Problems* out) {
         detail::concat("sharding.gather_quantization_block = ", sh.gather_quantization_block(),
                        " applies only to quantized gathers (sharding.gather_quantization = INT8), but "
                        "sharding.gather_quantization = NONE; set it or remove the key"));
+  }
+  if (sh.reduce_quantization() == opt::ReduceQuantization::NONE &&
+      sh.reduce_quantization_block() != opt::ShardingConfig().reduce_quantization_block()) {
+    add(out, {"sharding.reduce_quantization_block", "sharding.reduce_quantization"},
+        detail::concat("sharding.reduce_quantization_block = ", sh.reduce_quantization_block(),
+                       " applies only to quantized reduce-scatters (sharding.reduce_quantization = INT8), but "
+                       "sharding.reduce_quantization = NONE; set it or remove the key"));
   }
   const auto& ck = c.checkpoint();
   if (ck.dir().empty()) {

@@ -244,7 +244,8 @@ class Importer {
                  "reduce_scatter", "allgather_partitions", "round_robin_gradients", "reduce_bucket_size",
                  "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                  "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size",
-                 "stage3_gather_16bit_weights_on_model_save", "zero_quantized_weights"});
+                 "stage3_gather_16bit_weights_on_model_save", "zero_quantized_weights",
+                 "zero_quantized_gradients"});
     const int64_t stage = z.contains("stage") ? integer(z, "stage", p) : 0;
     if (stage == 1) {
       fail(p + ".stage", "ZeRO stage 1 (optimizer state sharded, gradients replicated) has no zeroshard "
@@ -261,6 +262,13 @@ class Importer {
     if (z.contains("zero_quantized_weights") && boolean(z, "zero_quantized_weights", p)) {
       if (stage == 0) fail(p + ".zero_quantized_weights", "quantized weights need stage 2 or 3 (stage 0 gathers no parameters)");
       set(p + ".zero_quantized_weights", "sharding.gather_quantization=INT8");
+    }
+    if (z.contains("zero_quantized_gradients") && boolean(z, "zero_quantized_gradients", p)) {
+      if (stage == 0) {
+        fail(p + ".zero_quantized_gradients",
+             "quantized gradients need stage 2 or 3 (stage 0 all-reduces its gradients exactly)");
+      }
+      set(p + ".zero_quantized_gradients", "sharding.reduce_quantization=INT8");
     }
     only(z, "overlap_comm", true, "gathers and reductions always run beside compute", p);
     only(z, "contiguous_gradients", true, "each unit's gradients are one contiguous buffer", p);

@@ -130,6 +130,7 @@ void set_strategy(const opt::ShardingConfig& s, ShardingOptions* o) {
     case opt::BufferSync::NONE: o->buffer_sync = BufferSync::kNone; break;
   }
   o->gather_quant_block = s.gather_quantization() == opt::GatherQuantization::INT8 ? s.gather_quantization_block() : 0;
+  o->reduce_quant_block = s.reduce_quantization() == opt::ReduceQuantization::INT8 ? s.reduce_quantization_block() : 0;
 }
 
 // precision.*: with autocast, param_dtype names the autocast dtype and the parameters stay fp32.

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -59,6 +60,10 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
   };
   for (const auto& hook : options.unit_hooks) hook->on_wrap(*model, built_in_unit);
   setup_groups();
+  ZS_REQUIRE(options.reduce_quant_block == 0 || std::string_view(groups.shard_group->backend()) == "mpi", ConfigError,
+             "sharding.reduce_quantization = INT8 runs on the MPI backend (CPU tensors) only, but the shard group "
+             "'", groups.shard_group->name(), "' is on the ", groups.shard_group->backend(),
+             " backend; set sharding.reduce_quantization = NONE for a model on a GPU");
   const std::vector<at::Tensor> params = model->parameters();
   streams = std::make_unique<DeviceStreams>(params.empty() ? c10::Device(c10::kCPU) : params.front().device());
   discover_units();

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/comm/quantize.h"
 #include "zeroshard/store/shard_store.h"
 
 namespace zeroshard {
@@ -287,7 +288,7 @@ void FlatParam::release_grad_buffer(std::vector<at::Tensor>* retired) {
   mem_->sub(MemCategory::kGradBuffers, lp_bytes(padded_));
 }
 
-void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
+void FlatParam::start_reduce(const std::string& tag, int64_t* elements, int64_t* bytes) {
   if (!grad_buffer_.defined() || pending_out_.defined()) return;
   zero_missing_grads();
   const bool replicated = replicate_ && replicate_->size() > 1;
@@ -302,24 +303,33 @@ void FlatParam::start_reduce(const std::string& tag, int64_t* elements) {
     if (replicated) {
       pending_ar_ = replicate_->all_reduce(pending_out_, ReduceOp::kAvg, tag);
       *elements += 2 * padded_;  // an all-reduce moves a reduce-scatter plus an all-gather
+      *bytes += 2 * padded_ * static_cast<int64_t>(pending_out_.element_size());
     }
     return;
   }
   pending_out_ = at::empty({shard_numel_}, input.options());
   staged_bytes_ = rd_bytes(shard_numel_);
   mem_->add(MemCategory::kCommBuffers, staged_bytes_);  // the reduce-scatter's output, in flight
-  pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, input, ReduceOp::kAvg, tag);
+  if (reduce_quant_block_ > 0) {
+    pending_rs_ = shard_group_->reduce_scatter_int8_into(pending_out_, input, ReduceOp::kAvg, reduce_quant_block_, tag);
+    *bytes += shard_group_->size() * quant::int8_encoded_bytes(shard_numel_, reduce_quant_block_);
+  } else {
+    pending_rs_ = shard_group_->reduce_scatter_into(pending_out_, input, ReduceOp::kAvg, tag);
+    *bytes += padded_ * static_cast<int64_t>(input.element_size());
+  }
   *elements += padded_;
 }
 
-bool FlatParam::advance_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired) {
-  if (!pending_out_.defined()) start_reduce(tag, elements);
+bool FlatParam::advance_reduce(const std::string& tag, int64_t* elements, int64_t* bytes,
+                               std::vector<at::Tensor>* retired) {
+  if (!pending_out_.defined()) start_reduce(tag, elements, bytes);
   if (pending_rs_) {
     pending_rs_->wait();
     pending_rs_.reset();
     if (replicate_ && replicate_->size() > 1) {
       pending_ar_ = replicate_->all_reduce(pending_out_, ReduceOp::kAvg, tag + ".replicas");
       *elements += 2 * shard_numel_;
+      *bytes += 2 * shard_numel_ * static_cast<int64_t>(pending_out_.element_size());
     }
   }
   // The buffer is free once no collective reads it: after the reduce-scatter, or at once when
@@ -328,9 +338,10 @@ bool FlatParam::advance_reduce(const std::string& tag, int64_t* elements, std::v
   return pending_ar_ != nullptr;
 }
 
-void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired) {
+void FlatParam::finish_reduce(const std::string& tag, int64_t* elements, int64_t* bytes,
+                              std::vector<at::Tensor>* retired) {
   if (!grad_buffer_.defined() && !pending_out_.defined()) return;
-  advance_reduce(tag, elements, retired);
+  advance_reduce(tag, elements, bytes, retired);
   if (pending_ar_) {
     pending_ar_->wait();
     pending_ar_.reset();

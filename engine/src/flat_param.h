@@ -131,6 +131,7 @@ class FlatParam final : public FlatShard {
   // Gathers travel int8-quantized in blocks of `block` elements (0: exactly); the engine sets it
   // from ShardingOptions::gather_quant_block for flat parameters that are not stored encoded.
   void quantize_gathers(int64_t block) { gather_quant_block_ = block; }
+  void quantize_reduces(int64_t block) { reduce_quant_block_ = block; }
   // Frees the full buffer's storage (no-op when aliased or already free).
   void free_full();
   // The unsharded fp32 values (collective over the shard group): padded flat tensor.
@@ -153,12 +154,15 @@ class FlatParam final : public FlatShard {
   //                   all-reduce of the shard over the replicas (HYBRID_SHARD) without waiting.
   //                   Returns true while a replica all-reduce is in flight.
   //   finish_reduce   waits for whatever is in flight and adds the result into the gradient shard.
-  // Each stage runs the earlier ones that have not run. Elements communicated go to `elements`.
+  // Each stage runs the earlier ones that have not run. Elements communicated go to `elements`, the
+  // bytes sent for them (quantized: encoded) to `bytes`.
   // With `retired`, gradient buffers are moved there instead of being freed (a caller that ran this
   // on a side stream keeps them until that stream is done with them).
-  void start_reduce(const std::string& tag, int64_t* elements);
-  bool advance_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired = nullptr);
-  void finish_reduce(const std::string& tag, int64_t* elements, std::vector<at::Tensor>* retired = nullptr);
+  void start_reduce(const std::string& tag, int64_t* elements, int64_t* bytes);
+  bool advance_reduce(const std::string& tag, int64_t* elements, int64_t* bytes,
+                      std::vector<at::Tensor>* retired = nullptr);
+  void finish_reduce(const std::string& tag, int64_t* elements, int64_t* bytes,
+                     std::vector<at::Tensor>* retired = nullptr);
   bool reduce_pending() const { return pending_out_.defined(); }
   // After a failed backward: waits for the collectives in flight (issued on every rank alike), then
   // drops their results and the gradient buffer, leaving the gradient shard as it was. Never throws.
@@ -200,6 +204,7 @@ class FlatParam final : public FlatShard {
   at::Tensor full_;         // [padded]: gathered values; storage freed while resharded
   bool full_allocated_ = false;
   int64_t gather_quant_block_ = 0;
+  int64_t reduce_quant_block_ = 0;
   std::vector<at::Tensor> gather_staging_;  // a quantized gather's buffers, until free_full
   at::Tensor grad_buffer_;  // [padded] or undefined
   at::Tensor pending_out_;  // the reduction's result in reduce_dtype: defined from start to finish

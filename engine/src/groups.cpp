@@ -186,6 +186,7 @@ std::vector<std::unique_ptr<FlatParam>> make_unit_flats(const std::string& unit,
                                                 groups.shard_group, groups.replicate_group, mem, options.param_dtype,
                                                 options.reduce_dtype, offloaded && !encoded, std::move(codec)));
     if (!encoded) flats.back()->quantize_gathers(options.gather_quant_block);
+    if (trainable) flats.back()->quantize_reduces(options.reduce_quant_block);
   };
   add(slots.trainable, true, nullptr);
   add(slots.frozen, false, nullptr);

@@ -409,7 +409,7 @@ StepCommEstimate estimate_step_comm(const ModelShape& model, const EstimateOptio
     } else if (replicas > 1 && n != l) {
       e.not_modelled = detail::concat("replicas of a shard on one node (shard groups of ", n, " ranks, ", l,
                                       " per node): the all-reduce's path is Open MPI's");
-    } else if (!o.reduce_scatter_ring && group_nodes > 1) {
+    } else if (!o.reduce_scatter_ring && group_nodes > 1 && o.sharding.reduce_quant_block == 0) {
       e.not_modelled = "comm.reduce_scatter_ring = false: MPI_Reduce_scatter_block's path is Open MPI's";
     }
   }
@@ -430,9 +430,17 @@ StepCommEstimate estimate_step_comm(const ModelShape& model, const EstimateOptio
       const double gathers = reshard && !root ? 2 : 1;
       e.link_bytes += gathers * (stages ? 1.0 : group_l) * across * n * shard_bytes;
       e.messages += gathers * (k - 1);
-      const double reduce = static_cast<double>(padded) * rbytes;
-      e.link_bytes += stages ? across * reduce : static_cast<double>(n - 1) / n * reduce;
-      e.messages += stages ? k - 1 : n - 1;
+      if (o.sharding.reduce_quant_block > 0) {
+        // All-to-all of int8-encoded shards: each rank sends one to every rank of the other nodes
+        // (with stages: one node sum to each of the k - 1 other nodes).
+        const auto encoded = static_cast<double>(quant::int8_encoded_bytes(shard, o.sharding.reduce_quant_block));
+        e.link_bytes += (stages ? 1.0 : group_l) * group_l * (k - 1) * encoded;
+        e.messages += stages ? k - 1 : n - group_l;
+      } else {
+        const double reduce = static_cast<double>(padded) * rbytes;
+        e.link_bytes += stages ? across * reduce : static_cast<double>(n - 1) / n * reduce;
+        e.messages += stages ? k - 1 : n - 1;
+      }
     }
     if (replicas > 1 && e.nodes > 1) {  // HYBRID_SHARD: one shard group per node
       e.link_bytes += l * 2.0 * (replicas - 1) / replicas * static_cast<double>(shard) * rbytes;
@@ -542,10 +550,11 @@ std::string format_step_comm(const ModelShape& model, const EstimateOptions& opt
   char line[320];
   const int l = std::min(options.ranks_per_node, options.world_size);
   std::snprintf(line, sizeof(line),
-                "\ncommunication per step over links of %.4g Gb/s each way, %.4g us latency, %d node(s) of %d rank(s)%s%s:\n",
+                "\ncommunication per step over links of %.4g Gb/s each way, %.4g us latency, %d node(s) of %d rank(s)%s%s%s:\n",
                 link.bytes_per_s * 8 / 1e9, link.latency_s * 1e6, options.world_size / std::max(l, 1), l,
                 options.node_stages ? "" : ", one collective over all ranks (comm.node_stages = false)",
-                options.sharding.gather_quant_block > 0 ? ", int8 parameter gathers" : "");
+                options.sharding.gather_quant_block > 0 ? ", int8 parameter gathers" : "",
+                options.sharding.reduce_quant_block > 0 ? ", int8 gradient reduce-scatters" : "");
   os << line;
   std::snprintf(line, sizeof(line), "  %-14s %16s %10s %24s %8s\n", "strategy", "link MB/node/step", "comm s",
                 "step s (min..max)", "exposed");

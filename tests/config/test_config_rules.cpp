@@ -231,6 +231,16 @@ TEST(ConfigRules, DependentKeysNeedTheKeyTheyApplyTo) {
                      {"sharding.gather_quantization", "sharding.strategy"},
                      "sharding.gather_quantization = INT8 quantizes the parameter all-gathers, but sharding.strategy = "
                      "NO_SHARD gathers none (every rank keeps every parameter)");
+  expect_one_problem({"sharding.reduce_quantization_block=32"},
+                     {"sharding.reduce_quantization_block", "sharding.reduce_quantization"},
+                     "sharding.reduce_quantization_block = 32 applies only to quantized reduce-scatters "
+                     "(sharding.reduce_quantization = INT8), but sharding.reduce_quantization = NONE; set it or remove "
+                     "the key");
+  expect_valid({"sharding.reduce_quantization=INT8", "sharding.reduce_quantization_block=32"});
+  expect_one_problem({"sharding.reduce_quantization=INT8", "sharding.strategy=NO_SHARD"},
+                     {"sharding.reduce_quantization", "sharding.strategy"},
+                     "sharding.reduce_quantization = INT8 quantizes the gradient reduce-scatters, but "
+                     "sharding.strategy = NO_SHARD reduce-scatters none (its gradients are all-reduced exactly)");
   expect_valid({"sample.tokens=10", "sample.top_k=5", "sample.temperature=0.5", "sample.prompt=Once", "sample.seed=3"});
 }
 

@@ -126,6 +126,14 @@ TEST(DeepSpeedConfig, TrapsAndDeepSpeedsOwnDefaults) {
                 .sharding()
                 .gather_quantization(),
             config::GatherQuantization::NONE);
+  // ZeRO++'s quantized gradients: int8 reduce-scatters (DeepSpeed's travel as int4).
+  const Config qg = imported(R"({"zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})");
+  EXPECT_EQ(qg.sharding().reduce_quantization(), config::ReduceQuantization::INT8);
+  EXPECT_EQ(qg.sharding().gather_quantization(), config::GatherQuantization::NONE);
+  EXPECT_EQ(imported(R"({"zero_optimization": {"stage": 3, "zero_quantized_gradients": false}})")
+                .sharding()
+                .reduce_quantization(),
+            config::ReduceQuantization::NONE);
 }
 
 TEST(DeepSpeedConfig, WhatHasNoMeaningHereIsRefusedWithItsKey) {
@@ -150,6 +158,9 @@ TEST(DeepSpeedConfig, WhatHasNoMeaningHereIsRefusedWithItsKey) {
   EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 0, "zero_quantized_weights": true}})"),
             "ds.json: DeepSpeed key 'zero_optimization.zero_quantized_weights': quantized weights need stage 2 or 3 "
             "(stage 0 gathers no parameters)" + tail);
+  EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 0, "zero_quantized_gradients": true}})"),
+            "ds.json: DeepSpeed key 'zero_optimization.zero_quantized_gradients': quantized gradients need stage 2 or "
+            "3 (stage 0 all-reduces its gradients exactly)" + tail);
   EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})"),
             "ds.json: DeepSpeed key 'zero_optimization.overlap_comm': only true has a meaning here: gathers and "
             "reductions always run beside compute" + tail);

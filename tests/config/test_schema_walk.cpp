@@ -71,6 +71,7 @@ const std::map<std::string, std::vector<std::string>> kCompanions = {
     {"scheduler.step_size", {"scheduler.type=STEP"}},
     {"scheduler.gamma", {"scheduler.type=STEP"}},
     {"sharding.gather_quantization_block", {"sharding.gather_quantization=INT8"}},
+    {"sharding.reduce_quantization_block", {"sharding.reduce_quantization=INT8"}},
 };
 // Values for keys whose generic non-default value the validator refuses (names, lists, shapes).
 const std::map<std::string, std::string> kValues = {

@@ -6,6 +6,7 @@
 // shards, gathered exactly, with comm/quantize.h), the same on every rank; the shards, the
 // gradients and full_state_dict stay exact; one rank gathers nothing and computes with the exact
 // values; and the bytes forward's gathers delivered are every unit's int8 encoding from every rank.
+// Quantized gradient reduce-scatters likewise (QuantizedReduce, below).
 
 #include <gtest/gtest.h>
 
@@ -150,6 +151,67 @@ void check_case(const Case& c) {
   // The state dict is the exact fp32 master.
   const std::map<std::string, at::Tensor> exact = expected_quantized(engine, /*quantized=*/false);
   for (const auto& [name, t] : engine.full_state_dict()) EXPECT_TRUE(at::equal(t, exact.at(name))) << name;
+}
+
+// Quantized gradient reduce-scatters (ShardingOptions::reduce_quant_block; config
+// sharding.reduce_quantization = INT8): every gradient shard is, bit for bit, what
+// reduce_scatter_int8_into makes of each rank's unreduced gradient (plain LibTorch's, on the
+// rank's own batch, laid out as the flat parameter); the reduction counts its encoded bytes; one
+// rank reduces nothing and keeps plain LibTorch's gradient.
+void check_quantized_reduce(zs::ShardingStrategy strategy) {
+  SCOPED_TRACE(zs::to_string(strategy));
+  Seen seen, plain_seen;
+  torch::manual_seed(3);
+  Net net(&seen);
+  torch::manual_seed(3);
+  Net plain(&plain_seen);
+  zs::ShardingOptions o;
+  o.strategy = strategy;
+  o.reduce_quant_block = kBlock;
+  zs::ShardingEngine engine(zs::test::session(), net.ptr(), o);
+  const at::Tensor x = torch::randn({6, 24}).add(zs::test::rank());
+  const at::Tensor y = torch::randn({6, 3});
+  const zs::CommCounters before = engine.comm_counters();
+  engine.forward([&] { return F::mse_loss(net->forward(x), y); }).backward();
+  F::mse_loss(plain->forward(x), y).backward();
+  std::map<std::string, at::Tensor> grads;
+  for (const auto& p : plain->named_parameters()) grads[p.key()] = p.value().grad();
+  const int n = zs::test::world_size();
+  const std::vector<zs::ParamShard> shards = engine.param_shards();
+  size_t k = 0;
+  int64_t encoded = 0;
+  bool differs = false;
+  for (zs::FlatShard* f : engine.flat_shards()) {
+    if (!f->trainable()) continue;
+    ASSERT_LT(k, shards.size());
+    const zs::ParamShard& got = shards[k++];
+    ASSERT_EQ(got.name, f->name());
+    at::Tensor local = at::zeros({f->padded_numel()});
+    for (const zs::ParamSlot& s : f->slots()) local.narrow(0, s.offset, s.numel).copy_(grads.at(s.name).view({-1}));
+    if (n == 1) {
+      EXPECT_TRUE(at::equal(got.grad, local.narrow(0, 0, f->shard_numel()))) << f->name();
+      continue;
+    }
+    at::Tensor want = at::empty({f->shard_numel()}), exact = at::empty({f->shard_numel()});
+    zs::test::world()->reduce_scatter_int8_into(want, local, zs::ReduceOp::kAvg, kBlock, "test.q")->wait();
+    zs::test::world()->reduce_scatter_into(exact, local, zs::ReduceOp::kAvg, "test.exact")->wait();
+    EXPECT_TRUE(at::equal(got.grad, want)) << f->name() << ": max |diff| " << (got.grad - want).abs().max().item<float>();
+    differs = differs || !at::equal(want, exact);
+    encoded += n * zs::quant::int8_encoded_bytes(f->shard_numel(), kBlock);
+  }
+  EXPECT_EQ(k, shards.size());
+  const int64_t reduced = engine.comm_counters().reduce_bytes - before.reduce_bytes;
+  if (n > 1) {
+    EXPECT_TRUE(differs) << "quantization changed no gradient: this test could not tell the paths apart";
+    EXPECT_EQ(reduced, encoded);
+  } else {
+    EXPECT_EQ(reduced, 0);
+  }
+}
+
+TEST(QuantizedReduce, GradientShardsAreTheInt8ReduceScatterOfEveryRanksGradient) {
+  check_quantized_reduce(zs::ShardingStrategy::kFullShard);
+  check_quantized_reduce(zs::ShardingStrategy::kShardGradOp);
 }
 
 TEST(QuantizedGather, UnitsComputeWithEveryRanksShardQuantizedOnItsOwn) {

@@ -418,6 +418,16 @@ TEST(EstimateStepComm, RefusalsAndLayouts) {
   EXPECT_LT(staged, zs::estimate_step_comm(gpt, one_call, link).link_bytes);
   EXPECT_LT(zs::estimate_step_comm(gpt, int8, link).link_bytes, staged);
   EXPECT_LT(zs::estimate_step_comm(gpt, hybrid, link).link_bytes, staged);
+  // int8 reduce-scatters: fewer bytes than exact ones; in one all-to-all more than in two stages;
+  // MPI's own reduce-scatter (reduce_scatter_ring = false) does not carry them, so they are modelled.
+  zs::EstimateOptions qgrad = o;
+  qgrad.sharding.reduce_quant_block = 64;
+  const double qgrad_staged = zs::estimate_step_comm(gpt, qgrad, link).link_bytes;
+  EXPECT_LT(qgrad_staged, staged);
+  qgrad.node_stages = false;
+  EXPECT_GT(zs::estimate_step_comm(gpt, qgrad, link).link_bytes, qgrad_staged);
+  qgrad.reduce_scatter_ring = false;
+  EXPECT_EQ(zs::estimate_step_comm(gpt, qgrad, link).not_modelled, "");
   // With the compute time the step lies between its bounds, and latency adds to the time only.
   const zs::StepCommEstimate timed = zs::estimate_step_comm(gpt, o, {12.5e6, 50e-6, 0.3});
   EXPECT_LE(timed.step_min_s, timed.step_s);

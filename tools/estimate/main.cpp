@@ -110,7 +110,8 @@ int run(int argc, char** argv) {
                         "optimizer.momentum", "offload.optimizer", "offload.params", "offload.grads",
                         "offload.keep_param_dtype_shard", "offload.buffer_count", "offload.block_size",
                         "offload.nvme_generations", "activation_checkpointing", "sharding.gather_quantization",
-                        "sharding.gather_quantization_block", "comm.node_stages",
+                        "sharding.gather_quantization_block", "sharding.reduce_quantization",
+                        "sharding.reduce_quantization_block", "comm.node_stages",
                         "comm.reduce_scatter_ring"}}};
   program.accept_unread_in_file = true;
   const zs::Run run = zs::load_run(argc, argv, program);

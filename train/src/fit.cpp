@@ -64,7 +64,6 @@ ReportOptions Trainer::report_options(const TrainTask& task, int64_t steps) cons
   ro.metrics_path = start_.flags.metrics_out;
   ro.tensorboard_dir = start_.flags.tensorboard.empty() ? start_.run.progress.tensorboard_dir : start_.flags.tensorboard;
   ro.progress = start_.run.progress.style;
-  ro.reduce_dtype = engine_.options().reduce_dtype;
   return ro;
 }
 

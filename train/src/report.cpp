@@ -37,9 +37,9 @@ std::string tag_name(const std::string& text) {
 
 }  // namespace
 
-int64_t comm_bytes(const ShardingEngine& engine, c10::ScalarType reduce_dtype) {
+int64_t comm_bytes(const ShardingEngine& engine) {
   const CommCounters& c = engine.comm_counters();
-  return c.all_gather_bytes + c.reduce_elements * static_cast<int64_t>(c10::elementSize(reduce_dtype));
+  return c.all_gather_bytes + c.reduce_bytes;
 }
 
 TrainingReport::TrainingReport(Session& session, const ShardingEngine& engine, ReportOptions options)
@@ -53,7 +53,7 @@ TrainingReport::TrainingReport(Session& session, const ShardingEngine& engine, R
       tensorboard_(session.rank() == 0 && !options_.tensorboard_dir.empty()
                        ? std::make_unique<TensorBoardWriter>(options_.tensorboard_dir)
                        : nullptr) {
-  last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);
+  last_comm_bytes_ = comm_bytes(engine_);
 }
 
 TrainingReport::~TrainingReport() = default;
@@ -62,7 +62,7 @@ void TrainingReport::step(int64_t step, double loss, double lr, int64_t items, d
                           const StepStats& stats) {
   const MemoryStats& mem = engine_.memory();
   bar_.update({step, loss, lr, items, mem.total_current(), seconds});
-  const int64_t comm = comm_bytes(engine_, options_.reduce_dtype);
+  const int64_t comm = comm_bytes(engine_);
   if (metrics_) {
     StepMetrics m;
     m.step = step;
@@ -103,7 +103,7 @@ void TrainingReport::note(const std::string& line) { bar_.println(line); }
 
 void TrainingReport::eval(int64_t step, const std::string& name, double value, const std::string& text) {
   if (!text.empty()) bar_.println(text);
-  last_comm_bytes_ = comm_bytes(engine_, options_.reduce_dtype);  // the next step's count excludes evaluation
+  last_comm_bytes_ = comm_bytes(engine_);  // the next step's count excludes evaluation
   if (metrics_) {
     metrics_->write_eval(step, name, value);
     engine_.memory().restart_window();  // the next step's peak excludes evaluation

@@ -70,6 +70,7 @@ struct CommCounters {
   int64_t all_gather_elements = 0;
   int64_t all_gather_bytes = 0;  // what the parameter gathers delivered (quantized or encoded: their bytes)
   int64_t reduce_elements = 0;   // reduce-scatter, or 2 x for an all-reduce
+  int64_t reduce_bytes = 0;      // what the reductions sent, the same way (quantized: their encoded bytes)
 };
 
 class ShardingEngine {

@@ -40,6 +40,11 @@ struct ShardingOptions {
   // rank computes with are the quantized ones, alike on every rank; the fp32 shards, gradients,
   // optimizer state and checkpoints stay exact. 0: gathered exactly in param_dtype.
   int64_t gather_quant_block = 0;
+  // > 0: gradient reduce-scatters travel int8-quantized, one fp32 scale per this many elements
+  // (sharding.reduce_quantization = INT8; Communicator::reduce_scatter_int8_into): the reduced
+  // gradient shards carry the quantization error, summed in fp32; HYBRID_SHARD's all-reduce over
+  // the replicas and NO_SHARD's stay exact. The MPI backend only. 0: reduced exactly in reduce_dtype.
+  int64_t reduce_quant_block = 0;
   // Auto-wrap: which submodules become units in addition to declared Units. A module picked by
   // the policy must still be called through a Unit holder or engine.call_unit (see unit.h).
   AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kNone;

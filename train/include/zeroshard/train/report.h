@@ -31,7 +31,6 @@ struct ReportOptions {
   std::string metrics_path;            // --metrics-out; empty: none
   std::string tensorboard_dir;         // --tensorboard / logging.tensorboard_dir; empty: none
   ProgressStyle progress = ProgressStyle::kAuto;  // logging.progress
-  c10::ScalarType reduce_dtype = c10::kFloat;  // of gradient reductions, to count comm bytes
 };
 
 // What a step reports besides its loss and learning rate (TensorBoard); NaN: not known.
@@ -74,8 +73,8 @@ class TrainingReport {
   int64_t last_comm_bytes_ = 0;
 };
 
-// Bytes the engine's collectives moved so far on this rank: gathered elements in the compute dtype,
-// reduced elements in the reduce dtype.
-int64_t comm_bytes(const ShardingEngine& engine, c10::ScalarType reduce_dtype);
+// Bytes the engine's collectives moved so far on this rank: what the parameter gathers delivered and
+// what the gradient reductions sent (CommCounters; quantized collectives count their encoded bytes).
+int64_t comm_bytes(const ShardingEngine& engine);
 
 }  // namespace zeroshard
