@@ -16,13 +16,16 @@
 #      what zeroshard-estimate --link-gbps predicts for the same model and layout;
 #   4. FULL_SHARD with int8-quantized parameter gathers (sharding.gather_quantization) against
 #      exact ones: the link carries below 0.85 of the bytes (bf16 gathers halved, the reduction not).
+#   5. FULL_SHARD with int8 gradient reduce-scatters (sharding.reduce_quantization; all-to-all in
+#      two stages) at 2 x 2 ranks against case 3's exact ones: the links carry below 0.8 of the
+#      bytes, and what a step adds is within 10% of zeroshard-estimate's prediction for it.
 #   0. netsim.sh's refusals of bad options (before any namespace is made).
 # Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR ESTIMATE
 set -eu
 netsim=$1 train_gpt=$2 config=$3 work=$4 estimate=$5
 rm -rf "$work"
 mkdir -p "$work"
-fail() { echo "FAILED: $*"; exit 1; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
 
 # run NAME NODES RANKS_PER_NODE [--set ...]: train_gpt (STEPS steps, default 4) over the simulated
 # links; exit 77 passes on.
@@ -120,13 +123,17 @@ text = open(sys.argv[1]).read()
 get = lambda k, d: int((re.findall(r'\\b' + k + r':\\s*(\\d+)', text) or [d])[0])
 print(f\"{get('n_layer', 0)},{get('d_model', 0)},{get('vocab_size', 256)},{get('seq_len', 0)},{get('n_head', 0)}\")
 " "$config")
-"$estimate" --config "$config" --gpt "$shape" --world 4 --ranks-per-node 2 --link-gbps 1 > "$work/estimate.txt" \
-  || fail "zeroshard-estimate: $(cat "$work/estimate.txt")"
-predicted=$(/usr/bin/python3 -c "
+# predicted [--set ...]: the FULL_SHARD row of zeroshard-estimate's communication table, in bytes.
+predicted() {
+  "$estimate" --config "$config" --gpt "$shape" --world 4 --ranks-per-node 2 --link-gbps 1 "$@" > "$work/estimate.txt" \
+    || fail "zeroshard-estimate: $(cat "$work/estimate.txt")"
+  /usr/bin/python3 -c "
 import sys
 rows = open(sys.argv[1]).read().split('communication per step')[1].splitlines()
 print(int(float(next(r for r in rows if 'FULL_SHARD' in r).split()[-4]) * 1e6))
-" "$work/estimate.txt") || fail "no FULL_SHARD row in the estimate: $(cat "$work/estimate.txt")"
+" "$work/estimate.txt" || fail "no FULL_SHARD row in the estimate: $(cat "$work/estimate.txt")"
+}
+predicted=$(predicted)
 python3 -c "import sys; d = ($full16_sent - $full_sent) / 12; sys.exit(0 if abs(d - $predicted) <= 0.1 * $predicted else 1)" \
   || fail "a step added $(( (full16_sent - full_sent) / 12 )) bytes to the busiest link, the estimate says $predicted"
 echo "ok: a step adds $(( (full16_sent - full_sent) / 12 )) bytes to the busiest link; zeroshard-estimate: $predicted"
@@ -146,4 +153,22 @@ END
 python3 -c "import sys; sys.exit(0 if $int8_sent < 0.85 * $exact_sent else 1)" \
   || fail "int8 gathers sent $int8_sent bytes over the link, exact ones $exact_sent: not below 0.85 of them"
 echo "ok: the link carried $exact_sent bytes with exact gathers, $int8_sent with int8 ones"
+
+echo "== 5. FULL_SHARD with int8 gradient reduce-scatters, 2 x 2 ranks"
+run qgrad4 2 2 --set sharding.reduce_quantization=INT8
+STEPS=16 run qgrad4_16 2 2 --set sharding.reduce_quantization=INT8
+read -r _ _ qgrad_sent <<END
+$(figures qgrad4)
+END
+read -r _ _ qgrad16_sent <<END
+$(figures qgrad4_16)
+END
+# The fp32 reduce-scatter's 2 bytes per parameter over a link become 0.53 (int8 and its scales,
+# halved by the stages), the bf16 gathers' 2 stay: about 0.63 of the bytes.
+python3 -c "import sys; sys.exit(0 if $qgrad16_sent < 0.8 * $full16_sent else 1)" \
+  || fail "int8 reduce-scatters sent $qgrad16_sent bytes over a link, exact ones $full16_sent: not below 0.8 of them"
+predicted_q=$(predicted --set sharding.reduce_quantization=INT8)
+python3 -c "import sys; d = ($qgrad16_sent - $qgrad_sent) / 12; sys.exit(0 if abs(d - $predicted_q) <= 0.1 * $predicted_q else 1)" \
+  || fail "a step with int8 reduce-scatters added $(( (qgrad16_sent - qgrad_sent) / 12 )) bytes to the busiest link, the estimate says $predicted_q"
+echo "ok: int8 reduce-scatters: $qgrad16_sent bytes over 16 steps against $full16_sent exact; a step adds $(( (qgrad16_sent - qgrad_sent) / 12 )), zeroshard-estimate: $predicted_q"
 echo "ALL PASSED"
