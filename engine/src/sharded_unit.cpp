@@ -302,14 +302,16 @@ void ShardedUnit::post_backward() {
 // ---- gradient reduction -----------------------------------------------------------------------
 
 void ShardedUnit::reduce_start() {
-  for (auto& f : flats) f->start_reduce(name, &host_.counters().reduce_elements, &host_.counters().reduce_bytes);
+  CommCounters& c = host_.counters();
+  for (auto& f : flats) f->start_reduce(name, &c.reduce_elements, &c.reduce_bytes);
 }
 
 void ShardedUnit::reduce_advance(const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
   bool replica_pending = false;
   for (auto& f : flats) {
-    replica_pending = f->advance_reduce(name, &host_.counters().reduce_elements, &host_.counters().reduce_bytes, &retired) || replica_pending;
+    CommCounters& c = host_.counters();
+    replica_pending = f->advance_reduce(name, &c.reduce_elements, &c.reduce_bytes, &retired) || replica_pending;
   }
   host_.retire(std::move(retired), compute);
   if (replica_pending) {
@@ -321,7 +323,8 @@ void ShardedUnit::reduce_advance(const c10::Stream& compute) {
 
 void ShardedUnit::reduce_finish(const c10::Stream& compute) {
   std::vector<at::Tensor> retired;
-  for (auto& f : flats) f->finish_reduce(name, &host_.counters().reduce_elements, &host_.counters().reduce_bytes, &retired);
+  CommCounters& c = host_.counters();
+  for (auto& f : flats) f->finish_reduce(name, &c.reduce_elements, &c.reduce_bytes, &retired);
   host_.retire(std::move(retired), compute);
 }
 
