@@ -257,20 +257,19 @@ void check_dependent_keys(const Config& c, Problems* out) {
     }
   }
   const auto& sh = c.sharding();
-  if (sh.gather_quantization() == opt::GatherQuantization::NONE &&
-      sh.gather_quantization_block() != opt::ShardingConfig().gather_quantization_block()) {
-    add(out, {"sharding.gather_quantization_block", "sharding.gather_quantization"},
-        detail::concat("sharding.gather_quantization_block = ", sh.gather_quantization_block(),
-                       " applies only to quantized gathers (sharding.gather_quantization = INT8), but "
-                       "sharding.gather_quantization = NONE; set it or remove the key"));
-  }
-  if (sh.reduce_quantization() == opt::ReduceQuantization::NONE &&
-      sh.reduce_quantization_block() != opt::ShardingConfig().reduce_quantization_block()) {
-    add(out, {"sharding.reduce_quantization_block", "sharding.reduce_quantization"},
-        detail::concat("sharding.reduce_quantization_block = ", sh.reduce_quantization_block(),
-                       " applies only to quantized reduce-scatters (sharding.reduce_quantization = INT8), but "
-                       "sharding.reduce_quantization = NONE; set it or remove the key"));
-  }
+  const opt::ShardingConfig sharding_defaults;
+  // A quantization block set while its quantization is NONE.
+  auto unused_block = [&](bool off, const std::string& mode, int32_t block, int32_t default_block, const char* what) {
+    if (!off || block == default_block) return;
+    add(out, {mode + "_block", mode},
+        detail::concat(mode, "_block = ", block, " applies only to ", what, " (", mode, " = INT8), but ", mode,
+                       " = NONE; set it or remove the key"));
+  };
+  unused_block(sh.gather_quantization() == opt::GatherQuantization::NONE, "sharding.gather_quantization",
+               sh.gather_quantization_block(), sharding_defaults.gather_quantization_block(), "quantized gathers");
+  unused_block(sh.reduce_quantization() == opt::ReduceQuantization::NONE, "sharding.reduce_quantization",
+               sh.reduce_quantization_block(), sharding_defaults.reduce_quantization_block(),
+               "quantized reduce-scatters");
   const auto& ck = c.checkpoint();
   if (ck.dir().empty()) {
     const opt::CheckpointConfig defaults;

@@ -337,6 +337,44 @@ TEST(Comm, QuantizedReduceScatter) {
                     {"in_flat has ", "elements but must have size() * out_shard.numel()"});
 }
 
+// A backend without a quantized reduce-scatter (NCCL's today): the base class refuses it by name.
+class NoQuantizedBackend final : public zs::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const std::string& name() const override { return name_; }
+  const char* backend() const override { return "other"; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+  std::shared_ptr<zs::Communicator> split(int, int) override { return nullptr; }
+
+ protected:
+  std::string device_requirement(const at::Tensor&) const override { return {}; }
+  bool supports_dtype(c10::ScalarType) const override { return true; }
+  const char* supported_dtypes() const override { return "all"; }
+  std::shared_ptr<zs::Work> run_all_gather(const at::Tensor&, const at::Tensor&, bool, std::string_view) override {
+    return nullptr;
+  }
+  std::shared_ptr<zs::Work> run_reduce_scatter(const at::Tensor&, const at::Tensor&, zs::ReduceOp,
+                                               std::string_view) override {
+    return nullptr;
+  }
+  std::shared_ptr<zs::Work> run_all_reduce(const at::Tensor&, zs::ReduceOp, std::string_view) override {
+    return nullptr;
+  }
+  std::shared_ptr<zs::Work> run_broadcast(const at::Tensor&, int, std::string_view) override { return nullptr; }
+  std::shared_ptr<zs::Work> run_barrier(std::string_view) override { return nullptr; }
+
+ private:
+  std::string name_ = "plain";
+};
+
+TEST(Comm, QuantizedReduceScatterIsRefusedByABackendWithoutIt) {
+  NoQuantizedBackend c;
+  expect_comm_error([&] { c.reduce_scatter_int8_into(at::empty({4}), at::zeros({8}), zs::ReduceOp::kSum, 8); },
+                    {"communicator 'plain' (other): reduce_scatter_int8_into: the other backend has no quantized "
+                     "reduce-scatter; it runs on the MPI backend (CPU tensors) only"});
+}
+
 TEST(Comm, SplitIntoSubGroups) {
   const int me = world()->rank(), n = world()->size();
   // Two groups by parity, ordered by descending world rank inside each group.

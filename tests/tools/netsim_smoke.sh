@@ -53,6 +53,11 @@ print(comm, min(l["sent_bytes"] for l in links), max(l["sent_bytes"] for l in li
 PY
 }
 
+# busiest NAME: the bytes the busier node sent over its link in run NAME.
+busiest() {
+  figures "$1" | cut -d' ' -f3
+}
+
 echo "== 0. options netsim.sh refuses, each with its reason"
 # refused EXPECTED_TEXT ARGS...: netsim.sh exits with status 2 and says EXPECTED_TEXT.
 refused() {
@@ -87,12 +92,8 @@ echo "ok: collectives moved $comm bytes per rank; the quieter node sent $sent_mi
 echo "== 2. HYBRID_SHARD (a shard group per node) against FULL_SHARD, 2 x 2 ranks"
 run flat4 2 2 --set comm.node_stages=false
 run hybrid4 2 2 --set sharding.strategy=HYBRID_SHARD
-read -r _ _ flat_sent <<END
-$(figures flat4)
-END
-read -r _ _ hybrid_sent <<END
-$(figures hybrid4)
-END
+flat_sent=$(busiest flat4)
+hybrid_sent=$(busiest hybrid4)
 grep -q "HYBRID_SHARD" "$work/hybrid4.log" || fail "the hybrid run does not name its strategy: $(head -n 20 "$work/hybrid4.log")"
 [ "$hybrid_sent" -lt "$flat_sent" ] \
   || fail "HYBRID_SHARD sent $hybrid_sent bytes over a link, FULL_SHARD $flat_sent: the nodes were not seen"
@@ -100,9 +101,7 @@ echo "ok: busiest link sent $flat_sent bytes under FULL_SHARD, $hybrid_sent unde
 
 echo "== 3. FULL_SHARD's collectives in two stages against one over all ranks, 2 x 2 ranks"
 run full4 2 2
-read -r _ _ full_sent <<END
-$(figures full4)
-END
+full_sent=$(busiest full4)
 grep -q "reduce-scatters in two stages over 2 nodes x 2 ranks" "$work/full4.log" \
   || fail "the 2 x 2 FULL_SHARD run does not say it runs in two stages: $(head -n 20 "$work/full4.log")"
 grep -q "in two stages" "$work/flat4.log" && fail "comm.node_stages=false still runs in two stages"
@@ -112,9 +111,7 @@ python3 -c "import sys; sys.exit(0 if $full_sent < 0.8 * $flat_sent else 1)" \
   || fail "two stages sent $full_sent bytes over a link, one collective $flat_sent: not below 0.8 of them"
 echo "ok: busiest link sent $flat_sent bytes with one collective over all ranks, $full_sent in two stages"
 STEPS=16 run full4_16 2 2
-read -r _ _ full16_sent <<END
-$(figures full4_16)
-END
+full16_sent=$(busiest full4_16)
 # The configuration's GPT (the model keys it sets, the schema's defaults for the rest) and its
 # estimate: the FULL_SHARD row of the communication table.
 shape=$(/usr/bin/python3 -c "
@@ -142,12 +139,8 @@ echo "== 4. FULL_SHARD with int8 parameter gathers against exact ones, 2 ranks i
 # 16 steps each, so that what a run sends once (the initial weights, the evaluations) counts less.
 STEPS=16 run exact16 2 1
 STEPS=16 run int8 2 1 --set sharding.gather_quantization=INT8
-read -r _ _ exact_sent <<END
-$(figures exact16)
-END
-read -r _ _ int8_sent <<END
-$(figures int8)
-END
+exact_sent=$(busiest exact16)
+int8_sent=$(busiest int8)
 # The bf16 gathers (2 bytes per parameter, twice a step) become int8 (1.06 bytes), the fp32
 # reduce-scatter (4 bytes) stays: about 0.77 of the bytes; exact gathers would send as many (1.0).
 python3 -c "import sys; sys.exit(0 if $int8_sent < 0.85 * $exact_sent else 1)" \
@@ -157,12 +150,8 @@ echo "ok: the link carried $exact_sent bytes with exact gathers, $int8_sent with
 echo "== 5. FULL_SHARD with int8 gradient reduce-scatters, 2 x 2 ranks"
 run qgrad4 2 2 --set sharding.reduce_quantization=INT8
 STEPS=16 run qgrad4_16 2 2 --set sharding.reduce_quantization=INT8
-read -r _ _ qgrad_sent <<END
-$(figures qgrad4)
-END
-read -r _ _ qgrad16_sent <<END
-$(figures qgrad4_16)
-END
+qgrad_sent=$(busiest qgrad4)
+qgrad16_sent=$(busiest qgrad4_16)
 # The fp32 reduce-scatter's 2 bytes per parameter over a link become 0.53 (int8 and its scales,
 # halved by the stages), the bf16 gathers' 2 stay: about 0.63 of the bytes.
 python3 -c "import sys; sys.exit(0 if $qgrad16_sent < 0.8 * $full16_sent else 1)" \
