@@ -15,8 +15,18 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "zeroshard/base/error.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define ZS_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define ZS_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define ZS_POISON(p, n) ((void)(p), (void)(n))
+#define ZS_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
 
 // LibTorch 2.3 made c10::Allocator::allocate non-const, with the pure virtual copy_data below
 // (built against 1.13 and 2.6).
@@ -106,6 +116,104 @@ void raise_window_peak(int64_t now) {
 c10::DeleterFnPtr g_base_deleter = nullptr;
 std::atomic<void (*)()> g_refusal_observer{nullptr};
 
+// ---- the cache of freed blocks ----
+// Blocks by size (each size's blocks oldest first) and by age (for eviction), under one lock that
+// only allocations of kHostCacheMinBlock and more take. A lookup takes the most recently freed
+// block of the exact size (its pages are the likeliest to be resident); eviction the oldest.
+struct CachedBlock {
+  int64_t bytes;
+  void* ptr;
+};
+struct BlockCache {
+  std::unordered_map<int64_t, std::deque<std::pair<uint64_t, void*>>> by_size;  // (tick, block)
+  std::map<uint64_t, int64_t> by_tick;                                          // tick -> size
+  uint64_t tick = 0;
+};
+std::mutex g_cache_mutex;
+// Never destroyed: storages freed during static destruction still come here, and the blocks it
+// holds at exit stay reachable (not leaks).
+BlockCache& g_cache = *new BlockCache();  // under g_cache_mutex
+std::atomic<int64_t> g_cached{0};
+std::atomic<int64_t> g_cache_limit{0};
+std::atomic<int64_t> g_cache_hits{0};
+
+void free_blocks(const std::vector<CachedBlock>& blocks) {
+  for (const CachedBlock& b : blocks) {
+    ZS_UNPOISON(b.ptr, static_cast<size_t>(b.bytes));
+    g_base_deleter(b.ptr);
+  }
+}
+
+// Removes the oldest blocks until at most `keep` bytes stay cached; the caller frees them
+// outside the lock.
+void evict_locked(int64_t keep, std::vector<CachedBlock>* out) {
+  while (!g_cache.by_tick.empty() && g_cached.load() > keep) {
+    const auto oldest = g_cache.by_tick.begin();
+    const int64_t bytes = oldest->second;
+    auto same = g_cache.by_size.find(bytes);
+    out->push_back({bytes, same->second.front().second});  // a size's oldest block is the oldest of all
+    same->second.pop_front();
+    if (same->second.empty()) g_cache.by_size.erase(same);
+    g_cache.by_tick.erase(oldest);
+    g_cached -= bytes;
+  }
+}
+
+// Trims the cache to at most `keep` bytes.
+void trim_cache(int64_t keep) {
+  if (g_cached.load() <= keep) return;
+  std::vector<CachedBlock> victims;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    evict_locked(keep, &victims);
+  }
+  free_blocks(victims);
+}
+
+// A cached block of exactly `bytes`, or nullptr.
+void* take_cached(int64_t bytes) {
+  if (bytes < kHostCacheMinBlock || g_cached.load(std::memory_order_relaxed) < bytes) return nullptr;
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    auto same = g_cache.by_size.find(bytes);
+    if (same == g_cache.by_size.end()) return nullptr;
+    const auto [tick, block] = same->second.back();
+    ptr = block;
+    same->second.pop_back();
+    if (same->second.empty()) g_cache.by_size.erase(same);
+    g_cache.by_tick.erase(tick);
+    g_cached -= bytes;
+  }
+  ++g_cache_hits;
+  ZS_UNPOISON(ptr, static_cast<size_t>(bytes));
+  return ptr;
+}
+
+// Keeps a freed block for reuse when it is large enough and fits under the cache's limit (and,
+// with a memory limit in force, under that limit together with the live bytes); otherwise frees it.
+void put_or_free(void* ptr, int64_t bytes) {
+  const int64_t cache_limit = g_cache_limit.load(std::memory_order_relaxed);
+  int64_t room = cache_limit;
+  const int64_t memory_limit = g_limit.load(std::memory_order_relaxed);
+  if (memory_limit > 0) room = std::min(room, memory_limit - g_current.load());
+  if (bytes < kHostCacheMinBlock || bytes > room) {
+    g_base_deleter(ptr);
+    return;
+  }
+  std::vector<CachedBlock> victims;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    evict_locked(room - bytes, &victims);
+    const uint64_t tick = ++g_cache.tick;
+    g_cache.by_size[bytes].emplace_back(tick, ptr);
+    g_cache.by_tick.emplace(tick, bytes);
+    g_cached += bytes;
+  }
+  ZS_POISON(ptr, static_cast<size_t>(bytes));
+  free_blocks(victims);
+}
+
 void release(void* ptr) {
   if (ptr == nullptr) return;
   int64_t bytes = 0;
@@ -123,7 +231,7 @@ void release(void* ptr) {
   }
   if (bytes > 0 && sequence > g_window_start.load(std::memory_order_relaxed)) g_window_current -= bytes;
   g_current -= bytes;
-  g_base_deleter(ptr);
+  put_or_free(ptr, bytes);
 }
 
 [[noreturn]] void refuse(int64_t n, int64_t in_use, int64_t limit, const std::string& reason) {
@@ -163,19 +271,11 @@ class TrackingAllocator final : public c10::Allocator {
       std::snprintf(what, sizeof(what), "that is over the limit of %.2f MiB", limit / kMiB);
       refuse(bytes, now - bytes, limit, std::string(what) + (source.empty() ? "" : " set by " + source));
     }
-    c10::DataPtr inner;
-    try {
-      inner = base_->allocate(n);
-    } catch (const c10::Error& e) {
-      g_current -= bytes;
-      refuse(bytes, now - bytes, limit, std::string("the system allocator failed: ") + e.what_without_backtrace());
-    }
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    inner.release_context();  // ownership moves to our DataPtr; freed by release()
+    void* data = take_cached(bytes);
+    if (data == nullptr) data = allocate_fresh(n, bytes, now, limit);
     if (data == nullptr) {  // a zero-byte storage: nothing to track
       g_current -= bytes;
-      return c10::DataPtr(data, data, &release, device);
+      return c10::DataPtr(data, data, &release, c10::Device(c10::DeviceType::CPU));
     }
     const uint64_t sequence = g_sequence.fetch_add(1, std::memory_order_relaxed) + 1;
     {
@@ -187,10 +287,32 @@ class TrackingAllocator final : public c10::Allocator {
     }
     if (sequence > g_window_start.load(std::memory_order_relaxed)) raise_window_peak(g_window_current += bytes);
     raise_peak(now);
-    return c10::DataPtr(data, data, &release, device);
+    return c10::DataPtr(data, data, &release, c10::Device(c10::DeviceType::CPU));
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+ private:
+  // A block from the system allocator. With a memory limit in force the cache first gives back
+  // what would take live + cached bytes over it; when the system allocator fails, the whole cache
+  // goes back and the request is tried once more before it is refused.
+  void* allocate_fresh(size_t n, int64_t bytes, int64_t now, int64_t limit) const {
+    if (limit > 0) trim_cache(limit - now);
+    for (int attempt = 0;; ++attempt) {
+      try {
+        c10::DataPtr inner = base_->allocate(n);
+        void* data = inner.get();
+        inner.release_context();  // ownership moves to our DataPtr; freed by release()
+        return data;
+      } catch (const c10::Error& e) {
+        if (attempt == 0 && release_cached_host_memory() > 0) continue;
+        g_current -= bytes;
+        refuse(bytes, now - bytes, limit, std::string("the system allocator failed: ") + e.what_without_backtrace());
+      }
+    }
+  }
+
+ public:
 
   // LibTorch >= 2.3 declares this pure virtual; older versions do not have it (hence no override).
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
@@ -224,6 +346,9 @@ HostMemoryStats host_memory_stats() {
   s.peak = g_peak.load();
   s.limit = g_limit.load();
   s.refused = g_refused.load();
+  s.cached = g_cached.load();
+  s.cache_limit = g_cache_limit.load();
+  s.cache_hits = g_cache_hits.load();
   for (Stripe& st : stripes()) {
     std::lock_guard<std::mutex> lock(st.mu);
     s.allocations += static_cast<int64_t>(st.live.size());
@@ -255,6 +380,26 @@ void set_host_memory_limit(int64_t bytes, const std::string& source) {
     g_limit_source = source;
   }
   g_limit = bytes;
+}
+
+void set_host_memory_cache_limit(int64_t bytes, const std::string& source) {
+  ZS_REQUIRE(bytes >= 0, UsageError, source, ": the host memory cache limit must be >= 0 bytes, got ", bytes);
+  ZS_REQUIRE(bytes == 0 || host_memory_tracking_installed(), UsageError, source,
+             ": a cache of freed host blocks needs the tracking allocator: call install_host_memory_tracking() first");
+  g_cache_limit = bytes;
+  trim_cache(bytes);
+}
+
+int64_t release_cached_host_memory() {
+  std::vector<CachedBlock> blocks;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    evict_locked(0, &blocks);
+  }
+  free_blocks(blocks);
+  int64_t bytes = 0;
+  for (const CachedBlock& b : blocks) bytes += b.bytes;
+  return bytes;
 }
 
 std::string host_memory_limit_source() {

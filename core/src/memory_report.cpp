@@ -192,6 +192,9 @@ MemoryReportOptions memory_report_options() {
 }
 
 void apply_memory_options(const MemoryOptions& options, c10::Device device, int rank, int world_size) {
+  ZS_REQUIRE(options.host_cache_mib >= 0 && options.host_cache_mib <= 1048576, ConfigError,
+             "memory.host_cache_mib = ", options.host_cache_mib,
+             " is out of range [0, 1048576] (MemoryOptions.host_cache_mib, in MiB)");
   const std::string& dir = options.snapshot_dir;
   if (!dir.empty()) {
     struct stat st {};
@@ -212,7 +215,11 @@ void apply_memory_options(const MemoryOptions& options, c10::Device device, int 
   // (the observer attaches to the allocators that exist).
   if (device.is_cuda()) detail::set_cuda_oom_observer(&capture_report);
   const int64_t limit = options.limit_mib * 1048576;
-  if (options.track_allocations || (limit > 0 && device.is_cpu())) install_host_memory_tracking();
+  if (options.track_allocations || options.host_cache_mib > 0 || (limit > 0 && device.is_cpu())) {
+    install_host_memory_tracking();
+  }
+  set_host_memory_cache_limit(options.host_cache_mib * 1048576,
+                              "memory.host_cache_mib = " + std::to_string(options.host_cache_mib));
   if (limit <= 0) return;
   const std::string source = options.limit_source.empty()
                                  ? "MemoryOptions.limit_mib = " + std::to_string(options.limit_mib)
@@ -273,6 +280,10 @@ void summary_header(std::ostringstream& os, const MemoryReportOptions& o, const 
     host_line += "; limit " + mib(h.limit) + (src.empty() ? "" : " (" + src + ")");
   }
   if (h.refused > 0) host_line += "; refused allocations: " + count(h.refused);
+  if (h.cache_limit > 0) {
+    host_line += "; freed-block cache " + mib(h.cached) + " of " + mib(h.cache_limit) + ", " + count(h.cache_hits) +
+                 " reuses";
+  }
   os << left(host_line);
   if (c.available) {
     std::string l = "cuda:" + std::to_string(o.device.index()) + ": CUDA caching allocator, device memory " +
@@ -291,6 +302,7 @@ void summary_allocators(std::ostringstream& os, const detail::CudaAllocatorStats
   if (host_memory_tracking_installed()) {
     const HostMemoryStats h = host_memory_stats();
     os << row("Host allocated memory", mib(h.current), mib(h.peak), mib(h.allocated_total), mib(h.freed_total));
+    if (h.cache_limit > 0) os << row("Host cached free blocks", mib(h.cached), "");
     os << row("Host allocations", count(h.allocations), "", count(h.allocations_total),
               count(h.allocations_total - h.allocations));
   }

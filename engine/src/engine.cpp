@@ -200,7 +200,7 @@ void detail::ShardingEngineImpl::discover_units() {
   for (auto& u : units) {
     detail::UnitSlots slots;
     for (SeenParam& s : seen) {
-      if (s.owner == u.get()) detail::sort_slot(slots, {s.name, s.aliases, s.param}, *s.module, s.key, options);
+      if (s.owner == u.get()) detail::sort_slot(slots, {s.name, s.aliases, s.param, {}}, *s.module, s.key, options);
     }
     if (adopt(u.get(), slots)) continue;
     u->flats = detail::make_unit_flats(u->name, std::move(slots), groups, mem.get(), options);

@@ -43,6 +43,7 @@ TEST(Resolve, SessionDefaultsAreTheSchemas) {
   EXPECT_EQ(d.memory.track_allocations, r.memory.track_allocations);
   EXPECT_EQ(d.memory.snapshot_dir, r.memory.snapshot_dir);
   EXPECT_EQ(d.memory.top_allocations, r.memory.top_allocations);
+  EXPECT_EQ(d.memory.host_cache_mib, r.memory.host_cache_mib);
   EXPECT_EQ(r.memory.limit_source, "memory.limit_mib = 0") << "the report names the config key";
 }
 

@@ -8,6 +8,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
@@ -206,6 +208,143 @@ TEST(MemoryReport, SnapshotToAnUnwritablePathIsAnIoErrorNamingIt) {
 }
 
 TEST(HostMemory, NegativeLimitIsAUsageError) { EXPECT_THROW(set_host_memory_limit(-1, "x"), UsageError); }
+
+// ---- the cache of freed blocks ----
+
+// Sets the cache's limit for a test and restores the Session's when it ends (whatever happened),
+// starting and ending with an empty cache.
+struct CacheGuard {
+  int64_t saved = host_memory_stats().cache_limit;
+  explicit CacheGuard(int64_t bytes) {
+    release_cached_host_memory();
+    set_host_memory_cache_limit(bytes, "test");
+  }
+  ~CacheGuard() {
+    set_host_memory_limit(0, "");
+    release_cached_host_memory();
+    set_host_memory_cache_limit(saved, "test");
+  }
+};
+
+TEST(HostMemoryCache, TheSessionSizesItFromMemoryHostCacheMib) {
+  EXPECT_EQ(host_memory_stats().cache_limit, 256 * kMiB) << "the test main's Session applies the default, 256 MiB";
+  EXPECT_THROW(set_host_memory_cache_limit(-1, "test"), UsageError);
+}
+
+TEST(HostMemoryCache, AFreedBlockServesTheNextRequestOfExactlyItsSize) {
+  CacheGuard guard(64 * kMiB);
+  const HostMemoryStats before = host_memory_stats();
+  at::Tensor t = at::empty({24 * kMiB}, at::kByte);
+  void* const first = t.data_ptr();
+  t.reset();
+  HostMemoryStats s = host_memory_stats();
+  EXPECT_EQ(s.current, before.current) << "a cached block is free to the accounting";
+  EXPECT_EQ(s.cached, 24 * kMiB);
+
+  at::Tensor again = at::empty({24 * kMiB}, at::kByte);
+  EXPECT_EQ(again.data_ptr(), first) << "the same size gets the cached block back";
+  s = host_memory_stats();
+  EXPECT_EQ(s.cached, 0);
+  EXPECT_EQ(s.cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(s.current - before.current, 24 * kMiB) << "a reused block is live again";
+
+  again.reset();
+  at::Tensor other = at::empty({24 * kMiB + 64}, at::kByte);
+  EXPECT_NE(other.data_ptr(), first) << "another size does not take it";
+  EXPECT_EQ(host_memory_stats().cached, 24 * kMiB);
+
+  at::Tensor small = at::empty({kHostCacheMinBlock - 64}, at::kByte);
+  small.reset();
+  EXPECT_EQ(host_memory_stats().cached, 24 * kMiB) << "blocks under 128 KiB go back to the system at once";
+  EXPECT_EQ(host_memory_stats().cache_hits - before.cache_hits, 1);
+}
+
+TEST(HostMemoryCache, ItKeepsWithinItsLimitAndGivesTheOldestBlocksBackFirst) {
+  CacheGuard guard(50 * kMiB);
+  const int64_t hits = host_memory_stats().cache_hits;
+  at::Tensor a = at::empty({20 * kMiB}, at::kByte);
+  at::Tensor b = at::empty({20 * kMiB}, at::kByte);
+  at::Tensor c = at::empty({20 * kMiB}, at::kByte);
+  void* const pb = b.data_ptr();
+  void* const pc = c.data_ptr();
+  a.reset();
+  b.reset();
+  c.reset();  // 60 MiB freed, 50 may stay: a (the oldest) goes back
+  EXPECT_EQ(host_memory_stats().cached, 40 * kMiB);
+  at::Tensor x = at::empty({20 * kMiB}, at::kByte);
+  at::Tensor y = at::empty({20 * kMiB}, at::kByte);
+  EXPECT_EQ(x.data_ptr(), pc) << "the most recently freed block of the size comes first";
+  EXPECT_EQ(y.data_ptr(), pb);
+  at::Tensor z = at::empty({20 * kMiB}, at::kByte);
+  EXPECT_EQ(host_memory_stats().cache_hits - hits, 2) << "a's block was given back, not kept";
+  EXPECT_EQ(host_memory_stats().cached, 0);
+
+  at::Tensor big = at::empty({60 * kMiB}, at::kByte);
+  big.reset();
+  EXPECT_EQ(host_memory_stats().cached, 0) << "a block over the whole limit is never kept";
+  x.reset();
+  EXPECT_EQ(host_memory_stats().cached, 20 * kMiB);
+  set_host_memory_cache_limit(0, "test");
+  EXPECT_EQ(host_memory_stats().cached, 0) << "turning the cache off gives back what it holds";
+  y.reset();
+  EXPECT_EQ(host_memory_stats().cached, 0);
+}
+
+// With memory.limit_mib in force, live and cached bytes together stay within it: cached blocks are
+// given back (the oldest first) before a fresh allocation would pass it.
+TEST(HostMemoryCache, LiveAndCachedBytesStayWithinTheMemoryLimit) {
+  CacheGuard guard(256 * kMiB);
+  set_host_memory_limit(host_memory_stats().current + 40 * kMiB, "memory.limit_mib = test");
+  at::Tensor a = at::empty({30 * kMiB}, at::kByte);
+  a.reset();
+  EXPECT_EQ(host_memory_stats().cached, 30 * kMiB);
+  at::Tensor b = at::empty({20 * kMiB}, at::kByte);  // 20 live + 30 cached would pass 40
+  HostMemoryStats s = host_memory_stats();
+  EXPECT_EQ(s.cached, 0) << "the cached block went back to make room";
+  EXPECT_LE(s.current + s.cached, s.limit);
+  at::Tensor c = at::empty({15 * kMiB}, at::kByte);
+  c.reset();  // 20 live + 15 cached fits
+  EXPECT_EQ(host_memory_stats().cached, 15 * kMiB);
+  at::Tensor d = at::empty({4 * kMiB}, at::kByte);
+  d.reset();  // 20 live + 19 cached fits
+  EXPECT_EQ(host_memory_stats().cached, 19 * kMiB);
+  at::Tensor e = at::empty({3 * kMiB}, at::kByte);  // 23 live + 19 cached would pass 40: the oldest goes
+  s = host_memory_stats();
+  EXPECT_EQ(s.cached, 4 * kMiB);
+  EXPECT_LE(s.current + s.cached, s.limit);
+
+}
+
+// ru_minflt: minor page faults of this process (every first touch of a fresh page).
+int64_t minor_faults() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+// What the cache is for: a loop that allocates, fills and frees the same large buffers (as a
+// training step does with its gradient buffers and gathered parameters) touches fresh pages every
+// round without it (glibc's aligned allocations do not reuse the freed chunks, or return them to
+// the kernel) and none with it.
+TEST(HostMemoryCache, ARepeatedStepFaultsNoFreshPagesAfterTheFirst) {
+  CacheGuard guard(256 * kMiB);
+  auto round = [] {
+    std::vector<at::Tensor> buffers;
+    for (int i = 0; i < 3; ++i) {
+      buffers.push_back(at::empty({24 * kMiB}, at::kByte));
+      buffers.back().fill_(1);
+      at::Tensor small = at::empty({1000}, at::kFloat);  // the small allocations a step makes beside them
+      small.fill_(0);
+    }
+  };
+  round();
+  const int64_t before = minor_faults();
+  for (int r = 0; r < 8; ++r) round();
+  const int64_t faults = minor_faults() - before;
+  const int64_t pages_per_round = 3 * 24 * kMiB / ::sysconf(_SC_PAGESIZE);
+  EXPECT_LT(faults, pages_per_round / 10) << faults << " minor faults in 8 rounds of " << pages_per_round
+                                          << " pages each";
+}
 
 }  // namespace
 }  // namespace zeroshard

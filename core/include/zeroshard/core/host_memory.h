@@ -11,6 +11,15 @@
 // allocator when memory.track_allocations or memory.limit_mib asks for it (docs/memory.md).
 // Thread-safe: counters are atomics; the live-allocation table is striped over 64 locks by pointer
 // hash (no global lock per allocation).
+//
+// It also keeps a bounded cache of freed blocks of at least kHostCacheMinBlock bytes and hands a
+// cached block back to the next request of exactly its size (memory.host_cache_mib). The engine
+// frees and reallocates the same large buffers every step (gradient buffers, gathered parameters);
+// glibc serves LibTorch's 64-byte-aligned requests from fresh pages each time (a freed chunk no
+// longer fits the aligned request of its own size once small chunks sit beside it, and above the
+// mmap threshold every block is a new mapping), so every step paid a page fault per 4 KiB it
+// touched. Cached bytes are not in `current`: a cached block is free to the accounting, idle to the
+// system. With a limit in force, live + cached bytes stay within it (cached blocks go first).
 
 #include <cstdint>
 #include <string>
@@ -27,6 +36,9 @@ struct HostMemoryStats {
   int64_t allocations_total = 0;
   int64_t limit = 0;            // set_host_memory_limit(); 0 = none
   int64_t refused = 0;          // allocations refused (limit or the system allocator failing)
+  int64_t cached = 0;           // bytes of freed blocks held in the cache for reuse
+  int64_t cache_limit = 0;      // set_host_memory_cache_limit(); 0 = no cache
+  int64_t cache_hits = 0;       // allocations served from the cache since install()
 };
 
 // Installs the tracking allocator (idempotent). Call before creating the tensors to measure.
@@ -50,6 +62,17 @@ int64_t host_memory_window_peak();
 void set_host_memory_limit(int64_t bytes, const std::string& source);
 // The `source` of the limit in force ("" when none).
 std::string host_memory_limit_source();
+
+// ---- The cache of freed blocks ---------------------------------------------------------------
+// Blocks smaller than this go back to the system allocator at once: glibc reuses small chunks well
+// (128 KiB is glibc's initial mmap threshold).
+constexpr int64_t kHostCacheMinBlock = int64_t{128} << 10;
+// Bytes of freed blocks the tracking allocator may hold for reuse (the oldest go first beyond it);
+// 0 turns the cache off and frees what it holds. Needs the allocator installed for bytes > 0
+// (UsageError otherwise). `source` names where the value came from, for errors.
+void set_host_memory_cache_limit(int64_t bytes, const std::string& source);
+// Frees every cached block (as torch.cuda.empty_cache() does for CUDA); returns the bytes freed.
+int64_t release_cached_host_memory();
 
 // ---- Phase labels ----------------------------------------------------------------------------
 // A phase names what the calling thread is doing ("forward: unit 'blocks.2'", "optimizer step"),

@@ -56,10 +56,11 @@ struct MemoryReportOptions {
 void set_memory_report_options(const MemoryReportOptions& options);
 MemoryReportOptions memory_report_options();
 
-// Applies `options` for `device`: installs the host tracking allocator (track_allocations or a
-// limit), sets limit_mib on the device's allocator (CPU: the tracking allocator's limit; CUDA: the
-// caching allocator's per-process memory fraction), and the report options. ConfigError for a
-// limit above the device's memory or a snapshot_dir that is not a writable directory.
+// Applies `options` for `device`: installs the host tracking allocator (track_allocations, the
+// cache of freed host blocks or a limit), sizes that cache (host_cache_mib), sets limit_mib on the
+// device's allocator (CPU: the tracking allocator's limit; CUDA: the caching allocator's
+// per-process memory fraction), and the report options. ConfigError for a limit above the device's
+// memory, a host_cache_mib out of range or a snapshot_dir that is not a writable directory.
 void apply_memory_options(const MemoryOptions& options, c10::Device device, int rank, int world_size);
 
 // The compute device's allocator now: bytes held, peak, and the limit in bytes (0: none).

@@ -35,6 +35,9 @@ struct MemoryOptions {
   bool track_allocations = true;   // the tracking host allocator (phases in out-of-memory reports)
   std::string snapshot_dir;        // where zeroshard-oom-rank<R>.json goes; empty: the working directory
   int top_allocations = 10;        // largest live allocations an out-of-memory report lists
+  // Freed host blocks >= 128 KiB kept for reuse (host_memory.h), in MiB; 0: none. Installs the
+  // tracking allocator when non-zero.
+  int64_t host_cache_mib = 256;
   // What the out-of-memory report names as the limit's origin; empty: "MemoryOptions.limit_mib = N".
   std::string limit_source;
 };
