@@ -382,7 +382,7 @@ class MpiCommunicator final : public Communicator {
     for (int r = 0; r < n; ++r) {
       const at::Tensor values = part(r).contiguous();
       for (int64_t k = 0; k < pieces; ++k) {
-        send.narrow(0, r * e + k * ep, ep).copy_(quant::encode_int8(values.narrow(0, k * shard, shard), block));
+        quant::encode_int8_into(values.narrow(0, k * shard, shard), block, send.narrow(0, r * e + k * ep, ep));
       }
     }
     const char* send_p = static_cast<const char*>(send.data_ptr());
@@ -401,15 +401,14 @@ class MpiCommunicator final : public Communicator {
       ZS_MPI_CHECK(MPI_Ialltoall(send_p + off, 1, spaced, recv_p + off, 1, spaced, comm, &req));
       ZS_MPI_CHECK(wait_request(&req));
     });
-    at::Tensor sum = at::empty({pieces * shard}, at::kFloat), value = at::empty({shard}, at::kFloat);
+    at::Tensor sum = at::empty({pieces * shard}, at::kFloat);
     for (int r = 0; r < n; ++r) {
       for (int64_t k = 0; k < pieces; ++k) {
         const at::Tensor encoded = recv.narrow(0, r * e + k * ep, ep), into = sum.narrow(0, k * shard, shard);
         if (r == 0) {
           quant::decode_int8(encoded, block, into);
         } else {
-          quant::decode_int8(encoded, block, value);
-          into.add_(value);
+          quant::decode_int8_add(encoded, block, into);
         }
       }
     }

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
@@ -117,6 +119,64 @@ TEST(Quantize, HalfPrecisionInAndOut) {
     const at::Tensor back_low = round_trip(v, block, t);
     EXPECT_TRUE(at::equal(back_low, round_trip(v, block).to(t))) << c10::toString(t);
   }
+}
+
+// fp32 on the CPU takes the one-pass kernels; their bytes and decoded values must be the LibTorch
+// reference's, bit for bit: random blocks of every scale, zeros, ties of the rounding (values at
+// k + 0.5 scales), infinities and NaN, partial last blocks, and several blocks per task.
+TEST(Quantize, OnePassKernelsMatchTheLibTorchReferenceBitForBit) {
+  struct Restore {
+    ~Restore() { q::detail::use_portable_kernels(false); }
+  } restore;
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable kernels" : "AVX2 kernels where the CPU has them");
+    q::detail::use_portable_kernels(portable);
+    for (int64_t block : {8, 12, 64, 256, 4096}) {
+      for (int64_t tail : {int64_t{0}, int64_t{1}, block / 2 + 3}) {
+        at::Tensor v = mixed_values(block, 40, tail);
+        // Ties: block 2 holds 127 at its largest and k + 0.5 elsewhere, so y = v / scale lands on halves.
+        at::Tensor ties = v.narrow(0, 2 * block, block);
+        ties.copy_(at::arange(block, at::kFloat).sub_(block / 2).add_(0.5).clamp_(-126.5, 126.5));
+        ties[0] = 127.0f;
+        v[5 * block + 1] = std::numeric_limits<float>::infinity();
+        v[7 * block + 2] = -std::numeric_limits<float>::infinity();
+        v[9 * block] = std::numeric_limits<float>::quiet_NaN();
+        const int64_t bytes = q::int8_encoded_bytes(v.numel(), block);
+        const at::Tensor fast = q::encode_int8(v, block), ref = at::empty({bytes}, at::kByte);
+        q::reference::encode_int8_into(v, block, ref);
+        ASSERT_TRUE(at::equal(fast, ref)) << "block " << block << ", tail " << tail;
+        at::Tensor back = at::empty({v.numel()}), back_ref = at::empty({v.numel()});
+        q::decode_int8(fast, block, back);
+        q::reference::decode_int8(ref, block, back_ref);
+        // NaN-safe: equal bits, NaN included.
+        EXPECT_TRUE(at::equal(back.view(at::kInt), back_ref.view(at::kInt))) << "block " << block << ", tail " << tail;
+        EXPECT_TRUE(back.narrow(0, 5 * block, block).isnan().all().item<bool>());
+
+        // decode_int8_add: out + decoded, rounded once, as add_ does.
+        const at::Tensor base = at::randn({v.numel()});
+        at::Tensor sum = base.clone();
+        q::decode_int8_add(fast, block, sum);
+        const at::Tensor expected = base.add(back_ref);
+        EXPECT_TRUE(at::equal(sum.view(at::kInt), expected.view(at::kInt))) << "block " << block << ", tail " << tail;
+      }
+    }
+  }
+  // Into a part of a larger buffer (a send buffer), leaving the rest alone.
+  const at::Tensor v = mixed_values(64, 3, 5);
+  const int64_t bytes = q::int8_encoded_bytes(v.numel(), 64);
+  at::Tensor buffer = at::full({bytes + 20}, 7, at::kByte);
+  q::encode_int8_into(v, 64, buffer.narrow(0, 10, bytes));
+  EXPECT_TRUE(at::equal(buffer.narrow(0, 10, bytes), q::encode_int8(v, 64)));
+  EXPECT_TRUE(buffer.narrow(0, 0, 10).eq(7).all().item<bool>());
+  EXPECT_TRUE(buffer.narrow(0, 10 + bytes, 10).eq(7).all().item<bool>());
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>(
+                [&] { q::encode_int8_into(v, 64, buffer.narrow(0, 0, bytes - 1)); })
+                .find("encode_int8_into: the output must be a contiguous uint8 tensor of " + std::to_string(bytes)),
+            std::string::npos);
+  EXPECT_NE(zeroshard::test::error_text_of<zeroshard::UsageError>(
+                [&] { q::decode_int8_add(q::encode_int8(v, 64), 64, at::empty({v.numel()}, at::kDouble)); })
+                .find("decode_int8_add: the output must be fp32, got Double"),
+            std::string::npos);
 }
 
 TEST(Quantize, BadArgumentsAreRefusedByName) {

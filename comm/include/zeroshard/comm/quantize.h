@@ -26,8 +26,27 @@ namespace zeroshard::quant {
 int64_t int8_encoded_bytes(int64_t numel, int64_t block);
 // `values`: contiguous, 1-D, any floating dtype. Returns uint8 [int8_encoded_bytes(numel, block)].
 at::Tensor encode_int8(const at::Tensor& values, int64_t block);
+// The same, written into `out` (contiguous uint8 of int8_encoded_bytes(numel, block), e.g. a part
+// of a send buffer) instead of a new tensor.
+void encode_int8_into(const at::Tensor& values, int64_t block, const at::Tensor& out);
 // Decodes `encoded` (as encode_int8 made it for out.numel() elements) into `out` (contiguous,
 // any floating dtype, on the same device).
 void decode_int8(const at::Tensor& encoded, int64_t block, const at::Tensor& out);
+// Adds the decoded values to `out` (contiguous fp32): out[i] + decoded[i], rounded once, as
+// out.add_(decoded) does.
+void decode_int8_add(const at::Tensor& encoded, int64_t block, const at::Tensor& out);
+
+// fp32 values on the CPU take one pass per block (the functions above); every other dtype and
+// device takes LibTorch ops. These are the LibTorch ops for any input, the reference the one-pass
+// code is tested against (bit for bit).
+namespace reference {
+void encode_int8_into(const at::Tensor& values, int64_t block, const at::Tensor& out);
+void decode_int8(const at::Tensor& encoded, int64_t block, const at::Tensor& out);
+}  // namespace reference
+
+namespace detail {
+// For tests: the portable one-pass kernels even where the CPU has AVX2 (false: back to AVX2).
+void use_portable_kernels(bool yes);
+}  // namespace detail
 
 }  // namespace zeroshard::quant
