@@ -281,8 +281,7 @@ void summary_header(std::ostringstream& os, const MemoryReportOptions& o, const 
   }
   if (h.refused > 0) host_line += "; refused allocations: " + count(h.refused);
   if (h.cache_limit > 0) {
-    host_line += "; freed-block cache " + mib(h.cached) + " of " + mib(h.cache_limit) + ", " + count(h.cache_hits) +
-                 " reuses";
+    host_line += "; block cache of " + mib(h.cache_limit) + " (" + count(h.cache_hits) + " reuses)";
   }
   os << left(host_line);
   if (c.available) {

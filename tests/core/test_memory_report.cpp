@@ -113,6 +113,8 @@ TEST(MemoryReport, SummaryShowsAllocatorSourcesAndTheRest) {
   remove_memory_source(source);
   EXPECT_NE(s.find("zeroshard memory summary: rank 0 of 1"), std::string::npos) << s;
   EXPECT_NE(s.find("Host allocated memory"), std::string::npos) << s;
+  EXPECT_NE(s.find("; block cache of 256.00 MiB ("), std::string::npos) << s;
+  EXPECT_NE(s.find("| Host cached free blocks    |"), std::string::npos) << s;
   EXPECT_NE(s.find("| Test state"), std::string::npos) << s;
   EXPECT_NE(s.find("| held in allocator          |     2.00 MiB |     4.00 MiB |"), std::string::npos) << s;
   EXPECT_NE(s.find("| pinned elsewhere *"), std::string::npos) << s;
