@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/BFloat16.h>
 
 #include <immintrin.h>
 
@@ -68,7 +69,9 @@ void check_decode(const at::Tensor& encoded, int64_t block, const at::Tensor& ou
              ": the output must be a contiguous floating tensor");
 }
 
-bool one_pass(const at::Tensor& t) { return t.is_cpu() && t.scalar_type() == at::kFloat; }
+bool one_pass(const at::Tensor& t) {
+  return t.is_cpu() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16);
+}
 
 // Blocks per task of at::parallel_for: about 64 KiB of values.
 int64_t grain(int64_t block) { return std::max<int64_t>(1, 16384 / block); }
@@ -78,12 +81,35 @@ int64_t grain(int64_t block) { return std::max<int64_t>(1, 16384 / block); }
 // Two versions of each: AVX2 intrinsics, and portable code for CPUs without AVX2 (chosen once).
 constexpr float kRound = 12582912.0f;  // 1.5 x 2^23: (y + kRound) - kRound rounds |y| < 2^22 half to even
 
+// bf16 values widen to fp32 exactly; fp32 results narrow to bf16 rounding to nearest even (NaN:
+// 0x7FC0), as LibTorch's conversions do.
+inline float widen(float x) { return x; }
+inline float widen(c10::BFloat16 x) { return static_cast<float>(x); }
+inline void narrow_to(float* o, float d) { *o = d; }
+inline void narrow_to(c10::BFloat16* o, float d) { *o = c10::BFloat16(d); }
+
+__attribute__((target("avx2"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+__attribute__((target("avx2"))) inline __m256 load8(const c10::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+__attribute__((target("avx2"))) inline void store8(float* o, __m256 d) { _mm256_storeu_ps(o, d); }
+__attribute__((target("avx2"))) inline void store8(c10::BFloat16* o, __m256 d) {
+  const __m256i bits = _mm256_castps_si256(d);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(d, d, _CMP_UNORD_Q)));
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(o), packed);
+}
+
 // The block's scale: absmax / 127, NaN when a value is NaN, infinite when one is.
-float block_scale(const float* v, int64_t len) {
+template <typename T>
+float block_scale(const T* v, int64_t len) {
   float amax = 0;
   bool nan = false;
   for (int64_t i = 0; i < len; ++i) {
-    const float a = std::fabs(v[i]);
+    const float a = std::fabs(widen(v[i]));
     nan |= a != a;
     amax = a > amax ? a : amax;
   }
@@ -100,30 +126,32 @@ int8_t quantize_one(float x, float inv) {
   return static_cast<int8_t>(y == y ? static_cast<int>(y) : 0);
 }
 
-void encode_blocks_portable(const float* x, int64_t n, int64_t block, int64_t b0, int64_t b1, uint8_t* scales,
+template <typename T>
+void encode_blocks_portable(const T* x, int64_t n, int64_t block, int64_t b0, int64_t b1, uint8_t* scales,
                             int8_t* q) {
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t begin = b * block, len = std::min(block, n - begin);
     const float scale = block_scale(x + begin, len);
     const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-    for (int64_t k = 0; k < len; ++k) q[begin + k] = quantize_one(x[begin + k], inv);
+    for (int64_t k = 0; k < len; ++k) q[begin + k] = quantize_one(widen(x[begin + k]), inv);
     for (int64_t k = len; k < block; ++k) q[begin + k] = 0;
     std::memcpy(scales + b * 4, &scale, 4);
   }
 }
 
-__attribute__((target("avx2"))) void encode_blocks_avx2(const float* x, int64_t n, int64_t block, int64_t b0,
-                                                        int64_t b1, uint8_t* scales, int8_t* q) {
+template <typename T>
+__attribute__((target("avx2"))) void encode_blocks_avx2(const T* x, int64_t n, int64_t block, int64_t b0, int64_t b1,
+                                                        uint8_t* scales, int8_t* q) {
   const __m256 zero = _mm256_setzero_ps(), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t begin = b * block, len = std::min(block, n - begin);
-    const float* v = x + begin;
+    const T* v = x + begin;
     const int64_t whole = len / 8 * 8;
     // absmax: max_ps(a, m) = a > m ? a : m keeps m for NaN, which a separate unordered test sees.
     __m256 m = zero, unordered = zero;
     for (int64_t i = 0; i < whole; i += 8) {
-      const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(v + i));
+      const __m256 a = _mm256_andnot_ps(sign, load8(v + i));
       m = _mm256_max_ps(a, m);
       unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
     }
@@ -133,7 +161,7 @@ __attribute__((target("avx2"))) void encode_blocks_avx2(const float* x, int64_t 
     for (float l : lanes) amax = l > amax ? l : amax;
     bool nan = _mm256_movemask_ps(unordered) != 0;
     for (int64_t i = whole; i < len; ++i) {
-      const float a = std::fabs(v[i]);
+      const float a = std::fabs(widen(v[i]));
       nan |= a != a;
       amax = a > amax ? a : amax;
     }
@@ -142,7 +170,7 @@ __attribute__((target("avx2"))) void encode_blocks_avx2(const float* x, int64_t 
     const __m256 vinv = _mm256_set1_ps(inv);
     int8_t* qb = q + begin;
     for (int64_t k = 0; k < whole; k += 8) {
-      const __m256 xv = _mm256_loadu_ps(v + k);
+      const __m256 xv = load8(v + k);
       const __m256 f = _mm256_and_ps(xv, _mm256_cmp_ps(_mm256_sub_ps(xv, xv), zero, _CMP_EQ_OQ));
       __m256 y = _mm256_round_ps(_mm256_mul_ps(f, vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       y = _mm256_min_ps(hi, y);  // 127 < y ? 127 : y (NaN stays)
@@ -152,7 +180,7 @@ __attribute__((target("avx2"))) void encode_blocks_avx2(const float* x, int64_t 
       const __m128i i16 = _mm_packs_epi32(_mm256_castsi256_si128(i32), _mm256_extracti128_si256(i32, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(qb + k), _mm_packs_epi16(i16, i16));
     }
-    for (int64_t k = whole; k < len; ++k) qb[k] = quantize_one(v[k], inv);
+    for (int64_t k = whole; k < len; ++k) qb[k] = quantize_one(widen(v[k]), inv);
     for (int64_t k = len; k < block; ++k) qb[k] = 0;
     std::memcpy(scales + b * 4, &scale, 4);
   }
@@ -164,37 +192,45 @@ float decode_scale(const uint8_t* scales, int64_t b) {
   return std::isfinite(scale) ? scale : NAN;
 }
 
-template <bool kAdd>
+template <bool kAdd, typename T>
 void decode_blocks_portable(const uint8_t* scales, const int8_t* q, int64_t n, int64_t block, int64_t b0, int64_t b1,
-                            float* out) {
+                            T* out) {
   for (int64_t b = b0; b < b1; ++b) {
     const float scale = decode_scale(scales, b);
     const int64_t begin = b * block, len = std::min(block, n - begin);
     for (int64_t i = 0; i < len; ++i) {
       const float d = static_cast<float>(q[begin + i]) * scale;
-      out[begin + i] = kAdd ? out[begin + i] + d : d;
+      if constexpr (kAdd) {
+        out[begin + i] = out[begin + i] + d;
+      } else {
+        narrow_to(out + begin + i, d);
+      }
     }
   }
 }
 
-template <bool kAdd>
+template <bool kAdd, typename T>
 __attribute__((target("avx2"))) void decode_blocks_avx2(const uint8_t* scales, const int8_t* q, int64_t n,
-                                                        int64_t block, int64_t b0, int64_t b1, float* out) {
+                                                        int64_t block, int64_t b0, int64_t b1, T* out) {
   for (int64_t b = b0; b < b1; ++b) {
     const float scale = decode_scale(scales, b);
     const __m256 vs = _mm256_set1_ps(scale);
     const int64_t begin = b * block, len = std::min(block, n - begin), whole = len / 8 * 8;
     const int8_t* qb = q + begin;
-    float* o = out + begin;
+    T* o = out + begin;
     for (int64_t i = 0; i < whole; i += 8) {
       const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qb + i));
       __m256 d = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), vs);
-      if constexpr (kAdd) d = _mm256_add_ps(_mm256_loadu_ps(o + i), d);
-      _mm256_storeu_ps(o + i, d);
+      if constexpr (kAdd) d = _mm256_add_ps(load8(o + i), d);
+      store8(o + i, d);
     }
     for (int64_t i = whole; i < len; ++i) {
       const float d = static_cast<float>(qb[i]) * scale;
-      o[i] = kAdd ? o[i] + d : d;
+      if constexpr (kAdd) {
+        o[i] = o[i] + d;
+      } else {
+        narrow_to(o + i, d);
+      }
     }
   }
 }
@@ -206,7 +242,8 @@ bool have_avx2() {
   return yes && !g_portable_only.load(std::memory_order_relaxed);
 }
 
-void encode_fp32(const float* x, int64_t n, int64_t block, uint8_t* out) {
+template <typename T>
+void encode_values(const T* x, int64_t n, int64_t block, uint8_t* out) {
   const int64_t nb = blocks_of(n, block);
   auto* q = reinterpret_cast<int8_t*>(out + nb * 4);
   const bool avx2 = have_avx2();
@@ -219,8 +256,8 @@ void encode_fp32(const float* x, int64_t n, int64_t block, uint8_t* out) {
   });
 }
 
-template <bool kAdd>
-void decode_fp32(const uint8_t* in, int64_t n, int64_t block, float* out) {
+template <bool kAdd, typename T>
+void decode_values(const uint8_t* in, int64_t n, int64_t block, T* out) {
   const int64_t nb = blocks_of(n, block);
   const auto* q = reinterpret_cast<const int8_t*>(in + nb * 4);
   const bool avx2 = have_avx2();
@@ -247,14 +284,22 @@ void encode_int8_into(const at::Tensor& values, int64_t block, const at::Tensor&
   check_encoded_out(values, block, out);
   if (values.numel() == 0) return;
   if (!one_pass(values)) return reference::encode_int8_into(values, block, out);
-  encode_fp32(values.data_ptr<float>(), values.numel(), block, out.data_ptr<uint8_t>());
+  if (values.scalar_type() == at::kBFloat16) {
+    return encode_values(values.data_ptr<c10::BFloat16>(), values.numel(), block, out.data_ptr<uint8_t>());
+  }
+  encode_values(values.data_ptr<float>(), values.numel(), block, out.data_ptr<uint8_t>());
 }
 
 void decode_int8(const at::Tensor& encoded, int64_t block, const at::Tensor& out) {
   check_decode(encoded, block, out, "decode_int8");
   if (out.numel() == 0) return;
   if (!one_pass(out) || !encoded.is_cpu()) return reference::decode_int8(encoded, block, out);
-  decode_fp32<false>(encoded.contiguous().data_ptr<uint8_t>(), out.numel(), block, out.data_ptr<float>());
+  const at::Tensor bytes = encoded.contiguous();
+  const uint8_t* in = bytes.data_ptr<uint8_t>();
+  if (out.scalar_type() == at::kBFloat16) {
+    return decode_values<false>(in, out.numel(), block, out.data_ptr<c10::BFloat16>());
+  }
+  decode_values<false>(in, out.numel(), block, out.data_ptr<float>());
 }
 
 void decode_int8_add(const at::Tensor& encoded, int64_t block, const at::Tensor& out) {
@@ -268,7 +313,7 @@ void decode_int8_add(const at::Tensor& encoded, int64_t block, const at::Tensor&
     out.add_(decoded);
     return;
   }
-  decode_fp32<true>(encoded.contiguous().data_ptr<uint8_t>(), out.numel(), block, out.data_ptr<float>());
+  decode_values<true>(encoded.contiguous().data_ptr<uint8_t>(), out.numel(), block, out.data_ptr<float>());
 }
 
 namespace detail {

@@ -16,6 +16,7 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/error_text.h"
@@ -161,6 +162,51 @@ TEST(Quantize, OnePassKernelsMatchTheLibTorchReferenceBitForBit) {
       }
     }
   }
+  // bf16 in (encode) and out (decode): the same bytes as the reference, and decoded values equal
+  // bit for bit or NaN in both (LibTorch's own conversions give NaN payloads that depend on where
+  // in a tensor the value lies).
+  for (bool portable : {false, true}) {
+    SCOPED_TRACE(portable ? "portable kernels, bf16" : "AVX2 kernels where the CPU has them, bf16");
+    q::detail::use_portable_kernels(portable);
+    for (int64_t block : {8, 64, 1000}) {
+      at::Tensor v = mixed_values(block, 20, block / 2 + 5);
+      v[3 * block + 1] = std::numeric_limits<float>::infinity();
+      v[6 * block] = std::numeric_limits<float>::quiet_NaN();
+      const at::Tensor low = v.to(at::kBFloat16);
+      const int64_t bytes = q::int8_encoded_bytes(v.numel(), block);
+      const at::Tensor fast = q::encode_int8(low, block), ref = at::empty({bytes}, at::kByte);
+      q::reference::encode_int8_into(low, block, ref);
+      ASSERT_TRUE(at::equal(fast, ref)) << "block " << block;
+      at::Tensor back = at::empty({v.numel()}, at::kBFloat16), back_ref = at::empty({v.numel()}, at::kBFloat16);
+      q::decode_int8(fast, block, back);
+      q::reference::decode_int8(ref, block, back_ref);
+      const at::Tensor same_bits = back.view(at::kShort).eq(back_ref.view(at::kShort));
+      const at::Tensor both_nan = back.isnan().logical_and(back_ref.isnan());
+      EXPECT_TRUE(same_bits.logical_or(both_nan).all().item<bool>()) << "block " << block;
+      EXPECT_TRUE(back.narrow(0, 3 * block, block).isnan().all().item<bool>());
+      EXPECT_GE(same_bits.sum().item<int64_t>(), v.numel() - 2 * block) << "only the poisoned blocks may differ";
+    }
+  }
+  // Rounding ties of the narrowing to bf16: scales whose low 16 bits are exactly half a bf16 step
+  // (0x8000), with an even and an odd bf16 below them, and their neighbours, times q of 1, -1, 2
+  // (exact) and others, encoded by hand.
+  {
+    const uint32_t scale_bits[] = {0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x3F808001u, 0x42AA8000u, 0x42AB8000u};
+    const int8_t qs[8] = {1, -1, 2, 0, 127, -127, 3, -2};
+    constexpr int64_t block = 8, nb = 6;
+    at::Tensor enc = at::empty({nb * (4 + block)}, at::kByte);
+    std::memcpy(enc.data_ptr<uint8_t>(), scale_bits, sizeof(scale_bits));
+    for (int64_t b = 0; b < nb; ++b) std::memcpy(enc.data_ptr<uint8_t>() + nb * 4 + b * block, qs, block);
+    for (bool portable : {false, true}) {
+      q::detail::use_portable_kernels(portable);
+      at::Tensor back = at::empty({nb * block}, at::kBFloat16), back_ref = at::empty({nb * block}, at::kBFloat16);
+      q::decode_int8(enc, block, back);
+      q::reference::decode_int8(enc, block, back_ref);
+      EXPECT_TRUE(at::equal(back.view(at::kShort), back_ref.view(at::kShort))) << (portable ? "portable" : "AVX2");
+    }
+    q::detail::use_portable_kernels(false);
+  }
+
   // Into a part of a larger buffer (a send buffer), leaving the rest alone.
   const at::Tensor v = mixed_values(64, 3, 5);
   const int64_t bytes = q::int8_encoded_bytes(v.numel(), 64);

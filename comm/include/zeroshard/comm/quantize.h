@@ -36,9 +36,9 @@ void decode_int8(const at::Tensor& encoded, int64_t block, const at::Tensor& out
 // out.add_(decoded) does.
 void decode_int8_add(const at::Tensor& encoded, int64_t block, const at::Tensor& out);
 
-// fp32 values on the CPU take one pass per block (the functions above); every other dtype and
-// device takes LibTorch ops. These are the LibTorch ops for any input, the reference the one-pass
-// code is tested against (bit for bit).
+// fp32 and bf16 values on the CPU take one pass per block (the functions above); fp16 and CUDA
+// tensors take LibTorch ops. These are the LibTorch ops for any input, the reference the one-pass
+// code is tested against (bit for bit; a NaN decoded into bf16 may differ in its payload).
 namespace reference {
 void encode_int8_into(const at::Tensor& values, int64_t block, const at::Tensor& out);
 void decode_int8(const at::Tensor& encoded, int64_t block, const at::Tensor& out);
