@@ -6,6 +6,7 @@
 #include <ATen/ops/amax.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/nan_to_num.h>
 #include <ATen/ops/reciprocal.h>
@@ -13,11 +14,15 @@
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros_like.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/empty_like.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/BFloat16.h>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#define ZS_QUANT_AVX2 1
+#else
+#define ZS_QUANT_AVX2 0
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -88,6 +93,7 @@ inline float widen(c10::BFloat16 x) { return static_cast<float>(x); }
 inline void narrow_to(float* o, float d) { *o = d; }
 inline void narrow_to(c10::BFloat16* o, float d) { *o = c10::BFloat16(d); }
 
+#if ZS_QUANT_AVX2
 __attribute__((target("avx2"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 __attribute__((target("avx2"))) inline __m256 load8(const c10::BFloat16* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -102,6 +108,8 @@ __attribute__((target("avx2"))) inline void store8(c10::BFloat16* o, __m256 d) {
   const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(o), packed);
 }
+
+#endif
 
 // The block's scale: absmax / 127, NaN when a value is NaN, infinite when one is.
 template <typename T>
@@ -139,6 +147,7 @@ void encode_blocks_portable(const T* x, int64_t n, int64_t block, int64_t b0, in
   }
 }
 
+#if ZS_QUANT_AVX2
 template <typename T>
 __attribute__((target("avx2"))) void encode_blocks_avx2(const T* x, int64_t n, int64_t block, int64_t b0, int64_t b1,
                                                         uint8_t* scales, int8_t* q) {
@@ -186,6 +195,8 @@ __attribute__((target("avx2"))) void encode_blocks_avx2(const T* x, int64_t n, i
   }
 }
 
+#endif
+
 float decode_scale(const uint8_t* scales, int64_t b) {
   float scale;
   std::memcpy(&scale, scales + b * 4, 4);
@@ -209,6 +220,7 @@ void decode_blocks_portable(const uint8_t* scales, const int8_t* q, int64_t n, i
   }
 }
 
+#if ZS_QUANT_AVX2
 template <bool kAdd, typename T>
 __attribute__((target("avx2"))) void decode_blocks_avx2(const uint8_t* scales, const int8_t* q, int64_t n,
                                                         int64_t block, int64_t b0, int64_t b1, T* out) {
@@ -235,24 +247,29 @@ __attribute__((target("avx2"))) void decode_blocks_avx2(const uint8_t* scales, c
   }
 }
 
+#endif
+
 std::atomic<bool> g_portable_only{false};
 
 bool have_avx2() {
+#if ZS_QUANT_AVX2
   static const bool yes = __builtin_cpu_supports("avx2");
   return yes && !g_portable_only.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
 }
 
 template <typename T>
 void encode_values(const T* x, int64_t n, int64_t block, uint8_t* out) {
   const int64_t nb = blocks_of(n, block);
   auto* q = reinterpret_cast<int8_t*>(out + nb * 4);
-  const bool avx2 = have_avx2();
+  [[maybe_unused]] const bool avx2 = have_avx2();
   at::parallel_for(0, nb, grain(block), [&](int64_t b0, int64_t b1) {
-    if (avx2) {
-      encode_blocks_avx2(x, n, block, b0, b1, out, q);
-    } else {
-      encode_blocks_portable(x, n, block, b0, b1, out, q);
-    }
+#if ZS_QUANT_AVX2
+    if (avx2) return encode_blocks_avx2(x, n, block, b0, b1, out, q);
+#endif
+    encode_blocks_portable(x, n, block, b0, b1, out, q);
   });
 }
 
@@ -260,13 +277,12 @@ template <bool kAdd, typename T>
 void decode_values(const uint8_t* in, int64_t n, int64_t block, T* out) {
   const int64_t nb = blocks_of(n, block);
   const auto* q = reinterpret_cast<const int8_t*>(in + nb * 4);
-  const bool avx2 = have_avx2();
+  [[maybe_unused]] const bool avx2 = have_avx2();
   at::parallel_for(0, nb, grain(block), [&](int64_t b0, int64_t b1) {
-    if (avx2) {
-      decode_blocks_avx2<kAdd>(in, q, n, block, b0, b1, out);
-    } else {
-      decode_blocks_portable<kAdd>(in, q, n, block, b0, b1, out);
-    }
+#if ZS_QUANT_AVX2
+    if (avx2) return decode_blocks_avx2<kAdd>(in, q, n, block, b0, b1, out);
+#endif
+    decode_blocks_portable<kAdd>(in, q, n, block, b0, b1, out);
   });
 }
 

@@ -313,7 +313,6 @@ class TrackingAllocator final : public c10::Allocator {
   }
 
  public:
-
   // LibTorch >= 2.3 declares this pure virtual; older versions do not have it (hence no override).
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
