@@ -232,7 +232,23 @@ struct CacheGuard {
 
 TEST(HostMemoryCache, TheSessionSizesItFromMemoryHostCacheMib) {
   EXPECT_EQ(host_memory_stats().cache_limit, 256 * kMiB) << "the test main's Session applies the default, 256 MiB";
-  EXPECT_THROW(set_host_memory_cache_limit(-1, "test"), UsageError);
+  try {
+    set_host_memory_cache_limit(-1, "test");
+    ADD_FAILURE() << "a negative cache limit must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("test: the host memory cache limit must be >= 0 bytes, got -1"),
+              std::string::npos) << e.what();
+  }
+  MemoryOptions bad;
+  bad.host_cache_mib = -1;
+  try {
+    apply_memory_options(bad, c10::Device(c10::kCPU), 0, 1);
+    ADD_FAILURE() << "memory.host_cache_mib = -1 must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("memory.host_cache_mib = -1 is out of range [0, 1048576]"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(host_memory_stats().cache_limit, 256 * kMiB) << "a refused value changes nothing";
 }
 
 TEST(HostMemoryCache, AFreedBlockServesTheNextRequestOfExactlyItsSize) {
