@@ -11,6 +11,7 @@ Needs root (scripts/netsim.sh makes the network namespaces). For each link rate,
 runs, in interleaved rounds (the order flipped every round), train_gpt with each strategy
 (HYBRID_SHARD: a shard group per node; FULL_SHARD:INT8: with int8 parameter gathers;
 FULL_SHARD:QGRAD: with int8 gradient reduce-scatters; FULL_SHARD:INT8:QGRAD: both;
+FULL_SHARD:HPZ: hpZ, backward's parameter gathers inside each node;
 FULL_SHARD:ONE_CALL: each collective over all ranks at once instead of in two stages) and the
 PyTorch peer: the same GPT (tests/python/zs_gpt.py)
 under DistributedDataParallel over gloo, one process per rank started by the same mpirun, so both
@@ -45,7 +46,7 @@ from peer_common import fail  # noqa: E402
 NETSIM = os.path.join(ROOT, "scripts", "netsim.sh")
 # What a strategy's ":VARIANT" suffix sets.
 VARIANTS = {"INT8": "sharding.gather_quantization=INT8", "QGRAD": "sharding.reduce_quantization=INT8",
-            "ONE_CALL": "comm.node_stages=false"}
+            "ONE_CALL": "comm.node_stages=false", "HPZ": "sharding.hpz_group_size=0"}
 
 
 def link_bytes():
@@ -134,6 +135,7 @@ def main():
     ap.add_argument("--strategies", default="FULL_SHARD,FULL_SHARD:INT8,SHARD_GRAD_OP,HYBRID_SHARD",
                     help="comma-separated; STRATEGY:INT8 adds sharding.gather_quantization=INT8, "
                          "STRATEGY:QGRAD sharding.reduce_quantization=INT8, "
+                         "STRATEGY:HPZ sharding.hpz_group_size=0 (backward's gathers inside each node), "
                          "STRATEGY:ONE_CALL comm.node_stages=false (each collective over all ranks at once)")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     # Internal: the inside of one rate, and one rank of the PyTorch peer.

@@ -245,7 +245,7 @@ class Importer {
                  "allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                  "stage3_max_live_parameters", "stage3_max_reuse_distance", "sub_group_size",
                  "stage3_gather_16bit_weights_on_model_save", "zero_quantized_weights",
-                 "zero_quantized_gradients"});
+                 "zero_quantized_gradients", "zero_hpz_partition_size"});
     const int64_t stage = z.contains("stage") ? integer(z, "stage", p) : 0;
     if (stage == 1) {
       fail(p + ".stage", "ZeRO stage 1 (optimizer state sharded, gradients replicated) has no zeroshard "
@@ -269,6 +269,14 @@ class Importer {
              "quantized gradients need stage 2 or 3 (stage 0 all-reduces its gradients exactly)");
       }
       set(p + ".zero_quantized_gradients", "sharding.reduce_quantization=INT8");
+    }
+    if (z.contains("zero_hpz_partition_size")) {
+      const int64_t hpz = integer(z, "zero_hpz_partition_size", p);
+      if (hpz < 1) fail(p + ".zero_hpz_partition_size", "expected 1 or more ranks, got " + std::to_string(hpz));
+      if (hpz > 1 && stage != 3) {
+        fail(p + ".zero_hpz_partition_size", "a secondary partition needs stage 3 (parameters gathered for backward)");
+      }
+      set(p + ".zero_hpz_partition_size", "sharding.hpz_group_size=" + std::to_string(hpz));
     }
     only(z, "overlap_comm", true, "gathers and reductions always run beside compute", p);
     only(z, "contiguous_gradients", true, "each unit's gradients are one contiguous buffer", p);

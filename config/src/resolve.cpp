@@ -162,6 +162,7 @@ ShardingOptions sharding_options(const Config& c) {
   const auto& s = c.sharding();
   set_strategy(s, &o);
   o.hybrid_group_size = s.hybrid_group_size();
+  o.hpz_group_size = s.hpz_group_size();
   o.forward_prefetch = s.forward_prefetch();
   o.limit_all_gathers = s.limit_all_gathers();
   o.sync_module_states = s.sync_module_states();

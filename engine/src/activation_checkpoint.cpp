@@ -25,6 +25,7 @@ namespace zeroshard {
 namespace {
 
 thread_local uint64_t t_checkpoint_forwards = 0;
+thread_local int t_checkpoint_forward_depth = 0;  // checkpointed forward runs in progress
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
@@ -119,6 +120,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     std::vector<at::Tensor> outputs;
     {
       at::NoGradGuard no_grad;
+      struct Depth {
+        Depth() { ++t_checkpoint_forward_depth; }
+        ~Depth() { --t_checkpoint_forward_depth; }
+      } depth;
       outputs = state->fn(inputs);
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -232,5 +237,6 @@ at::Tensor checkpoint_sequential(torch::nn::Sequential& seq, int segments, const
 }
 
 uint64_t detail::checkpoint_forwards_on_this_thread() { return t_checkpoint_forwards; }
+bool detail::in_checkpoint_forward() { return t_checkpoint_forward_depth > 0; }
 
 }  // namespace zeroshard

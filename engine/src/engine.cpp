@@ -546,6 +546,7 @@ torch::nn::Module& ShardingEngine::model() { return *impl_->model; }
 
 void ShardingEngine::step(ShardedOptimizer& optimizer) {
   impl_->require_finished_backward("step()");
+  impl_->drop_secondaries();  // hpZ: slices of the values this step replaces
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) {
       ZS_REQUIRE(!f->has_grad_buffer() && !f->reduce_pending(), UsageError, "step() with gradients of unit '",

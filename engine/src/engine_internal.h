@@ -89,6 +89,7 @@ struct ShardingEngineImpl {
   void begin_backward();
   // The final callback of a backward: reduces what never fired, waits for every reduction.
   void finalize_backward();
+  void drop_secondaries() noexcept;  // hpZ (engine_root.cpp)
   // At the loss (the root's first hook): units none of whose outputs the backward reaches will not
   // run backward; they reshard now and prefetch skips them.
   void mark_idle_units(const std::unordered_set<torch::autograd::Node*>& graph);

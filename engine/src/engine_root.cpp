@@ -93,6 +93,7 @@ void ShardingEngineImpl::finalize_backward() {
     if (options.strategy != ShardingStrategy::kNoShard) u->reshard();
     u->reset_pass();
   }
+  drop_secondaries();
   ++backward_passes;
   reducing.clear();
   replica_reducing.clear();
@@ -130,6 +131,7 @@ void ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
     }
     u->reset_pass();
   }
+  drop_secondaries();
   ++backward_passes;
   reducing.clear();
   replica_reducing.clear();
@@ -139,6 +141,15 @@ void ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
   if (forward_failed) set_memory_phase(outer_forward_phase);
   callback_queued = false;
   forward_failed = false;
+}
+
+// hpZ's slices hold the values of the forward they were kept at; every rank drops them at the
+// same points (the end of a backward, a forward's start, a step, a reset), so the next gathers of
+// a unit are of one kind on every rank.
+void ShardingEngineImpl::drop_secondaries() noexcept {
+  for (auto& u : units) {
+    for (auto& f : u->flats) f->drop_secondary();
+  }
 }
 
 void ShardingEngineImpl::require_finished_backward(const char* what) const {
@@ -214,6 +225,7 @@ void ShardingEngine::begin_root() {
     }
   }
   impl_->order->begin_forward();
+  impl_->drop_secondaries();
   impl_->root_active = true;
   impl_->outer_forward_phase = current_memory_phase();
   if (impl_->options.autocast) {

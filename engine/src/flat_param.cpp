@@ -54,6 +54,7 @@ FlatParam::FlatParam(std::string name, std::vector<ParamSlot> slots, bool traina
 }
 
 FlatParam::~FlatParam() {
+  drop_secondary();
   grad_.reset();
   storage_.reset();
   if (full_allocated_ && !aliased_) mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
@@ -182,6 +183,11 @@ void FlatParam::alloc_full_storage() {
 std::shared_ptr<Work> FlatParam::start_gather(const std::string& tag, int64_t* elements, int64_t* bytes) {
   if (gathered()) return nullptr;
   alloc_full_storage();
+  if (secondary_.defined()) {  // hpZ: the slices kept after the forward, gathered inside the secondary group
+    *elements += padded_;
+    if (bytes != nullptr) *bytes += lp_bytes(padded_);
+    return secondary_group_->all_gather_into(full_, secondary_, tag + ".hpz");
+  }
   return storage_->gather({full_, shard_group_.get(), tag, elements, bytes, gather_quant_block_, &gather_staging_});
 }
 
@@ -195,6 +201,20 @@ void FlatParam::free_full() {
   impl->set_nbytes(0);
   full_allocated_ = false;
   mem_->sub(MemCategory::kGatheredParams, lp_bytes(padded_));
+}
+
+void FlatParam::keep_secondary() {
+  if (secondary_group_ == nullptr || secondary_.defined() || aliased_ || !full_allocated_) return;
+  const int64_t len = padded_ / secondary_group_->size();
+  c10::AutoGradMode no_grad(false);
+  secondary_ = full_.narrow(0, secondary_group_->rank() * len, len).clone();
+  mem_->add(MemCategory::kGatheredParams, lp_bytes(len));
+}
+
+void FlatParam::drop_secondary() noexcept {
+  if (!secondary_.defined()) return;
+  mem_->sub(MemCategory::kGatheredParams, lp_bytes(secondary_.numel()));
+  secondary_ = at::Tensor();
 }
 
 at::Tensor FlatParam::gather_values(const std::string& tag) {

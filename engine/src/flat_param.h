@@ -71,7 +71,10 @@ class FlatParam final : public FlatShard {
   void release_shard() override { storage_->release(nullptr); }
   bool gradients_pending() const override { return has_grad_buffer() || reduce_pending(); }
   void free_gathered() override { free_full(); }
-  void mark_values_replaced() override { values_replaced_ = true; }
+  void mark_values_replaced() override {
+    values_replaced_ = true;
+    drop_secondary();
+  }
 
   // Set by mark_values_replaced until a step has handed the values to the optimizer.
   bool values_replaced() const { return values_replaced_; }
@@ -134,6 +137,19 @@ class FlatParam final : public FlatShard {
   void quantize_reduces(int64_t block) { reduce_quant_block_ = block; }
   // Frees the full buffer's storage (no-op when aliased or already free).
   void free_full();
+
+  // --- hpZ (ShardingOptions::hpz_group_size) ---
+  // Backward's gathers may run inside `group`, a split of the shard group (set at build time).
+  void use_secondary_group(std::shared_ptr<Communicator> group) { secondary_group_ = std::move(group); }
+  // While gathered (after the forward, before resharding): keeps this rank's 1/L slice of the
+  // gathered values (L: the secondary group's size; slice j for its rank j there), so that until
+  // drop_secondary every start_gather gathers the L slices inside the secondary group, values
+  // bitwise what this gather delivered. No-op without a secondary group, when aliased, not
+  // gathered, or already kept. Every rank of the shard group must keep and drop alike (the
+  // engine does both at points every rank passes), or the two kinds of gathers would mismatch.
+  void keep_secondary();
+  void drop_secondary() noexcept;
+  bool has_secondary() const { return secondary_.defined(); }
   // The unsharded fp32 values (collective over the shard group): padded flat tensor.
   at::Tensor gather_values(const std::string& tag);
 
@@ -206,6 +222,8 @@ class FlatParam final : public FlatShard {
   int64_t gather_quant_block_ = 0;
   int64_t reduce_quant_block_ = 0;
   std::vector<at::Tensor> gather_staging_;  // a quantized gather's buffers, until free_full
+  std::shared_ptr<Communicator> secondary_group_;  // hpZ; null without
+  at::Tensor secondary_;    // [padded / L] in param_dtype: this rank's slice, between keep and drop
   at::Tensor grad_buffer_;  // [padded] or undefined
   at::Tensor pending_out_;  // the reduction's result in reduce_dtype: defined from start to finish
   int64_t staged_bytes_ = 0;  // of pending_out_, counted as comm buffers (0 when it is grad_buffer_)

@@ -49,19 +49,22 @@ namespace {
 // would hang the others). Returns the nodes, by rank.
 std::vector<int> agree_on_plan(Session& session, const ShardingOptions& options) {
   const int n = session.world()->size();
-  at::Tensor mine = at::empty({3}, at::kLong);
+  constexpr int kFacts = 4;
+  at::Tensor mine = at::empty({kFacts}, at::kLong);
   mine[0] = static_cast<int64_t>(options.strategy);
   mine[1] = options.hybrid_group_size;
   mine[2] = node_id(session);
-  at::Tensor all = at::empty({3 * n}, at::kLong);
+  mine[3] = options.hpz_group_size;
+  at::Tensor all = at::empty({kFacts * n}, at::kLong);
   session.world()->all_gather_into(all, mine, "zs.sharding_plan")->wait();
-  std::vector<int64_t> strategies(n), sizes(n);
+  std::vector<int64_t> strategies(n), sizes(n), hpz(n);
   std::vector<int> nodes(n);
   const int64_t* v = all.data_ptr<int64_t>();
   for (int k = 0; k < n; ++k) {
-    strategies[k] = v[3 * k];
-    sizes[k] = v[3 * k + 1];
-    nodes[k] = static_cast<int>(v[3 * k + 2]);
+    strategies[k] = v[kFacts * k];
+    sizes[k] = v[kFacts * k + 1];
+    nodes[k] = static_cast<int>(v[kFacts * k + 2]);
+    hpz[k] = v[kFacts * k + 3];
   }
   auto differ = [](const std::vector<int64_t>& x) {
     return std::adjacent_find(x.begin(), x.end(), std::not_equal_to<>()) != x.end();
@@ -72,6 +75,9 @@ std::vector<int> agree_on_plan(Session& session, const ShardingOptions& options)
   const bool hybrid = options.strategy == ShardingStrategy::kHybridShard;
   ZS_REQUIRE(!hybrid || !differ(sizes), ConfigError, "ranks disagree on sharding.hybrid_group_size: ",
              values_by_rank(sizes, [](int64_t s) { return std::to_string(s); }),
+             "; every rank must wrap its model with the same sharding options (the same config)");
+  ZS_REQUIRE(!differ(hpz), ConfigError, "ranks disagree on sharding.hpz_group_size: ",
+             values_by_rank(hpz, [](int64_t s) { return std::to_string(s); }),
              "; every rank must wrap its model with the same sharding options (the same config)");
   return nodes;
 }
@@ -96,12 +102,26 @@ std::pair<std::shared_ptr<Communicator>, std::shared_ptr<Communicator>> split_gr
 ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda) {
   ShardGroups g;
   g.comm = on_cuda ? session.device_world() : session.world();
+  ZS_REQUIRE(options.hpz_group_size == 1 || options.offload_params.target == OffloadTarget::kDevice, ConfigError,
+             "sharding.hpz_group_size = ", options.hpz_group_size, " keeps a slice of each unit's gathered parameters "
+             "in memory from forward to backward, but offload.params = ", to_string(options.offload_params.target),
+             " moves the parameter shards out of memory; set sharding.hpz_group_size = 1 or keep the parameters on "
+             "the device");
   if (g.comm->size() == 1) {
+    ShardingPlan one = plan_sharding(options.strategy, 1, 1, 1);  // one rank: any hybrid group size
+    plan_secondary_groups(one, options.hpz_group_size, std::vector<int>{0});  // ConfigError unless hpZ is off
     g.shard_group = g.comm;
     g.host_shard_group = session.world();
     return g;
   }
-  const ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, agree_on_plan(session, options));
+  const std::vector<int> nodes = agree_on_plan(session, options);
+  ShardingPlan plan = plan_sharding(options.strategy, options.hybrid_group_size, nodes);
+  plan_secondary_groups(plan, options.hpz_group_size, nodes);
+  if (plan.secondary_groups_cross_nodes && g.comm->rank() == 0) {
+    ZS_LOG(kWarn) << "sharding.hpz_group_size = " << options.hpz_group_size << ": secondary groups of "
+                  << plan.secondary_group_size << " consecutive ranks span two nodes in this placement, so "
+                     "backward's gathers cross the network; use hpz_group_size = 0 (the ranks of a node)";
+  }
   if (plan.groups_cross_nodes && g.comm->rank() == 0) {
     ZS_LOG(kWarn) << "sharding.hybrid_group_size = " << plan.shard_group_size << ": shard groups of consecutive "
                   << "ranks span two nodes in this placement (ranks are not placed by node), so their all-gathers "
@@ -109,6 +129,10 @@ ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, 
                      "(a group per node)";
   }
   std::tie(g.shard_group, g.replicate_group) = split_groups(g.comm, plan);
+  if (plan.secondary_group_size > 1) {
+    const int r = g.comm->rank();
+    g.secondary_group = g.shard_group->split(plan.secondary_group_color(r), r);
+  }
   if (!on_cuda) {
     g.host_shard_group = g.shard_group;
     g.host_replicate_group = g.replicate_group;
@@ -185,7 +209,11 @@ std::vector<std::unique_ptr<FlatParam>> make_unit_flats(const std::string& unit,
     flats.push_back(std::make_unique<FlatParam>(flat_name(unit, trainable, codec.get()), std::move(list), trainable,
                                                 groups.shard_group, groups.replicate_group, mem, options.param_dtype,
                                                 options.reduce_dtype, offloaded && !encoded, std::move(codec)));
-    if (!encoded) flats.back()->quantize_gathers(options.gather_quant_block);
+    if (!encoded) {
+      flats.back()->quantize_gathers(options.gather_quant_block);
+      // Encoded shards gather their compact encoding; a param_dtype slice would gather more bytes.
+      if (groups.secondary_group != nullptr) flats.back()->use_secondary_group(groups.secondary_group);
+    }
     if (trainable) flats.back()->quantize_reduces(options.reduce_quant_block);
   };
   add(slots.trainable, true, nullptr);

@@ -17,6 +17,8 @@ struct ShardGroups {
   std::shared_ptr<Communicator> comm;             // all ranks, for the parameters' device
   std::shared_ptr<Communicator> shard_group;
   std::shared_ptr<Communicator> replicate_group;  // null when not replicated
+  // hpZ: this rank's secondary group, a split of shard_group (null without hpZ).
+  std::shared_ptr<Communicator> secondary_group;
   // The same groups over the host communicator (CPU tensors, MPI): the device groups themselves
   // on CPU. For small checks that must not wait for the device's queue.
   std::shared_ptr<Communicator> host_shard_group;
@@ -24,7 +26,8 @@ struct ShardGroups {
 };
 
 // Collective over all ranks (splits communicators). Throws ConfigError for a hybrid group size
-// that does not divide the world.
+// that does not divide the world, and for hpZ groups the job cannot make (plan_secondary_groups)
+// or with offloaded parameters.
 ShardGroups make_shard_groups(Session& session, const ShardingOptions& options, bool on_cuda);
 
 // One line per parameter of `f`: name, shape, dtype, device type, frozen flag (and "nf4" for an

@@ -196,7 +196,15 @@ void ShardedUnit::post_forward(const std::vector<at::Tensor>& outputs) {
   // A recomputation is followed at once by the unit's own backward: stay gathered until then.
   const bool recomputing = backward && c10::GradMode::is_enabled();
   if (checkpoint_forwards_on_this_thread() != pass.checkpoints_before_forward) pass.forward_checkpoints = true;
-  if (host_.reshard_after_forward() && !is_root && !recomputing) reshard();
+  if (host_.reshard_after_forward() && !is_root && !recomputing) {
+    // hpZ: a forward that backward will follow keeps each flat parameter's slice for it (a
+    // checkpointed run records no gradient, but its recomputation in backward gathers again).
+    if (!backward && (c10::GradMode::is_enabled() || in_checkpoint_forward())) {
+      complete_unshard();
+      for (auto& f : flats) f->keep_secondary();
+    }
+    reshard();
+  }
   if (!is_root) set_memory_phase(backward ? host_.root().phase_backward() : host_.root().phase_forward());
   if (!c10::GradMode::is_enabled()) return;
   for (const at::Tensor& t : outputs) {
@@ -293,6 +301,7 @@ void ShardedUnit::post_backward() {
     host_.reduction_started(*this, compute);
   }
   if (host_.options().strategy != ShardingStrategy::kNoShard) reshard();
+  for (auto& f : flats) f->drop_secondary();  // hpZ: the unit's backward is done
   if (host_.options().backward_prefetch == BackwardPrefetch::kBackwardPost) {
     host_.schedule().prefetch(forward_index - 1, /*backward=*/true);
   }

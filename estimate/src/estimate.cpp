@@ -47,9 +47,15 @@ ShardingPlan plan_for(const EstimateOptions& o) {
   ZS_REQUIRE(o.world_size >= 1, UsageError, "EstimateOptions.world_size = ", o.world_size, " must be at least 1");
   ZS_REQUIRE(o.ranks_per_node >= 1, UsageError, "EstimateOptions.ranks_per_node = ", o.ranks_per_node, " must be at least 1");
   // One rank: a shard group of one whatever the hybrid group size says (as the engine).
-  if (o.world_size == 1) return plan_sharding(o.sharding.strategy, 1, 1, 1);
-  return plan_sharding(o.sharding.strategy, o.sharding.hybrid_group_size, o.world_size,
-                       std::min(o.ranks_per_node, o.world_size));
+  if (o.world_size == 1) {
+    ShardingPlan one = plan_sharding(o.sharding.strategy, 1, 1, 1);
+    plan_secondary_groups(one, o.sharding.hpz_group_size, 1);  // ConfigError unless hpZ is off, as the engine
+    return one;
+  }
+  const int l = std::min(o.ranks_per_node, o.world_size);
+  ShardingPlan p = plan_sharding(o.sharding.strategy, o.sharding.hybrid_group_size, o.world_size, l);
+  plan_secondary_groups(p, o.sharding.hpz_group_size, l);
+  return p;
 }
 
 int dtype_bytes(c10::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
@@ -115,7 +121,15 @@ class StepReplay {
       for (int j = 0; j <= last; ++j) g += at(j);
       return g;
     }
-    return root_ + at(i) + (backward ? (bwd_prefetch_ ? at(i - 1) : 0) : (fwd_prefetch_ ? at(i + 1) : 0));
+    return root_ + at(i) + (backward ? (bwd_prefetch_ ? at(i - 1) : 0) : (fwd_prefetch_ ? at(i + 1) : 0)) +
+           slices(backward ? i + 1 : i);
+  }
+  // hpZ: the slices the units before `end` keep from their forward until their backward is done.
+  int64_t slices(int end) const {
+    int64_t s = 0;
+    if (plan_.secondary_group_size == 1) return 0;
+    for (int j = 0; j < end && j < units_; ++j) s += at(j) / plan_.secondary_group_size;
+    return s;
   }
 
   int64_t forward_peak() const {
@@ -313,6 +327,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   ZS_REQUIRE(!f.empty(), UsageError, "the model has no parameters to estimate");
   MemoryEstimate e;
   const ShardingPlan plan = plan_for(o);
+  ZS_REQUIRE(plan.secondary_group_size == 1 || o.offload_params == Target::kDevice, ConfigError,
+             "sharding.hpz_group_size = ", o.sharding.hpz_group_size, " keeps a slice of each unit's gathered "
+             "parameters in memory from forward to backward, but the parameters are offloaded (offload.params = ",
+             o.offload_params == Target::kCpu ? "CPU" : "NVME", "); the engine refuses the two together");
   const int n = plan.shard_group_size;
   e.shard_group = n;
   const int p = dtype_bytes(o.sharding.param_dtype), r = dtype_bytes(o.sharding.reduce_dtype);
@@ -339,6 +357,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     e.gathered_params_peak = padded_total * p;  // gathered from forward to backward (NO_SHARD: always)
   } else {
     e.gathered_params_peak = root_padded * p + largest_units(model, n, prefetch ? 2 : 1, lp);
+    // hpZ: at most every unit's slice, kept from its forward until its backward.
+    if (plan.secondary_group_size > 1) e.gathered_params_peak += (padded_total - root_padded) / plan.secondary_group_size * p;
   }
   // A unit's gradient buffer lives until the next unit's gradients are ready, except where the
   // replica all-reduce works on it in place (one-rank shard group, no cast): then until the end of
@@ -409,6 +429,8 @@ StepCommEstimate estimate_step_comm(const ModelShape& model, const EstimateOptio
     } else if (replicas > 1 && n != l) {
       e.not_modelled = detail::concat("replicas of a shard on one node (shard groups of ", n, " ranks, ", l,
                                       " per node): the all-reduce's path is Open MPI's");
+    } else if (plan.secondary_groups_cross_nodes) {
+      e.not_modelled = detail::concat("hpZ groups of ", plan.secondary_group_size, " ranks straddle nodes of ", l);
     } else if (!o.reduce_scatter_ring && group_nodes > 1 && o.sharding.reduce_quant_block == 0) {
       e.not_modelled = "comm.reduce_scatter_ring = false: MPI_Reduce_scatter_block's path is Open MPI's";
     }
@@ -427,7 +449,8 @@ StepCommEstimate estimate_step_comm(const ModelShape& model, const EstimateOptio
       const double shard_bytes = o.sharding.gather_quant_block > 0
                                      ? static_cast<double>(quant::int8_encoded_bytes(shard, o.sharding.gather_quant_block))
                                      : static_cast<double>(shard) * pbytes;
-      const double gathers = reshard && !root ? 2 : 1;
+      // Forward's gather, and backward's again after a reshard, unless hpZ keeps it inside the node.
+      const double gathers = reshard && !root && plan.secondary_group_size == 1 ? 2 : 1;
       e.link_bytes += gathers * (stages ? 1.0 : group_l) * across * n * shard_bytes;
       e.messages += gathers * (k - 1);
       if (o.sharding.reduce_quant_block > 0) {
@@ -488,6 +511,8 @@ void format_table(std::ostringstream& os, const ModelShape& model, const Estimat
     for (const Mode& m : modes) {
       EstimateOptions o = options;
       o.sharding.strategy = strategy;
+      // hpZ where the config asks for it (its strategy, parameters on the device); the other rows without.
+      if (strategy != options.sharding.strategy || m.params != Target::kDevice) o.sharding.hpz_group_size = 1;
       o.offload_optimizer = m.opt;
       o.offload_params = m.params;
       o.offload_grads = m.grads;
@@ -550,11 +575,12 @@ std::string format_step_comm(const ModelShape& model, const EstimateOptions& opt
   char line[320];
   const int l = std::min(options.ranks_per_node, options.world_size);
   std::snprintf(line, sizeof(line),
-                "\ncommunication per step over links of %.4g Gb/s each way, %.4g us latency, %d node(s) of %d rank(s)%s%s%s:\n",
+                "\ncommunication per step over links of %.4g Gb/s each way, %.4g us latency, %d node(s) of %d rank(s)%s%s%s%s:\n",
                 link.bytes_per_s * 8 / 1e9, link.latency_s * 1e6, options.world_size / std::max(l, 1), l,
                 options.node_stages ? "" : ", one collective over all ranks (comm.node_stages = false)",
                 options.sharding.gather_quant_block > 0 ? ", int8 parameter gathers" : "",
-                options.sharding.reduce_quant_block > 0 ? ", int8 gradient reduce-scatters" : "");
+                options.sharding.reduce_quant_block > 0 ? ", int8 gradient reduce-scatters" : "",
+                options.sharding.hpz_group_size != 1 ? ", hpZ (backward's gathers in secondary groups; * row)" : "");
   os << line;
   std::snprintf(line, sizeof(line), "  %-14s %16s %10s %24s %8s\n", "strategy", "link MB/node/step", "comm s",
                 "step s (min..max)", "exposed");
@@ -562,6 +588,7 @@ std::string format_step_comm(const ModelShape& model, const EstimateOptions& opt
   for (auto strategy : {Strategy::kFullShard, Strategy::kShardGradOp, Strategy::kHybridShard, Strategy::kNoShard}) {
     EstimateOptions o = options;
     o.sharding.strategy = strategy;
+    if (strategy != options.sharding.strategy) o.sharding.hpz_group_size = 1;  // hpZ on the configured row only
     const char* mark = strategy == options.sharding.strategy ? "*" : " ";
     StepCommEstimate e;
     try {

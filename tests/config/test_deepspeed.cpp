@@ -134,6 +134,9 @@ TEST(DeepSpeedConfig, TrapsAndDeepSpeedsOwnDefaults) {
                 .sharding()
                 .reduce_quantization(),
             config::ReduceQuantization::NONE);
+  // ZeRO++'s secondary partition (hpZ): backward gathers inside groups of that many ranks.
+  EXPECT_EQ(imported(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 8}})").sharding().hpz_group_size(), 8);
+  EXPECT_EQ(imported(R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 1}})").sharding().hpz_group_size(), 1);
 }
 
 TEST(DeepSpeedConfig, WhatHasNoMeaningHereIsRefusedWithItsKey) {
@@ -161,6 +164,11 @@ TEST(DeepSpeedConfig, WhatHasNoMeaningHereIsRefusedWithItsKey) {
   EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 0, "zero_quantized_gradients": true}})"),
             "ds.json: DeepSpeed key 'zero_optimization.zero_quantized_gradients': quantized gradients need stage 2 or "
             "3 (stage 0 all-reduces its gradients exactly)" + tail);
+  EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 2, "zero_hpz_partition_size": 4}})"),
+            "ds.json: DeepSpeed key 'zero_optimization.zero_hpz_partition_size': a secondary partition needs stage 3 "
+            "(parameters gathered for backward)" + tail);
+  EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 0}})"),
+            "ds.json: DeepSpeed key 'zero_optimization.zero_hpz_partition_size': expected 1 or more ranks, got 0" + tail);
   EXPECT_EQ(refusal(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})"),
             "ds.json: DeepSpeed key 'zero_optimization.overlap_comm': only true has a meaning here: gathers and "
             "reductions always run beside compute" + tail);

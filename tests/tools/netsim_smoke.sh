@@ -19,6 +19,10 @@
 #   5. FULL_SHARD with int8 gradient reduce-scatters (sharding.reduce_quantization; all-to-all in
 #      two stages) at 2 x 2 ranks against case 3's exact ones: the links carry below 0.8 of the
 #      bytes, and what a step adds is within 10% of zeroshard-estimate's prediction for it.
+#   6. FULL_SHARD with hpZ's groups per node (sharding.hpz_group_size = 0) at 2 x 2 ranks against
+#      case 3's: backward's gathers stay inside the node, so the links carry below 0.85 of the
+#      bytes, what a step adds is within 10% of zeroshard-estimate's prediction for it, and the
+#      losses are bitwise case 3's.
 #   0. netsim.sh's refusals of bad options (before any namespace is made).
 # Usage: netsim_smoke.sh NETSIM TRAIN_GPT CONFIG WORKDIR ESTIMATE
 set -eu
@@ -160,4 +164,24 @@ predicted_q=$(predicted --set sharding.reduce_quantization=INT8)
 python3 -c "import sys; d = ($qgrad16_sent - $qgrad_sent) / 12; sys.exit(0 if abs(d - $predicted_q) <= 0.1 * $predicted_q else 1)" \
   || fail "a step with int8 reduce-scatters added $(( (qgrad16_sent - qgrad_sent) / 12 )) bytes to the busiest link, the estimate says $predicted_q"
 echo "ok: int8 reduce-scatters: $qgrad16_sent bytes over 16 steps against $full16_sent exact; a step adds $(( (qgrad16_sent - qgrad_sent) / 12 )), zeroshard-estimate: $predicted_q"
+echo "== 6. FULL_SHARD with hpZ (a secondary group per node), 2 x 2 ranks"
+run hpz4 2 2 --set sharding.hpz_group_size=0
+STEPS=16 run hpz4_16 2 2 --set sharding.hpz_group_size=0
+hpz_sent=$(busiest hpz4)
+hpz16_sent=$(busiest hpz4_16)
+# Per parameter and step over a link: forward's bf16 gather (1 byte in stages) and the fp32
+# reduce-scatter (2) stay, backward's gather (1) stays inside the node: about 0.75 of the bytes.
+python3 -c "import sys; sys.exit(0 if $hpz16_sent < 0.85 * $full16_sent else 1)" \
+  || fail "hpZ sent $hpz16_sent bytes over a link, FULL_SHARD $full16_sent: not below 0.85 of them"
+predicted_h=$(predicted --set sharding.hpz_group_size=0)
+python3 -c "import sys; d = ($hpz16_sent - $hpz_sent) / 12; sys.exit(0 if abs(d - $predicted_h) <= 0.1 * $predicted_h else 1)" \
+  || fail "a step with hpZ added $(( (hpz16_sent - hpz_sent) / 12 )) bytes to the busiest link, the estimate says $predicted_h"
+/usr/bin/python3 - "$work/full4_16.metrics.jsonl" "$work/hpz4_16.metrics.jsonl" <<'PY' || fail "hpZ trained differently"
+import json, sys
+losses = [[r["loss"] for r in map(json.loads, open(f)) if "loss" in r and "eval" not in r and "summary" not in r]
+          for f in sys.argv[1:]]
+if len(losses[0]) != 16 or losses[0] != losses[1]:
+    sys.exit(f"FULL_SHARD losses {losses[0]}, with hpZ {losses[1]}")
+PY
+echo "ok: hpZ: $hpz16_sent bytes over 16 steps against $full16_sent; a step adds $(( (hpz16_sent - hpz_sent) / 12 )), zeroshard-estimate: $predicted_h; losses bitwise FULL_SHARD's"
 echo "ALL PASSED"

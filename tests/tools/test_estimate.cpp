@@ -428,6 +428,21 @@ TEST(EstimateStepComm, RefusalsAndLayouts) {
   EXPECT_GT(zs::estimate_step_comm(gpt, qgrad, link).link_bytes, qgrad_staged);
   qgrad.reduce_scatter_ring = false;
   EXPECT_EQ(zs::estimate_step_comm(gpt, qgrad, link).not_modelled, "");
+  // hpZ with a group per node: backward's gathers leave the links, the reduce-scatters do not
+  // (between FULL_SHARD's bytes and those without any parameter gather); groups of 4 over nodes
+  // of 2 are not modelled; SHARD_GRAD_OP cannot keep slices (a ConfigError, as the engine).
+  zs::EstimateOptions hpz = o;
+  hpz.sharding.hpz_group_size = 0;
+  const double hpz_bytes = zs::estimate_step_comm(gpt, hpz, link).link_bytes;
+  EXPECT_LT(hpz_bytes, staged);
+  EXPECT_GT(hpz_bytes, staged / 2);
+  zs::EstimateOptions wide = hpz;
+  wide.world_size = 8;
+  wide.sharding.hpz_group_size = 4;
+  EXPECT_EQ(zs::estimate_step_comm(gpt, wide, link).not_modelled, "hpZ groups of 4 ranks straddle nodes of 2");
+  hpz.sharding.strategy = zs::ShardingStrategy::kShardGradOp;
+  EXPECT_CONTAINS(zs::test::message_of<zs::ConfigError>([&] { zs::estimate_step_comm(gpt, hpz, link); }),
+                  "sharding.strategy = SHARD_GRAD_OP keeps them gathered");
   // With the compute time the step lies between its bounds, and latency adds to the time only.
   const zs::StepCommEstimate timed = zs::estimate_step_comm(gpt, o, {12.5e6, 50e-6, 0.3});
   EXPECT_LE(timed.step_min_s, timed.step_s);

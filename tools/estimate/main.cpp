@@ -105,7 +105,7 @@ int run(int argc, char** argv) {
   // of another key, e.g. offload.io_backend or precision.frozen_linear, is refused: it would not
   // change the estimate).
   zs::Program program{"zeroshard-estimate",
-                      {{"sharding.strategy", "sharding.hybrid_group_size", "sharding.forward_prefetch",
+                      {{"sharding.strategy", "sharding.hybrid_group_size", "sharding.hpz_group_size", "sharding.forward_prefetch",
                         "sharding.backward_prefetch", "sharding.limit_all_gathers", "precision.param_dtype", "precision.reduce_dtype", "optimizer.type",
                         "optimizer.momentum", "offload.optimizer", "offload.params", "offload.grads",
                         "offload.keep_param_dtype_shard", "offload.buffer_count", "offload.block_size",

@@ -70,6 +70,9 @@ namespace detail {
 // unit's forward: a checkpoint inside a unit hides part of the unit's backward in a nested
 // autograd pass, which the graph the unit's backward starts in does not show.
 uint64_t checkpoint_forwards_on_this_thread();
+// Whether this thread is inside a checkpointed forward run (gradient recording off there, and a
+// recomputation in backward to follow).
+bool in_checkpoint_forward();
 }  // namespace detail
 
 }  // namespace zeroshard

@@ -30,6 +30,14 @@ const char* to_string(BufferSync b);  // "AVERAGE", "BROADCAST", "NONE"
 struct ShardingOptions {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   int hybrid_group_size = 0;  // HYBRID_SHARD: ranks per shard group; 0 = ranks of one node
+  // hpZ (ZeRO++'s secondary partition; FULL_SHARD, HYBRID_SHARD): after a unit's forward each rank
+  // keeps 1/hpz_group_size of the unit's gathered parameters (param_dtype, in memory) until the
+  // unit's backward, whose gathers then run inside groups of hpz_group_size consecutive ranks of
+  // the shard group (0: the ranks of the shard group on one node) instead of across it: with a
+  // group per node, backward's parameter gathers never leave the node. 1: off. Values and
+  // gradients are bitwise those without hpZ. Not with offloaded parameters (plan.h's
+  // plan_secondary_groups says which sizes are allowed).
+  int hpz_group_size = 1;
   bool forward_prefetch = true;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
   int limit_all_gathers = 2;  // all-gathers in flight at once

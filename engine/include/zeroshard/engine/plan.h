@@ -41,6 +41,15 @@ struct ShardingPlan {
   // Blocks of consecutive ranks that span two nodes although one node could hold a whole group
   // (a placement the group size did not expect): worth a warning, traffic crosses the network.
   bool groups_cross_nodes = false;
+  // hpZ (ShardingOptions::hpz_group_size; ZeRO++'s secondary partition): each shard group is split
+  // into secondary groups of secondary_group_size ranks; after a unit's forward every rank keeps
+  // 1/secondary_group_size of its gathered parameters, and backward gathers them inside the
+  // secondary group instead of over the whole shard group. 1: no hpZ. secondary_color_of_rank:
+  // the color of every world rank for splitting its shard group (empty without hpZ);
+  // secondary_groups_cross_nodes: a secondary group spans two nodes (its gathers leave the node).
+  int secondary_group_size = 1;
+  std::vector<int> secondary_color_of_rank;
+  bool secondary_groups_cross_nodes = false;
 
   // Colors for Communicator::split: a shard group per node or block; replica groups take the
   // ranks at the same position of every group.
@@ -50,6 +59,7 @@ struct ShardingPlan {
   int replica_group_color(int rank) const {
     return groups_by_node ? index_on_node[static_cast<size_t>(rank)] : rank % shard_group_size;
   }
+  int secondary_group_color(int rank) const { return secondary_color_of_rank[static_cast<size_t>(rank)]; }
 };
 
 // The plan for `strategy` on `world_size` ranks with `ranks_per_node` ranks on each host.
@@ -64,5 +74,15 @@ ShardingPlan plan_sharding(ShardingStrategy strategy, int hybrid_group_size, int
 // same number of ranks on every node: ConfigError naming the nodes otherwise), and that blocks
 // spanning nodes are flagged (groups_cross_nodes). What the engine builds its communicators from.
 ShardingPlan plan_sharding(ShardingStrategy strategy, int hybrid_group_size, const std::vector<int>& node_of_rank);
+
+// Adds hpZ's secondary groups to `plan` (made for the job whose world rank r runs on node
+// node_of_rank[r]). `hpz_group_size`: ranks per secondary group, consecutive within each shard
+// group; 0 means the ranks of a shard group that share a node; 1 leaves the plan without hpZ.
+// ConfigError naming sharding.hpz_group_size unless the strategy reshards after forward
+// (FULL_SHARD, HYBRID_SHARD) and every secondary group has the same size, above 1 and below the
+// shard group's, dividing it.
+void plan_secondary_groups(ShardingPlan& plan, int hpz_group_size, const std::vector<int>& node_of_rank);
+// The same on world_size / ranks_per_node nodes of consecutive ranks (the estimator's placement).
+void plan_secondary_groups(ShardingPlan& plan, int hpz_group_size, int ranks_per_node);
 
 }  // namespace zeroshard
