@@ -18,6 +18,10 @@ under DistributedDataParallel over gloo, one process per rank started by the sam
 cross the same links. Both start from the same weights (bench_vs_pytorch.py checks the two compute
 the same model) and train the demo model in fp32 with AdamW.
 
+With "unlimited" among the rates, each zeroshard system's step time there stands for its compute,
+and zeroshard-estimate --link-gbps --compute-s predicts its step at every limited rate from it; the
+table after the results prints predicted against measured step time (goal: within 25%).
+
 Per run: tokens/s over the measured steps (train_gpt: from its --metrics-out busy time; PyTorch:
 rank 0's wall time of forward+backward+clip+step), the bytes node 0 sent and received over its
 link (its interface's counters, the whole run: start-up, warm-up and measured steps, divided by the
@@ -60,6 +64,33 @@ def mpirun_line():
     if not line:
         fail("ZS_NETSIM_MPIRUN is not set: the inside of a rate runs under scripts/netsim.sh --shell")
     return shlex.split(line)
+
+
+def gbps(rate):
+    """tc's rate ("1gbit", "100mbit", "25gbit") in Gb/s."""
+    for unit, scale in (("gbit", 1.0), ("mbit", 1e-3), ("kbit", 1e-6)):
+        if rate.endswith(unit):
+            return float(rate[: -len(unit)]) * scale
+    fail(f"--rates: '{rate}' is not a rate in gbit, mbit or kbit")
+
+
+def estimated_step_s(a, name, rate, compute_s):
+    """zeroshard-estimate's step time (middle, min, max) for system `name` over links of `rate`."""
+    strategy, *variants = name.split(":")
+    m = bvp.MODEL
+    argv = [os.path.join(a.bin, "zeroshard-estimate"), "--config", bvp.CONFIG,
+            "--gpt", f"{m['n_layer']},{m['d_model']},{m['vocab_size']},{m['seq_len']},{m['n_head']}",
+            "--world", str(a.nodes * a.ranks_per_node), "--ranks-per-node", str(a.ranks_per_node),
+            "--link-gbps", str(gbps(rate)), "--compute-s", f"{compute_s:.6f}"]
+    for s in bvp.VARIANTS["fp32"][0]["fp32"] + [f"sharding.strategy={strategy}"] + [VARIANTS[v] for v in variants]:
+        argv += ["--set", s]
+    out = run(argv, "zeroshard-estimate")
+    row = next((r for r in out.split("communication per step")[1].splitlines() if r.startswith("*")), None)
+    if row is None or "not " in row:
+        return None
+    middle, bounds = row.split()[4], row.split()[5]
+    lo, hi = bounds.strip("()").split("..")
+    return float(middle), float(lo), float(hi)
 
 
 def run(cmd, what):
@@ -204,6 +235,27 @@ def main():
             print(f"{rate:>9s} {name:15s} {tps:9.0f} {tps / ddp:7.2f} {row['link_bytes_per_step'] / 1e6:8.2f} "
                   f"{coll} {exposed}")
         summary["rates"][rate] = rows
+    if "unlimited" in results:
+        print("\nstep time at each limited rate: measured (global batch tokens / tokens/s) against "
+              "zeroshard-estimate's prediction from the step unlimited (compute) and the link")
+        print(f"{'rate':>9s} {'system':15s} {'compute s':>9s} {'measured s':>10s} {'estimated s (min..max)':>24s} "
+              f"{'est/meas':>8s}")
+        tokens_per_step = bvp.GLOBAL_BATCH * bvp.MODEL["seq_len"]
+        for rate in rates:
+            if rate == "unlimited":
+                continue
+            for name, row in summary["rates"][rate].items():
+                if name == "pytorch":
+                    continue
+                compute = tokens_per_step / summary["rates"]["unlimited"][name]["tokens_per_s"]
+                measured = tokens_per_step / row["tokens_per_s"]
+                est = estimated_step_s(a, name, rate, compute)
+                if est is None:
+                    print(f"{rate:>9s} {name:15s} {compute:9.3f} {measured:10.3f} {'not modelled':>24s}")
+                    continue
+                row["estimated_step_s"], row["measured_step_s"] = est[0], measured
+                print(f"{rate:>9s} {name:15s} {compute:9.3f} {measured:10.3f} "
+                      f"{f'{est[0]:.3f} ({est[1]:.3f}..{est[2]:.3f})':>24s} {est[0] / measured:8.2f}")
     print(json.dumps(summary), flush=True)
 
 

@@ -330,14 +330,17 @@ std::shared_ptr<Work> gather_quantized(const GatherInto& g, const at::Tensor& va
   c10::AutoGradMode no_grad(false);
   const int n = g.group->size();
   const int64_t block = g.quant_block, numel = shape.shard_numel;
-  at::Tensor packed = quant::encode_int8(values.reshape({-1}), block);
-  at::Tensor all = at::empty({packed.numel() * n}, packed.options());
-  shape.mem->add(MemCategory::kCommBuffers, packed.numel() + all.numel());
-  g.keep->push_back(packed);
+  // Encoded straight into this rank's part of the gather's buffer and gathered in place (no
+  // separate encoded copy of the shard).
+  const int64_t part = quant::int8_encoded_bytes(numel, block);
+  at::Tensor all = at::empty({part * n}, values.options().dtype(at::kByte));
+  at::Tensor mine = all.narrow(0, g.group->rank() * part, part);
+  quant::encode_int8_into(values.reshape({-1}), block, mine);
+  shape.mem->add(MemCategory::kCommBuffers, all.numel());
   g.keep->push_back(all);
   if (g.bytes != nullptr) *g.bytes += all.numel();
   const at::Tensor full = g.full;
-  return std::make_shared<ThenWork>(g.group->all_gather_into(all, packed, g.tag), [all, full, n, block, numel] {
+  return std::make_shared<ThenWork>(g.group->all_gather_into(all, mine, g.tag), [all, full, n, block, numel] {
     c10::AutoGradMode no_grad(false);
     const int64_t b = all.numel() / n;
     for (int r = 0; r < n; ++r) quant::decode_int8(all.narrow(0, r * b, b), block, full.narrow(0, r * numel, numel));
