@@ -158,7 +158,14 @@ void detail::FlatParamPager::release(size_t i, bool modified) {
   }
   shards_[i].param = at::Tensor();
   if (modified) f->mark_shard_modified();
-  f->release_shard();
+  // Inside a step that commits, written behind the next shard's update (one write in flight):
+  // commit() waits for them all and reports a failed one with the step still open, and abandon()
+  // drops them. Elsewhere written at once (a failure throws here, the shard still resident).
+  if (in_step_) {
+    f->release_shard_behind();
+  } else {
+    f->release_shard();
+  }
 }
 
 void detail::FlatParamPager::prefetch(size_t i, bool read) {
@@ -180,9 +187,13 @@ int detail::FlatParamPager::master_generations() const {
 void detail::FlatParamPager::begin_step() {
   for (FlatParam* f : flats_) f->release_shard();
   store_->begin_step();
+  in_step_ = true;
 }
 
-void detail::FlatParamPager::commit() { store_->commit(); }
+void detail::FlatParamPager::commit() {
+  store_->commit();  // throws with the step still open: abandon() follows
+  in_step_ = false;
+}
 
 void detail::FlatParamPager::abandon() noexcept {
   for (size_t i = 0; i < flats_.size(); ++i) {
@@ -196,6 +207,7 @@ void detail::FlatParamPager::abandon() noexcept {
     f->abandon_shard();
   }
   if (store_ != nullptr) store_->abandon();
+  in_step_ = false;
 }
 
 }  // namespace zeroshard

@@ -87,6 +87,7 @@ class FlatParamPager final : public ShardPager {
   std::vector<FlatParam*> flats_;
   std::vector<ParamShard>& shards_;
   ShardStore* store_;
+  bool in_step_ = false;  // between begin_step() and commit() / abandon(): write-backs go behind
 };
 
 // ShardingEngine::gradients(): the trainable flat parameters that hold a gradient.

@@ -104,6 +104,8 @@ class FlatParam final : public FlatShard {
   }
   // With `retired`, the dropped tensor goes there (a side stream may still read it).
   void release_shard(std::vector<at::Tensor>* retired) { storage_->release(retired); }
+  // The optimizer step's write-back: a stored shard's write goes behind (shard_storage.h).
+  void release_shard_behind() { storage_->release_behind(); }
   // The store's step was abandoned: what is resident goes unwritten (never throws).
   void abandon_shard() noexcept { storage_->abandon(); }
   c10::Device device() const { return device_; }

@@ -98,7 +98,10 @@ class StoredShard final : public ShardStorage {
   }
   void mark_modified() override { dirty_ = true; }
 
-  void release(std::vector<at::Tensor>* retired) override {
+  void release(std::vector<at::Tensor>* retired) override { drop(retired, /*behind=*/false); }
+  void release_behind() override { drop(nullptr, /*behind=*/true); }
+
+  void drop(std::vector<at::Tensor>* retired, bool behind) {
     if (!shard_.defined()) return;
     if (dirty_) {
       if (copy_.defined()) {
@@ -107,7 +110,11 @@ class StoredShard final : public ShardStorage {
         c10::AutoGradMode no_grad(false);
         copy_.copy_(shard_);
       }
-      store_->save(slot_, shard_);  // throws with the shard still resident and modified
+      if (behind) {
+        store_->save_async(slot_, shard_);  // the store holds the values until the write lands
+      } else {
+        store_->save(slot_, shard_);  // throws with the shard still resident and modified
+      }
       dirty_ = false;
     }
     if (retired != nullptr) retired->push_back(std::move(shard_));

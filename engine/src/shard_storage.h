@@ -63,6 +63,10 @@ class ShardStorage {
   virtual void mark_modified() = 0;
   // With `retired`, a dropped tensor goes there (for a caller whose side stream may still read it).
   virtual void release(std::vector<at::Tensor>* retired) = 0;
+  // release(nullptr), except that a stored shard's write goes behind (ShardStore::save_async: the
+  // caller goes on while it lands; a failure is reported by the store's flush() or commit(), the
+  // values held by the store meanwhile). For the optimizer step's write-back.
+  virtual void release_behind() { release(nullptr); }
   virtual void prefetch() {}
   virtual bool resident() const = 0;
   virtual int64_t bytes_between_uses() const = 0;  // what this rank keeps for the shard
