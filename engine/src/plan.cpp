@@ -160,8 +160,9 @@ void plan_secondary_groups(ShardingPlan& p, int hpz_group_size, const std::vecto
       ZS_REQUIRE(size < 0 || k == size, ConfigError, key, (hpz_group_size == 0 ? " makes the ranks of a shard group "
                  "that share a node a secondary group, so every node must run the same number of each shard "
                  "group's ranks, but they run between " : " splits the shard groups unevenly: groups of "),
-                 std::min(size, k), " and ", std::max(size, k), " ranks; launch the same number of ranks per node, "
-                 "or set sharding.hpz_group_size to a divisor of the shard group size ", n);
+                 std::min(size, k), " and ", std::max(size, k), " ranks; ",
+                 hpz_group_size == 0 ? "launch the same number of ranks per node, or set" : "set",
+                 " sharding.hpz_group_size to a divisor of the shard group size ", n);
       size = k;
     }
   }

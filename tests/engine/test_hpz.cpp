@@ -33,8 +33,6 @@ using Strategy = zs::ShardingStrategy;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 // ---- the plan ----------------------------------------------------------------------------------
 
 std::string plan_error(Strategy strategy, int hybrid, int hpz, const std::vector<int>& nodes) {
@@ -96,20 +94,35 @@ TEST(HpzPlan, WhatCannotBeMadeIsAConfigErrorNamingTheKey) {
             "sharding.hpz_group_size = 2 keeps a slice of each unit's parameters from forward to backward so that "
             "backward gathers inside a smaller group, but sharding.strategy = SHARD_GRAD_OP keeps them gathered from "
             "forward to backward; use FULL_SHARD or HYBRID_SHARD, or set sharding.hpz_group_size = 1");
-  EXPECT_TRUE(contains(plan_error(Strategy::kNoShard, 0, 0, two_nodes), "NO_SHARD never shards the parameters"));
+  EXPECT_EQ(plan_error(Strategy::kNoShard, 0, 0, two_nodes),
+            "sharding.hpz_group_size = 0 keeps a slice of each unit's parameters from forward to backward so that "
+            "backward gathers inside a smaller group, but sharding.strategy = NO_SHARD never shards the parameters; "
+            "use FULL_SHARD or HYBRID_SHARD, or set sharding.hpz_group_size = 1");
   EXPECT_EQ(plan_error(Strategy::kFullShard, 0, 8, two_nodes),
             "sharding.hpz_group_size = 8 must be above 1, below the shard group size 8 and divide it: hpZ's backward "
             "gathers run inside groups smaller than the shard group (the whole shard group would gather as without "
             "hpZ); set sharding.hpz_group_size = 1 to turn hpZ off");
-  EXPECT_TRUE(contains(plan_error(Strategy::kFullShard, 0, 3, two_nodes),
-                       "sharding.hpz_group_size = 3 splits the shard groups unevenly: groups of 2 and 3 ranks"));
-  EXPECT_TRUE(contains(plan_error(Strategy::kFullShard, 0, 0, {0, 0, 0, 1, 1}),
-                       "every node must run the same number of each shard group's ranks, but they run between 2 and 3"));
-  EXPECT_TRUE(contains(plan_error(Strategy::kFullShard, 0, 0, {0, 1, 2, 3}),
-                       "(the ranks of a shard group on one node: 1) must be above 1"));
+  EXPECT_EQ(plan_error(Strategy::kFullShard, 0, 3, two_nodes),
+            "sharding.hpz_group_size = 3 splits the shard groups unevenly: groups of 2 and 3 ranks; set "
+            "sharding.hpz_group_size to a divisor of the shard group size 8");
+  EXPECT_EQ(plan_error(Strategy::kFullShard, 0, 0, {0, 0, 0, 1, 1}),
+            "sharding.hpz_group_size = 0 makes the ranks of a shard group that share a node a secondary group, so "
+            "every node must run the same number of each shard group's ranks, but they run between 2 and 3 ranks; "
+            "launch the same number of ranks per node, or set sharding.hpz_group_size to a divisor of the shard "
+            "group size 5");
+  EXPECT_EQ(plan_error(Strategy::kFullShard, 0, 0, {0, 1, 2, 3}),
+            "sharding.hpz_group_size = 0 (the ranks of a shard group on one node: 1) must be above 1, below the "
+            "shard group size 4 and divide it: hpZ's backward gathers run inside groups smaller than the shard "
+            "group (one rank per group gathers nothing); set sharding.hpz_group_size = 1 to turn hpZ off");
   // HYBRID_SHARD with a shard group per node: the node is the shard group already.
-  EXPECT_TRUE(contains(plan_error(Strategy::kHybridShard, 0, 0, two_nodes), "below the shard group size 4"));
-  EXPECT_TRUE(contains(plan_error(Strategy::kFullShard, 0, -2, two_nodes), "sharding.hpz_group_size = -2 is negative"));
+  EXPECT_EQ(plan_error(Strategy::kHybridShard, 0, 0, two_nodes),
+            "sharding.hpz_group_size = 0 (the ranks of a shard group on one node: 4) must be above 1, below the "
+            "shard group size 4 and divide it: hpZ's backward gathers run inside groups smaller than the shard "
+            "group (the whole shard group would gather as without hpZ); set sharding.hpz_group_size = 1 to turn "
+            "hpZ off");
+  EXPECT_EQ(plan_error(Strategy::kFullShard, 0, -2, two_nodes),
+            "sharding.hpz_group_size = -2 is negative; allowed: 0 (the ranks of a node), 1 (no hpZ) or a divisor "
+            "of the shard group size");
 }
 
 // ---- the engine --------------------------------------------------------------------------------
@@ -277,14 +290,20 @@ std::string engine_error(const zs::ShardingOptions& o) {
 
 TEST(Hpz, RefusalsNameTheKey) {
   const int n = zs::test::world_size();
+  const std::string tail = " must be above 1, below the shard group size " + std::to_string(n) +
+                           " and divide it: hpZ's backward gathers run inside groups smaller than the shard group (" +
+                           (n == 1 ? "a single rank has nothing to gather"
+                                   : "the whole shard group would gather as without hpZ") +
+                           "); set sharding.hpz_group_size = 1 to turn hpZ off";
   zs::ShardingOptions o;
   o.hpz_group_size = std::max(n, 2);
-  EXPECT_TRUE(contains(engine_error(o), "sharding.hpz_group_size = " + std::to_string(std::max(n, 2)) +
-                                            " must be above 1, below the shard group size " + std::to_string(n)))
-      << engine_error(o);
+  EXPECT_EQ(engine_error(o), "sharding.hpz_group_size = " + std::to_string(std::max(n, 2)) + tail);
   o.hpz_group_size = 2;
   o.strategy = Strategy::kShardGradOp;
-  EXPECT_TRUE(contains(engine_error(o), "sharding.strategy = SHARD_GRAD_OP keeps them gathered")) << engine_error(o);
+  EXPECT_EQ(engine_error(o),
+            "sharding.hpz_group_size = 2 keeps a slice of each unit's parameters from forward to backward so that "
+            "backward gathers inside a smaller group, but sharding.strategy = SHARD_GRAD_OP keeps them gathered from "
+            "forward to backward; use FULL_SHARD or HYBRID_SHARD, or set sharding.hpz_group_size = 1");
   o.strategy = Strategy::kFullShard;
   o.offload_params.target = zs::OffloadTarget::kCpu;
   EXPECT_EQ(engine_error(o), "sharding.hpz_group_size = 2 keeps a slice of each unit's gathered parameters in memory "
@@ -294,12 +313,16 @@ TEST(Hpz, RefusalsNameTheKey) {
   if (n > 1) {
     // Every rank here shares one node: a group per node is the whole shard group.
     o.hpz_group_size = 0;
-    EXPECT_TRUE(contains(engine_error(o), "(the ranks of a shard group on one node: " + std::to_string(n) + ")"))
-        << engine_error(o);
+    EXPECT_EQ(engine_error(o), "sharding.hpz_group_size = 0 (the ranks of a shard group on one node: " +
+                                   std::to_string(n) + ")" + tail);
     o.hpz_group_size = zs::test::rank() == 1 ? 1 : 2;
-    const std::string msg = engine_error(o);
-    EXPECT_TRUE(contains(msg, "ranks disagree on sharding.hpz_group_size")) << msg;
-    EXPECT_TRUE(contains(msg, "1 on rank 1")) << msg;
+    std::string others;
+    for (int r = 0; r < n; ++r) {
+      if (r != 1) others += (others.empty() ? "" : ", ") + std::to_string(r);
+    }
+    EXPECT_EQ(engine_error(o), "ranks disagree on sharding.hpz_group_size: 1 on rank 1; 2 on rank" +
+                                   std::string(n > 2 ? "s " : " ") + others +
+                                   "; every rank must wrap its model with the same sharding options (the same config)");
     // The ranks stay in step after the refusal.
     at::Tensor one = at::ones({1});
     zs::test::world()->all_reduce(one, zs::ReduceOp::kSum, "test.after_hpz_refusal")->wait();

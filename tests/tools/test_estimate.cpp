@@ -440,9 +440,17 @@ TEST(EstimateStepComm, RefusalsAndLayouts) {
   wide.world_size = 8;
   wide.sharding.hpz_group_size = 4;
   EXPECT_EQ(zs::estimate_step_comm(gpt, wide, link).not_modelled, "hpZ groups of 4 ranks straddle nodes of 2");
+  zs::EstimateOptions hpz_offloaded = hpz;
+  hpz_offloaded.offload_params = zs::OffloadTarget::kCpu;
+  hpz_offloaded.offload_optimizer = zs::OffloadTarget::kCpu;
+  EXPECT_EQ(zs::test::message_of<zs::ConfigError>([&] { zs::estimate_memory(gpt, hpz_offloaded); }),
+            "sharding.hpz_group_size = 0 keeps a slice of each unit's gathered parameters in memory from forward to "
+            "backward, but the parameters are offloaded (offload.params = CPU); the engine refuses the two together");
   hpz.sharding.strategy = zs::ShardingStrategy::kShardGradOp;
-  EXPECT_CONTAINS(zs::test::message_of<zs::ConfigError>([&] { zs::estimate_step_comm(gpt, hpz, link); }),
-                  "sharding.strategy = SHARD_GRAD_OP keeps them gathered");
+  EXPECT_EQ(zs::test::message_of<zs::ConfigError>([&] { zs::estimate_step_comm(gpt, hpz, link); }),
+            "sharding.hpz_group_size = 0 keeps a slice of each unit's parameters from forward to backward so that "
+            "backward gathers inside a smaller group, but sharding.strategy = SHARD_GRAD_OP keeps them gathered from "
+            "forward to backward; use FULL_SHARD or HYBRID_SHARD, or set sharding.hpz_group_size = 1");
   // With the compute time the step lies between its bounds, and latency adds to the time only.
   const zs::StepCommEstimate timed = zs::estimate_step_comm(gpt, o, {12.5e6, 50e-6, 0.3});
   EXPECT_LE(timed.step_min_s, timed.step_s);
