@@ -101,27 +101,6 @@ class StoredShard final : public ShardStorage {
   void release(std::vector<at::Tensor>* retired) override { drop(retired, /*behind=*/false); }
   void release_behind() override { drop(nullptr, /*behind=*/true); }
 
-  void drop(std::vector<at::Tensor>* retired, bool behind) {
-    if (!shard_.defined()) return;
-    if (dirty_) {
-      if (copy_.defined()) {
-        // The resident copy follows the master first: should the write fail, the shard stays
-        // resident and modified (what gathers read meanwhile), and the copy already holds its values.
-        c10::AutoGradMode no_grad(false);
-        copy_.copy_(shard_);
-      }
-      if (behind) {
-        store_->save_async(slot_, shard_);  // the store holds the values until the write lands
-      } else {
-        store_->save(slot_, shard_);  // throws with the shard still resident and modified
-      }
-      dirty_ = false;
-    }
-    if (retired != nullptr) retired->push_back(std::move(shard_));
-    shard_ = at::Tensor();
-    shape_.mem->sub(MemCategory::kShardedParams, fp32_bytes(shape_));
-  }
-
   void prefetch() override {
     if (!shard_.defined()) store_->prefetch(slot_, shape_.device);
   }
@@ -168,6 +147,28 @@ class StoredShard final : public ShardStorage {
   }
 
  private:
+  // release() and release_behind(): the write at once or behind.
+  void drop(std::vector<at::Tensor>* retired, bool behind) {
+    if (!shard_.defined()) return;
+    if (dirty_) {
+      if (copy_.defined()) {
+        // The resident copy follows the master first: should the write fail, the shard stays
+        // resident and modified (what gathers read meanwhile), and the copy already holds its values.
+        c10::AutoGradMode no_grad(false);
+        copy_.copy_(shard_);
+      }
+      if (behind) {
+        store_->save_async(slot_, shard_);  // the store holds the values until the write lands
+      } else {
+        store_->save(slot_, shard_);  // throws with the shard still resident and modified
+      }
+      dirty_ = false;
+    }
+    if (retired != nullptr) retired->push_back(std::move(shard_));
+    shard_ = at::Tensor();
+    shape_.mem->sub(MemCategory::kShardedParams, fp32_bytes(shape_));
+  }
+
   void load() {
     if (shard_.defined()) return;
     shard_ = store_->load(slot_, shape_.device);
