@@ -420,10 +420,21 @@ at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
   const at::Device where = impl_->streams->enabled() ? impl_->streams->device() : at::Device(at::kCPU);
   at::Tensor total = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(where));
   auto add_squares = [&] {
+    // A stored gradient's squared norm was taken as it was written (the same kernel on the same
+    // values): it is not read back unless a factor was recorded for it since.
+    auto next_to_read = [&](size_t from) {
+      while (from < with_grad.size() && with_grad[from]->known_grad_squared_norm() != nullptr) ++from;
+      return from;
+    };
     for (size_t k = 0; k < with_grad.size(); ++k) {
+      if (const at::Tensor* known = with_grad[k]->known_grad_squared_norm()) {
+        total.add_(*known);
+        continue;
+      }
       // Offloaded gradients come in one at a time (the next read ahead) and leave unchanged.
       const at::Tensor& g = with_grad[k]->grad_for_read();
-      if (k + 1 < with_grad.size()) with_grad[k + 1]->prefetch_grad();
+      const size_t next = next_to_read(k + 1);
+      if (next < with_grad.size()) with_grad[next]->prefetch_grad();
       total.add_(g.norm().to(at::kDouble).square());
       with_grad[k]->release_grad();
     }

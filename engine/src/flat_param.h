@@ -120,6 +120,8 @@ class FlatParam final : public FlatShard {
   bool grad_offloaded() const { return grad_->stored(); }
   const at::Tensor& grad_for_read() { return grad_->for_read(); }
   void prefetch_grad() { grad_->prefetch(); }
+  // The gradient's squared norm when known without reading it (grad_storage.h), else null.
+  const at::Tensor* known_grad_squared_norm() const { return grad_->known_squared_norm(); }
   void release_grad(bool write_behind = false) { grad_->release(write_behind); }
   void scale_grad(const at::Tensor& factor) { grad_->scale({factor, 1}); }
   void scale_grad(double factor) { grad_->scale({at::Tensor(), factor}); }

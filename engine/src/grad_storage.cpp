@@ -2,6 +2,7 @@
 #include "grad_storage.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/norm.h>
 #include <c10/core/GradMode.h>
 
 #include <utility>
@@ -99,11 +100,17 @@ class StoredGrad final : public GradStorage {
       mem_->add(MemCategory::kGradShards, numel_ * 4);
     }
     dirty_ = true;
+    squared_norm_ = at::Tensor();
   }
 
   void release(bool write_behind) override {
     if (!resident()) return;
     if (dirty_ || !stored_) {
+      // What clipping would compute after reading the values back, taken while they are here.
+      {
+        c10::AutoGradMode no_grad(false);
+        squared_norm_ = grad_.norm().to(at::kDouble).square();
+      }
       if (write_behind) {
         store_->save_async(slot_, grad_);
       } else {
@@ -123,6 +130,7 @@ class StoredGrad final : public GradStorage {
     if (resident()) {
       apply(grad_, s, /*in_place=*/true);
       dirty_ = true;
+      squared_norm_ = at::Tensor();
     } else {
       scales_.push_back(std::move(s));
     }
@@ -137,6 +145,12 @@ class StoredGrad final : public GradStorage {
     dirty_ = false;
     scales_.clear();
     placeholder_ = at::Tensor();
+    squared_norm_ = at::Tensor();
+  }
+
+  const at::Tensor* known_squared_norm() const override {
+    if (!grad_.defined() || resident() || !scales_.empty() || !squared_norm_.defined()) return nullptr;
+    return &squared_norm_;
   }
 
   bool stored() const override { return true; }
@@ -155,6 +169,7 @@ class StoredGrad final : public GradStorage {
   bool dirty_ = false;   // the resident gradient is not what the store holds times scales_
   std::vector<GradScale> scales_;
   at::Tensor placeholder_;  // what shard() holds while the gradient is stored only
+  at::Tensor squared_norm_;  // of the values last written (see known_squared_norm)
 };
 
 }  // namespace

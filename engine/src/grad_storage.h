@@ -8,7 +8,8 @@
 //                 the meta device of the shard's size, a new one whenever the stored values change
 //                 (an interrupted optimizer step tells gradients apart by it); scale() on a stored
 //                 gradient is recorded and applied when it is next loaded (clipping and unscaling
-//                 write nothing)
+//                 write nothing); the squared norm of what it writes is kept, so clipping does not
+//                 read it back
 // Not thread-safe: the training thread drives it.
 
 #include <ATen/core/Tensor.h>
@@ -48,6 +49,11 @@ class GradStorage {
   virtual void release(bool write_behind) {}
   virtual void scale(GradScale s) = 0;  // in place when resident, else recorded
   virtual void drop() = 0;              // zero_grad with set_to_none
+  // The squared L2 norm of what for_read() would return (double, one element, on the gradient's
+  // device), when it is known without reading the values: a stored gradient's, computed as it was
+  // written (the kernel clipping uses, so the same bits) while no factor has been recorded since.
+  // Null otherwise (resident, scaled since, none).
+  virtual const at::Tensor* known_squared_norm() const { return nullptr; }
   virtual bool stored() const { return false; }
   virtual std::string file() const { return {}; }
 };

@@ -146,7 +146,7 @@ TEST(OffloadGrads, NvmeGradsTrainBitwiseAsResident) {
         ASSERT_NE(t.engine->grad_store(), nullptr);
         zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(opt_where, params, dir.path), zs::test::rank());
         t.train(opt, 0, 3);
-        t.forward_backward(3);  // clipped: every gradient read once, none written again
+        t.forward_backward(3);  // clipped: norms kept from the writes, nothing read or written
         expect_gradients_offloaded(*t.engine, true, what);
         t.engine->step(opt);
         t.engine->zero_grad();
@@ -155,8 +155,9 @@ TEST(OffloadGrads, NvmeGradsTrainBitwiseAsResident) {
         const zs::ShardStore::IoStats io = t.engine->grad_store()->io_stats();
         EXPECT_GT(io.bytes_read, 0) << what;
         EXPECT_GT(io.bytes_written, 0) << what;
-        // Written once per backward (no micro-batch accumulation here), read by clip and step.
-        EXPECT_EQ(io.bytes_read, 2 * io.bytes_written) << what;
+        // Written once per backward (no micro-batch accumulation here), read once, by the step:
+        // clipping takes each norm as it was written.
+        EXPECT_EQ(io.bytes_read, io.bytes_written) << what;
       }
     }
   }
@@ -241,6 +242,50 @@ TEST(OffloadGrads, FewGradientShardsResidentAtOnce) {
   EXPECT_LE(peak, 2 * largest) << "more than two gradient shards were resident at once";
   EXPECT_LT(peak, total / 2);
   EXPECT_GE(t.engine->grad_store()->bytes_on_disk(), total);
+}
+
+// Clipping takes a stored gradient's squared norm as it was written: not a byte read, the same norm
+// bit for bit as with resident gradients, gradients accumulated over micro-batches included (the
+// norm of the sum). A clip after a factor was recorded (here a second clip) reads them back, and
+// still agrees.
+TEST(OffloadGrads, ClippingReadsNoStoredGradient) {
+  const auto cfg = adamw_config();
+  Trainer ref;
+  zs::OffloadedOptimizer ref_opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                                 zs::test::rank());
+  TempDir dir("clip_norms");
+  Trainer t(offloaded(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice, dir.path));
+  zs::OffloadedOptimizer opt(cfg, offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, ""),
+                             zs::test::rank());
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (Trainer* tr : {&ref, &t}) {
+      for (int m = 0; m < 2; ++m) {
+        torch::manual_seed(2000 + 31 * step + 7 * m + zs::test::rank());
+        torch::Tensor x = torch::randint(tr->config.vocab, {2, tr->config.seq}, torch::kLong);
+        torch::Tensor y = torch::randint(tr->config.vocab, {2, tr->config.seq}, torch::kLong);
+        torch::Tensor loss = tr->engine->forward(
+            [&] { return torch::cross_entropy_loss(tr->model->forward(x).view({-1, tr->config.vocab}), y.view({-1})); });
+        (loss / 2).backward();
+      }
+    }
+    const zs::ShardStore& store = *t.engine->grad_store();
+    const int64_t before = store.io_stats().bytes_read;
+    const double ref_norm = ref.engine->clip_grad_norm(0.5);
+    const double norm = t.engine->clip_grad_norm(0.5);
+    EXPECT_EQ(store.io_stats().bytes_read, before) << "clipping read stored gradients";
+    EXPECT_GT(norm, 0.0);
+    EXPECT_EQ(norm, ref_norm);
+    const double again_ref = ref.engine->clip_grad_norm(0.5);
+    const double again = t.engine->clip_grad_norm(0.5);
+    EXPECT_GT(store.io_stats().bytes_read, before) << "a clip after a recorded factor must read the gradients";
+    EXPECT_EQ(again, again_ref);
+    ref.engine->step(ref_opt);
+    t.engine->step(opt);
+    ref.engine->zero_grad();
+    t.engine->zero_grad();
+  }
+  EXPECT_EQ(max_diff(t.params(), ref.params()), 0.0);
 }
 
 // A gradient file changed behind the engine's back, found by the clip before the step: named with
@@ -360,14 +405,19 @@ TEST(OffloadGrads, GradientIoFailingOnOneRankFailsEveryRank) {
     t.train(opt, 0, 2);
     if (me_victim) {
       // Parameters stay on the device and the step's gradients start empty: the first gradient
-      // read of the step is clipping's.
+      // read of the step is the second clip's.
       if (in_clip) {
         faulty->fail_reads();
       } else {
         faulty->fail_writes_after_bytes(0);
       }
     }
-    const std::string err = error_text_of<zs::IoError>([&] { t.forward_backward(2); });
+    // The first clip takes the norms kept from the writes; a second one reads the gradients back
+    // (the first one's factor is recorded for them).
+    const std::string err = error_text_of<zs::IoError>([&] {
+      t.forward_backward(2);
+      if (in_clip) t.engine->clip_grad_norm(1.0);
+    });
     const std::string what = in_clip ? "reading the gradient shards for clip_grad_norm failed on rank(s) "
                                      : "writing the gradient shards behind the backward failed on rank(s) ";
     EXPECT_TRUE(contains(err, what + std::to_string(victim) + ": ")) << err;
