@@ -92,6 +92,7 @@ SessionOptions session_options(const Config& c) {
   o.memory.snapshot_dir = m.snapshot_dir();
   o.memory.top_allocations = m.top_allocations();
   o.memory.host_cache_mib = m.host_cache_mib();
+  o.memory.host_cache_grows = !m.has_host_cache_mib();
   o.memory.limit_source = "memory.limit_mib = " + std::to_string(m.limit_mib());
   return o;
 }

@@ -313,6 +313,34 @@ void detail::ShardingEngineImpl::optimizer_step(ShardingEngine& engine, ShardedO
   detail::OffloadStores::release_all(units);
 }
 
+// A CPU run allocates buffers of its largest unit's size every step (gathered parameters,
+// unsharded gradients, offloaded shards read in), and glibc hands out fresh pages for each
+// (host_memory.h): a cache smaller than such a block keeps none of them, and every step pays the
+// page faults. Raised, never lowered; left alone when the config sized it or turned it off.
+void detail::ShardingEngineImpl::grow_host_cache() {
+  const MemoryOptions& m = session.options().memory;
+  if (!session.device().is_cpu() || !m.host_cache_grows || !host_memory_tracking_installed() ||
+      host_memory_stats().cache_limit <= 0) {
+    return;
+  }
+  int64_t largest = 0;
+  std::string name;
+  for (const auto& u : units) {
+    int64_t bytes = 0;
+    for (const auto& f : u->flats) bytes += f->padded_numel() * 4;
+    if (bytes > largest) {
+      largest = bytes;
+      name = u->name;
+    }
+  }
+  const int64_t want = 4 * largest;
+  if (want <= host_memory_stats().cache_limit) return;
+  set_host_memory_cache_limit(want, detail::concat("4 x the fp32 bytes of unit '", name,
+                                                   "' (the engine's largest; memory.host_cache_mib sets the size)"));
+  ZS_LOG(kInfo) << "host memory cache raised to " << format_bytes(want) << ": 4 x the " << format_bytes(largest)
+                << " of unit '" << name << "', whose buffers a step allocates again (memory.host_cache_mib sets it)";
+}
+
 // Units that stay gathered between steps (NO_SHARD) hold a param_dtype copy of their shard, unless
 // they alias it: drop it so the next forward casts the updated values again (after a failed step
 // too: the shards may be partly updated or rolled back). Replaced values (mark_values_replaced)
@@ -392,6 +420,7 @@ ShardingEngine::ShardingEngine(std::unique_ptr<detail::ShardingEngineImpl> impl)
       if (codecs.find(f->codec()->name()) == std::string::npos) codecs += (codecs.empty() ? "" : ", ") + std::string(f->codec()->name());
     }
   }
+  impl_->grow_host_cache();
   ZS_LOG(kInfo) << "sharding " << impl_->units.size() << " unit(s), " << num_params() << " parameters ("
                 << num_trainable_params() << " trainable"
                 << (encoded > 0 ? detail::concat(", ", encoded, " frozen ones encoded as ", codecs) : std::string())

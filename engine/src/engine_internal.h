@@ -83,6 +83,9 @@ struct ShardingEngineImpl {
   void after_optimizer_step(bool succeeded);
   void agree_on_step(const std::exception_ptr& failure);
   void sync_buffers_after_step();
+  // On a CPU run, raises the host memory cache to hold the per-step buffers of the largest unit
+  // (MemoryOptions::host_cache_grows).
+  void grow_host_cache();
 
   // --- the pass (engine_root.cpp) ---
   // The first pre-backward hook of a backward: queues finalize_backward and checks the unit order.

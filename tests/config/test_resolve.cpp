@@ -44,7 +44,21 @@ TEST(Resolve, SessionDefaultsAreTheSchemas) {
   EXPECT_EQ(d.memory.snapshot_dir, r.memory.snapshot_dir);
   EXPECT_EQ(d.memory.top_allocations, r.memory.top_allocations);
   EXPECT_EQ(d.memory.host_cache_mib, r.memory.host_cache_mib);
+  EXPECT_EQ(d.memory.host_cache_grows, r.memory.host_cache_grows);
+  EXPECT_TRUE(r.memory.host_cache_grows) << "unset, the engine may raise the cache";
   EXPECT_EQ(r.memory.limit_source, "memory.limit_mib = 0") << "the report names the config key";
+}
+
+// memory.host_cache_mib set in the config is the cache's size: the engine leaves it alone, the
+// default 256 included.
+TEST(Resolve, AHostCacheSizeSetInTheConfigIsKept) {
+  for (int64_t mib : {int64_t{0}, int64_t{256}, int64_t{4096}}) {
+    Config c;
+    c.mutable_memory()->set_host_cache_mib(mib);
+    const SessionOptions r = resolve(c).session;
+    EXPECT_EQ(r.memory.host_cache_mib, mib);
+    EXPECT_FALSE(r.memory.host_cache_grows) << mib;
+  }
 }
 
 TEST(Resolve, ShardingDefaultsAreTheSchemas) {

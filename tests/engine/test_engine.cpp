@@ -108,6 +108,45 @@ TEST(MemoryAccounting, UnshardedGradientsAreFreedUnitByUnit) {
   EXPECT_EQ(engine.memory().current(MemCategory::kGradBuffers), 0);
 }
 
+// A CPU run allocates its largest unit's buffers again every step (gathered parameters, unsharded
+// gradients): the engine raises a host memory cache too small to keep such blocks to 4 x the
+// unit's fp32 bytes, never lowers a larger one and never turns one on; the next steps' buffers then
+// come from the cache.
+TEST(MemoryAccounting, TheHostCacheGrowsToHoldTheLargestUnitsBuffers) {
+  ASSERT_TRUE(zs::host_memory_tracking_installed()) << "the test main's Session installs the tracking allocator";
+  struct Restore {
+    int64_t limit;
+    ~Restore() { zs::set_host_memory_cache_limit(limit, "test"); }
+  } restore{zs::host_memory_stats().cache_limit};
+  const int64_t block_bytes = 4 * (512 * 512 + 512);  // a block unit: Linear(512, 512) and its bias
+  for (int64_t before : {int64_t{0}, int64_t{1} << 20, int64_t{64} << 20}) {
+    SCOPED_TRACE("cache limit before the engine: " + std::to_string(before));
+    zs::set_host_memory_cache_limit(before, "test");
+    torch::manual_seed(3);
+    zs_test::Mlp model = keep_alive(zs_test::Mlp(7, 512, 5, 3));
+    zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
+    const int64_t after = zs::host_memory_stats().cache_limit;
+    if (before == 0) {
+      EXPECT_EQ(after, 0) << "a cache turned off must stay off";
+      continue;
+    }
+    if (before > 4 * block_bytes + (int64_t{1} << 20)) {
+      EXPECT_EQ(after, before) << "a cache large enough must not be lowered";
+      continue;
+    }
+    EXPECT_GE(after, 4 * block_bytes) << "a 1 MiB cache keeps none of the 1 MiB block buffers";
+    auto opt = zs::make_adamw(zs::AdamOptions{});
+    mlp_forward_backward(engine, model, 0);
+    engine.step(*opt);
+    engine.zero_grad();
+    const int64_t hits = zs::host_memory_stats().cache_hits;
+    mlp_forward_backward(engine, model, 1);
+    engine.step(*opt);
+    engine.zero_grad();
+    EXPECT_GT(zs::host_memory_stats().cache_hits, hits);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. Communication counters
 

@@ -38,6 +38,10 @@ struct MemoryOptions {
   // Freed host blocks >= 128 KiB kept for reuse (host_memory.h), in MiB; 0: none. Installs the
   // tracking allocator when non-zero.
   int64_t host_cache_mib = 256;
+  // An engine on a CPU run raises the cache to 4 x the fp32 bytes of its largest unit when that is
+  // more (its per-step buffers, gathered parameters and unsharded gradients among them, are that
+  // size); false: host_cache_mib is the size (resolve() sets false when the config sets it).
+  bool host_cache_grows = true;
   // What the out-of-memory report names as the limit's origin; empty: "MemoryOptions.limit_mib = N".
   std::string limit_source;
 };
