@@ -25,6 +25,8 @@ struct NvmeShardFiles {
   // `generations`: 2 (files .0 and .1, the step writes the one it does not read) or 1 (one file,
   // updated in place).
   // `master`: the records hold the fp32 master ahead of the state arrays.
+  // `chunk_elems`: the most elements per array in a record (the block size); the shard's records
+  // are as few as that allows and of equal size, rounded up to 4 KiB per array.
   NvmeShardFiles(const std::string& dir, size_t index, const std::string& unit, int rank, int64_t numel,
                  int64_t chunk_elems, int state_arrays, bool master, bool direct, int generations);
 
