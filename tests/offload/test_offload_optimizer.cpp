@@ -160,6 +160,26 @@ TEST(OffloadedOptimizer, NvmeStateEqualsDeviceStateBitwise) {
   }
 }
 
+// A shard's records are as few and as even as the block size allows, rounded up to 4 KiB per array:
+// a step moves the state it needs plus at most 4 KiB per record and array, not a block of padding.
+// 5000 elements in blocks of 4096: two records; [master | m | v] is 60,000 bytes, whole blocks
+// would be 98,304.
+TEST(OffloadedOptimizer, RecordsCarryNoBlockOfPadding) {
+  TempDir dir("records");
+  zs::OffloadedOptimizer opt(adamw_config(), nvme_options(dir.path, 16384), zs::test::rank());
+  torch::manual_seed(5);
+  std::vector<zs::ParamShard> shards{{at::randn({5000}), at::randn({5000}), "w", {}, false}};
+  opt.step(shards);
+  const auto before = opt.io_stats();
+  opt.step(shards);
+  const auto after = opt.io_stats();
+  const int64_t needed = 3 * 4 * 5000, padding = 2 * 3 * 4096;
+  for (int64_t moved : {after.bytes_read - before.bytes_read, after.bytes_written - before.bytes_written}) {
+    EXPECT_GE(moved, needed);
+    EXPECT_LE(moved, needed + padding);
+  }
+}
+
 TEST(OffloadedOptimizer, FilesAreCreatedLockedAndRemoved) {
   TempDir dir("files");
   const std::string rank_dir = dir.path + "/zeroshard-rank" + std::to_string(zs::test::rank());
