@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/host_cache_guard.h"
 #include "zeroshard/base/error.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/memory_report.h"
@@ -215,20 +216,7 @@ TEST(HostMemory, NegativeLimitIsAUsageError) { EXPECT_THROW(set_host_memory_limi
 
 // ---- the cache of freed blocks ----
 
-// Sets the cache's limit for a test and restores the Session's when it ends (whatever happened),
-// starting and ending with an empty cache.
-struct CacheGuard {
-  int64_t saved = host_memory_stats().cache_limit;
-  explicit CacheGuard(int64_t bytes) {
-    release_cached_host_memory();
-    set_host_memory_cache_limit(bytes, "test");
-  }
-  ~CacheGuard() {
-    set_host_memory_limit(0, "");
-    release_cached_host_memory();
-    set_host_memory_cache_limit(saved, "test");
-  }
-};
+using zeroshard::test::CacheGuard;
 
 TEST(HostMemoryCache, TheSessionSizesItFromMemoryHostCacheMib) {
   EXPECT_EQ(host_memory_stats().cache_limit, 256 * kMiB) << "the test main's Session applies the default, 256 MiB";

@@ -21,6 +21,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include "engine/engine_test_util.h"
+#include "common/host_cache_guard.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/engine/activation_checkpoint.h"
 
@@ -114,14 +115,10 @@ TEST(MemoryAccounting, UnshardedGradientsAreFreedUnitByUnit) {
 // come from the cache.
 TEST(MemoryAccounting, TheHostCacheGrowsToHoldTheLargestUnitsBuffers) {
   ASSERT_TRUE(zs::host_memory_tracking_installed()) << "the test main's Session installs the tracking allocator";
-  struct Restore {
-    int64_t limit;
-    ~Restore() { zs::set_host_memory_cache_limit(limit, "test"); }
-  } restore{zs::host_memory_stats().cache_limit};
   const int64_t block_bytes = 4 * (512 * 512 + 512);  // a block unit: Linear(512, 512) and its bias
   for (int64_t before : {int64_t{0}, int64_t{1} << 20, int64_t{64} << 20}) {
     SCOPED_TRACE("cache limit before the engine: " + std::to_string(before));
-    zs::set_host_memory_cache_limit(before, "test");
+    zs::test::CacheGuard cache(before);
     torch::manual_seed(3);
     zs_test::Mlp model = keep_alive(zs_test::Mlp(7, 512, 5, 3));
     zs::ShardingEngine engine(zs::test::session(), model.ptr(), options_for(Strategy::kFullShard));
