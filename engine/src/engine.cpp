@@ -52,6 +52,13 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
              "ShardingOptions: autocast keeps fp32 parameters; set param_dtype = Float (autocast_dtype picks the "
              "compute dtype)");
   ZS_REQUIRE(model != nullptr, UsageError, "ShardingEngine needs a model, got a null module");
+  // A step running during backward reads the gradients: it finishes before they are scaled, and
+  // step() keeps it only if every factor is 1.
+  gradients.before_scale = [this](double factor) {
+    if (!overlap.armed()) return;
+    settle_overlap();
+    if (factor != 1.0) overlap.changed = true;
+  };
   ZS_REQUIRE(detail::find_managed_unit(model.get()) == nullptr, UsageError,
              "this model is already wrapped by another ShardingEngine; wrap a module once");
   // Adapters finish the model before its units are found (unit_hook.h).
@@ -483,24 +490,18 @@ at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
     // (the step is skipped), an infinite one zeroes them, as torch::nn::utils::clip_grad_norm_.
     // An offloaded gradient takes the factor at its next load: nothing is written.
     const at::Tensor coef = at::nan_to_num(at::full_like(norm, max_norm).div_(norm + 1e-6).clamp_max_(1.0), 1.0);
+    // A step running during backward reads the gradients: it finishes first, and step() keeps it
+    // only if this factor is 1.
+    if (impl_->overlap.armed()) {
+      impl_->settle_overlap();
+      impl_->overlap.factors.push_back(coef);
+    }
     for (FlatParam* f : with_grad) f->scale_grad(coef);
   }
   return norm;
 }
 
-std::vector<ParamShard> ShardingEngine::param_shards() {
-  std::vector<ParamShard> out;
-  for (auto& u : impl_->units) {
-    for (auto& f : u->flats) {
-      if (!f->trainable()) continue;
-      ParamShard s{f->shard_offloaded() ? at::Tensor() : f->shard(), f->grad_shard(), f->name(), {},
-                   f->values_replaced()};
-      if (!impl_->shard_group_ranges.empty()) s.groups = impl_->shard_group_ranges[out.size()];
-      out.push_back(std::move(s));
-    }
-  }
-  return out;
-}
+std::vector<ParamShard> ShardingEngine::param_shards() { return impl_->shard_list(); }
 
 void ShardingEngine::set_param_groups(const ParamGroupOptions& options) {
   // The weights of Embedding / EmbeddingBag modules, by qualified name.
@@ -607,7 +608,11 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
   std::exception_ptr failure;
   if (!impl_->step_awaiting_peers) {
     try {
-      impl_->optimizer_step(*this, optimizer);
+      if (impl_->overlap.armed()) {
+        impl_->overlapped_step(*this, optimizer);
+      } else {
+        impl_->optimizer_step(*this, optimizer);
+      }
     } catch (...) {
       failure = std::current_exception();
     }
@@ -628,6 +633,7 @@ void ShardingEngine::step(ShardedOptimizer& optimizer) {
 }
 
 void ShardingEngine::zero_grad() {
+  impl_->abandon_overlap();
   for (auto& u : impl_->units) {
     for (auto& f : u->flats) f->drop_grad_shard();
   }

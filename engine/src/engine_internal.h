@@ -16,6 +16,7 @@
 #include "engine_offload.h"
 #include "flat_param.h"
 #include "groups.h"
+#include "overlap_step.h"
 #include "sharded_unit.h"
 #include "unit_host.h"
 #include "unit_order.h"
@@ -55,6 +56,7 @@ class EngineUnitHost final : public UnitHost {
   void reduction_started(ShardedUnit& u, const c10::Stream& compute) override;
   void replica_reduction_pending(ShardedUnit& u) override;
   void retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) override;
+  void gradients_reduced(ShardedUnit& u) override;
 
  private:
   ShardingEngineImpl& engine_;
@@ -100,6 +102,19 @@ struct ShardingEngineImpl {
   void rerecord_prefetch_order();
   // Hands gradient buffers the reduce-scatter stream read to retired_grads.
   void retire(std::vector<at::Tensor> buffers, const c10::Stream& compute);
+
+  // --- the step during backward (engine_overlap.cpp) ---
+  // Trainable flat `f` at position `k` of param_shards(), as the optimizer sees it.
+  ParamShard param_shard(FlatParam& f, size_t k) const;
+  std::vector<ParamShard> shard_list() const;  // ShardingEngine::param_shards()
+  // `u`'s final gradients: its shards go to the worker.
+  void post_reduced_shards(ShardedUnit& u);
+  // Before the gradients are scaled in place: the worker has finished reading them.
+  void settle_overlap();
+  // The step begun during backward, ended at step(): completed, or restored and redone.
+  void overlapped_step(ShardingEngine& engine, ShardedOptimizer& optimizer);
+  // Restores what the step begun during backward updated (zero_grad, reset_after_error).
+  void abandon_overlap();
   // Returns the engine to its state between steps after a forward or backward that threw (see
   // ShardingEngine::reset_after_error). `drop_grads`: also drop every gradient (buffers, pending
   // reductions, shards). Waits for the collectives in flight; never throws.
@@ -153,6 +168,9 @@ struct ShardingEngineImpl {
   ReleaseQueue retired_grads;
   std::unique_ptr<AutocastGuard> autocast;  // alive during the root forward when options.autocast
   FlatParamGradients gradients;
+  // step_during_backward: last, so that its thread stops before anything it reads is destroyed.
+  ShardingEngine::OverlapStats overlap_stats;
+  OverlappedStep overlap;
 };
 
 }  // namespace detail

@@ -7,6 +7,7 @@
 // (zeroshard/optim/optimizer.h); FlatParamGradients how clipping and the loss scaler read the
 // gradients.
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -94,12 +95,16 @@ class FlatParamPager final : public ShardPager {
 class FlatParamGradients final : public GradientShards {
  public:
   std::vector<FlatParam*> flats;
+  std::function<void(double)> before_scale;  // told each factor before it is applied (may be empty)
   size_t size() const override { return flats.size(); }
   const at::Tensor& read(size_t i) override { return flats[i]->grad_for_read(); }
   void prefetch(size_t i) override { flats[i]->prefetch_grad(); }
   bool offloaded(size_t i) const override { return flats[i]->grad_offloaded(); }
   void release(size_t i) override { flats[i]->release_grad(); }
-  void scale(size_t i, double factor) override { flats[i]->scale_grad(factor); }
+  void scale(size_t i, double factor) override {
+    if (before_scale) before_scale(factor);
+    flats[i]->scale_grad(factor);
+  }
 };
 
 }  // namespace zeroshard::detail

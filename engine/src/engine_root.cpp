@@ -24,6 +24,9 @@ bool ShardingEngineImpl::reshard_after_forward() const {
 }
 
 void ShardingEngineImpl::begin_backward() {
+  ZS_REQUIRE(overlap.stepped == 0, UsageError, "a backward started while the step begun during the last one "
+             "(step_during_backward) has updated ", overlap.stepped, " shards with its gradients: step() or "
+             "zero_grad() must come first (call step_during_backward before the last micro-batch's backward only)");
   outer_backward_phase = current_memory_phase();
   callback_queued = true;
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
@@ -106,6 +109,12 @@ void ShardingEngineImpl::reset_after_error(bool drop_grads) noexcept {
   // Each step below waits for collectives this rank issued before the failure; ranks that failed
   // at the same point issued the same ones, so every wait completes.
   const c10::Stream compute = streams->current();
+  // A step begun during the failed backward: its shards get their values and state back.
+  try {
+    abandon_overlap();
+  } catch (...) {
+    overlap.disarm();
+  }
   order->abandon();
   for (auto& u : units) u->abandon_gathers();
   if (drop_grads) {

@@ -335,6 +335,7 @@ void ShardedUnit::reduce_finish(const c10::Stream& compute) {
   CommCounters& c = host_.counters();
   for (auto& f : flats) f->finish_reduce(name, &c.reduce_elements, &c.reduce_bytes, &retired);
   host_.retire(std::move(retired), compute);
+  host_.gradients_reduced(*this);
 }
 
 }  // namespace zeroshard::detail

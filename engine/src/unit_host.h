@@ -64,6 +64,9 @@ class UnitHost {
   virtual void replica_reduction_pending(ShardedUnit& u) = 0;
   // Gradient buffers the reduce-scatter stream read, kept until it is done with them.
   virtual void retire(std::vector<at::Tensor> buffers, const c10::Stream& compute) = 0;
+  // `u`'s reductions finished (the reduce-scatter stream current): the gradient shards of its flats
+  // whose reductions are complete hold their final values for this backward.
+  virtual void gradients_reduced(ShardedUnit& u) = 0;
 };
 
 }  // namespace zeroshard::detail

@@ -104,6 +104,19 @@ struct HostSlot {
   at::Tensor m, v;       // Adam: exp_avg, exp_avg_sq; SGD: m = momentum_buffer (when momentum > 0)
 };
 
+// A shard's values and state before an update run during backward (begin_shard_step), so that
+// the step can be abandoned: `values` are the shard's own (equal to the host master, which the
+// update uploads to it, except after values_replaced, which the next step takes over again).
+struct SlotBackup {
+  bool taken = false;  // this step's update of the slot ran, from the values below
+  bool started = false;
+  int64_t updates = 0;
+  int64_t step_done = 0;
+  bool had_m = false;
+  bool had_master = false;
+  at::Tensor values, m, v;  // host fp32, kept from step to step
+};
+
 struct OffloadedOptimizer::Impl {
   bool sgd;
   CpuAdamOptions adam;  // ADAM/ADAMW
@@ -185,6 +198,13 @@ struct OffloadedOptimizer::Impl {
   void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
   bool prepare_host_slot(const ParamShard& s, HostSlot& slot, bool in_place);
   void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
+  // The update of one shard whose values are at hand (resident or acquired), into host slot `slot`.
+  void update_host_shard(const ParamShard& s, HostSlot& slot);
+  // A step whose shards are updated during backward (begin_shard_step .. finish/abandon).
+  bool shard_step_open = false;
+  std::vector<SlotBackup> backups;
+  void back_up(const ParamShard& s, const HostSlot& slot, SlotBackup& b);
+  void restore(const ParamShard& s, HostSlot& slot, SlotBackup& b);
   // The update of one shard whose gradient or values are on a GPU, chunk by chunk: see step_cpu.
   // Returns false (nothing done) where the copies cannot run asynchronously (staging or master in
   // pageable memory: offload.pin_memory = false), for the synchronous loop to do it.

@@ -127,30 +127,7 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
                "not; once the cause is fixed, engine.step(optimizer) again completes the step (it skips them)");
     }
     pager.prefetch(next_with_grad(shards, i));
-    const int64_t n = slot.numel;
-    const bool in_place = host_fp32(s.param);
-    const bool first = prepare_host_slot(s, slot, in_place);
-    const int64_t update = slot.updates + 1;
-    float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
-    const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
-    if (in_place && host_fp32(s.grad)) {
-      update_elements(runs, update, first, 0, p, s.grad.data_ptr<float>(), data_at(slot.m, 0), data_at(slot.v, 0), n);
-    } else if (!update_device_shard(s, slot, runs, update, first, in_place)) {
-      // Synchronous copies (staging or master in pageable memory, offload.pin_memory = false; or a
-      // host tensor that is not contiguous fp32): chunks of the gradient come to the host through
-      // the staging buffer, chunks of the new values go back.
-      if (!grad_staging.defined()) grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
-      for (int64_t off = 0; off < n; off += chunk_elems) {
-        const int64_t c = std::min(chunk_elems, n - off);
-        at::Tensor g = grad_staging.narrow(0, 0, c);
-        g.copy_(s.grad.narrow(0, off, c));
-        update_elements(runs, update, first, off, p + off, g.data_ptr<float>(), data_at(slot.m, off),
-                        data_at(slot.v, off), c);
-        if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
-      }
-    }
-    slot.updates = update;
-    slot.step_done = steps + 1;
+    update_host_shard(s, slot);
     // The update was in place on the only copy of the master (an offloaded shard on a CPU run) or
     // on the host master: it cannot be undone, so a failed write-back (whose values stay in
     // memory, the pager's contract) must not stop the rest of the step.
@@ -160,6 +137,79 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
       if (unwritten.empty()) unwritten = "shard " + std::to_string(i) + " ('" + s.name + "'): " + e.message();
     }
   }
+}
+
+// The update of one shard whose values are at hand (resident, or acquired through the pager).
+void OffloadedOptimizer::Impl::update_host_shard(const ParamShard& s, HostSlot& slot) {
+  const int64_t n = slot.numel;
+  const bool in_place = host_fp32(s.param);
+  const bool first = prepare_host_slot(s, slot, in_place);
+  const int64_t update = slot.updates + 1;
+  float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
+  const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
+  if (in_place && host_fp32(s.grad)) {
+    update_elements(runs, update, first, 0, p, s.grad.data_ptr<float>(), data_at(slot.m, 0), data_at(slot.v, 0), n);
+  } else if (!update_device_shard(s, slot, runs, update, first, in_place)) {
+    // Synchronous copies (staging or master in pageable memory, offload.pin_memory = false; or a
+    // host tensor that is not contiguous fp32): chunks of the gradient come to the host through
+    // the staging buffer, chunks of the new values go back.
+    if (!grad_staging.defined()) grad_staging = staging_pool.empty(chunk_elems, at::kFloat);
+    for (int64_t off = 0; off < n; off += chunk_elems) {
+      const int64_t c = std::min(chunk_elems, n - off);
+      at::Tensor g = grad_staging.narrow(0, 0, c);
+      g.copy_(s.grad.narrow(0, off, c));
+      update_elements(runs, update, first, off, p + off, g.data_ptr<float>(), data_at(slot.m, off),
+                      data_at(slot.v, off), c);
+      if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
+    }
+  }
+  slot.updates = update;
+  slot.step_done = steps + 1;
+}
+
+// ---- a step run during backward: each shard backed up before its update ----
+
+namespace {
+// `to` (host fp32, allocated at the first use and kept) becomes a copy of `from`.
+void copy_kept(at::Tensor& to, const at::Tensor& from) {
+  if (!to.defined() || to.numel() != from.numel()) to = at::empty({from.numel()}, at::kFloat);
+  to.copy_(from.reshape({-1}));
+}
+}  // namespace
+
+void OffloadedOptimizer::Impl::back_up(const ParamShard& s, const HostSlot& slot, SlotBackup& b) {
+  b.started = slot.started;
+  b.updates = slot.updates;
+  b.step_done = slot.step_done;
+  b.had_m = slot.m.defined();
+  b.had_master = slot.master.defined();
+  copy_kept(b.values, s.param);
+  if (b.had_m) copy_kept(b.m, slot.m);
+  if (slot.v.defined()) copy_kept(b.v, slot.v);
+  b.taken = true;
+}
+
+void OffloadedOptimizer::Impl::restore(const ParamShard& s, HostSlot& slot, SlotBackup& b) {
+  s.param.copy_(b.values.view(s.param.sizes()));
+  if (b.had_master) {
+    slot.master.copy_(b.values);
+  } else {
+    slot.master = at::Tensor();
+  }
+  if (b.had_m) {
+    slot.m.copy_(b.m);
+  } else {
+    slot.m = at::Tensor();
+  }
+  if (b.started && slot.v.defined()) {
+    slot.v.copy_(b.v);
+  } else if (!b.started) {
+    slot.v = at::Tensor();
+  }
+  slot.started = b.started;
+  slot.updates = b.updates;
+  slot.step_done = b.step_done;
+  b.taken = false;
 }
 
 void GradChunks::wait_on_host(const std::unique_ptr<StreamMark>& mark) {
@@ -313,6 +363,74 @@ void OffloadedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager
              ". The new values stay in memory and are written at the shard's next release; do not repeat the step");
 }
 
+bool OffloadedOptimizer::steps_shards_during_backward() const {
+  return impl_->o.target == OffloadTarget::kCpu && impl_->o.params == OffloadTarget::kDevice;
+}
+
+void OffloadedOptimizer::begin_shard_step(const std::vector<ParamShard>& shards) {
+  Impl& im = *impl_;
+  ZS_REQUIRE(steps_shards_during_backward(), UsageError, "optimizer ", describe(), " cannot step shards during "
+             "backward: its state or its parameter shards are not in host memory (offload.optimizer = CPU with "
+             "offload.params = NONE does it)");
+  ZS_REQUIRE(!im.shard_step_open, UsageError, "OffloadedOptimizer: begin_shard_step while step ", im.steps + 1,
+             " begun during an earlier backward is still open (finish or abandon it first)");
+  ZS_REQUIRE(im.partial_grads.empty(), UsageError, "OffloadedOptimizer step ", im.steps + 1, " was partly applied "
+             "before it failed; complete it with engine.step(optimizer) before the next backward");
+  for (size_t i = 0; i < shards.size(); ++i) {
+    ZS_REQUIRE(!shards[i].grad.defined() || !shards[i].grad.is_meta(), UsageError, "OffloadedOptimizer: the "
+               "gradient of shard ", i, " ('", shards[i].name, "') is offloaded (offload.grads): a step during "
+               "backward needs the gradients in memory");
+  }
+  ResidentPager pager(shards);
+  im.check_shards(shards, pager);
+  at::NoGradGuard no_grad;
+  im.apply_pending(shards, pager);
+  im.lr = lr_;
+  im.backups.resize(im.host.size());
+  for (SlotBackup& b : im.backups) b.taken = false;
+  im.shard_step_open = true;
+}
+
+void OffloadedOptimizer::step_shard(size_t i, const ParamShard& shard) {
+  Impl& im = *impl_;
+  ZS_REQUIRE(im.shard_step_open, UsageError, "OffloadedOptimizer::step_shard without begin_shard_step");
+  ZS_REQUIRE(i < im.host.size(), UsageError, "OffloadedOptimizer::step_shard: position ", i, " is past the ",
+             im.host.size(), " shards of the step");
+  HostSlot& slot = im.host[i];
+  ZS_REQUIRE(shard.param.defined() && shard.param.numel() == slot.numel && shard.grad.defined() &&
+                 shard.grad.numel() == slot.numel,
+             UsageError, "OffloadedOptimizer::step_shard: shard ", i, " ('", shard.name, "') needs values and a "
+             "gradient of ", slot.numel, " elements");
+  ZS_REQUIRE(!im.backups[i].taken && slot.step_done != im.steps + 1, UsageError, "OffloadedOptimizer::step_shard: "
+             "shard ", i, " ('", shard.name, "') was already updated in step ", im.steps + 1);
+  at::NoGradGuard no_grad;
+  im.back_up(shard, slot, im.backups[i]);
+  im.update_host_shard(shard, slot);
+}
+
+void OffloadedOptimizer::finish_shard_step(const std::vector<ParamShard>& shards) {
+  ZS_REQUIRE(impl_->shard_step_open, UsageError, "OffloadedOptimizer::finish_shard_step without begin_shard_step");
+  impl_->shard_step_open = false;
+  for (SlotBackup& b : impl_->backups) b.taken = false;
+  step(shards);  // the shards not updated yet; those done are skipped
+}
+
+size_t OffloadedOptimizer::abandon_shard_step(const std::vector<ParamShard>& shards) {
+  Impl& im = *impl_;
+  ZS_REQUIRE(im.shard_step_open, UsageError, "OffloadedOptimizer::abandon_shard_step without begin_shard_step");
+  ZS_REQUIRE(shards.size() == im.host.size(), UsageError, "OffloadedOptimizer::abandon_shard_step got ",
+             shards.size(), " shards, the step has ", im.host.size());
+  at::NoGradGuard no_grad;
+  size_t restored = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (!im.backups[i].taken) continue;
+    im.restore(shards[i], im.host[i], im.backups[i]);
+    ++restored;
+  }
+  im.shard_step_open = false;
+  return restored;
+}
+
 bool OffloadedOptimizer::expects_offloaded_params() const { return impl_->o.params != OffloadTarget::kDevice; }
 
 int64_t OffloadedOptimizer::state_bytes() const {
@@ -332,6 +450,11 @@ ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
   Placement p;
   for (const HostSlot& s : impl_->host) {
     for (const at::Tensor* t : {&s.m, &s.v, &s.master}) {
+      if (t->defined()) p.host += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  for (const SlotBackup& b : impl_->backups) {  // steps during backward: the copies kept to abandon one
+    for (const at::Tensor* t : {&b.values, &b.m, &b.v}) {
       if (t->defined()) p.host += static_cast<int64_t>(t->nbytes());
     }
   }

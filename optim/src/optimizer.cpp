@@ -475,6 +475,18 @@ void ShardedOptimizer::step(std::vector<ParamShard>& shards, ShardPager& pager) 
            "with an offloaded optimizer (make_engine_optimizer with OffloadOptions.target = CPU or NVME)");
 }
 
+namespace {
+[[noreturn]] void no_shard_steps(const ShardedOptimizer& o) {
+  ZS_THROW(UsageError, "optimizer ", o.describe(), " cannot step shards during backward: only an optimizer with its "
+           "state in host memory does (offload.optimizer = CPU, make_engine_optimizer with OffloadOptions.target = CPU)");
+}
+}  // namespace
+
+void ShardedOptimizer::begin_shard_step(const std::vector<ParamShard>&) { no_shard_steps(*this); }
+void ShardedOptimizer::step_shard(size_t, const ParamShard&) { no_shard_steps(*this); }
+void ShardedOptimizer::finish_shard_step(const std::vector<ParamShard>&) { no_shard_steps(*this); }
+size_t ShardedOptimizer::abandon_shard_step(const std::vector<ParamShard>&) { no_shard_steps(*this); }
+
 std::vector<ShardGroupRange> shard_runs(const ParamShard& shard, double default_weight_decay, int64_t numel) {
   if (numel < 0) numel = shard.param.defined() ? shard.param.numel() : 0;
   std::vector<ShardGroupRange> runs;

@@ -129,8 +129,32 @@ class ShardingEngine {
   // options().buffer_sync says. Throws UsageError if gradients are still pending (e.g. inside
   // no_sync).
   void step(ShardedOptimizer& optimizer);
-  // Frees the gradient shards (the next backward allocates fresh ones).
+  // Frees the gradient shards (the next backward allocates fresh ones). A step begun by
+  // step_during_backward() and not completed by step() is abandoned: every shard it updated gets
+  // its values and optimizer state back (a skipped step).
   void zero_grad();
+
+  // Runs the next optimizer step during the next backward (the CPU optimizer overlapping the rest
+  // of backward, as ZeRO-Offload does): call it before the backward of the last micro-batch before
+  // step(), outside no_sync(). As each unit's gradients are reduced, `optimizer` updates its
+  // shards on a thread of the engine's while backward goes on; step(optimizer) waits for it and
+  // updates the rest. Exact: each shard's values and state are copied before its update, and when
+  // clip_grad_norm() or gradients().scale() changed the gradients afterwards (a factor other than
+  // exactly 1) step() restores them and steps every shard again with the gradients as they are
+  // then; zero_grad() without step() restores them (the step is skipped). The results are bit for
+  // bit those of step() alone. The gradients must not be changed otherwise between that backward
+  // and step(), and no other backward may run before step() or zero_grad() (UsageError at its
+  // start). UsageError unless the optimizer steps shards during backward
+  // (ShardedOptimizer::steps_shards_during_backward: state in host memory) and the parameter and
+  // gradient shards stay in memory (offload.params = offload.grads = DEVICE).
+  void step_during_backward(ShardedOptimizer& optimizer);
+  struct OverlapStats {
+    int64_t steps = 0;      // steps begun by step_during_backward (completed, redone or abandoned)
+    int64_t shards = 0;     // shards updated during backward, over all of them
+    int64_t redone = 0;     // steps step() restored and redid (gradients changed, or an update failed)
+    int64_t abandoned = 0;  // steps zero_grad() or reset_after_error() restored (skipped)
+  };
+  OverlapStats overlap_stats() const;
   // After a forward or backward that threw (a user hook, an out-of-memory in a unit): waits for
   // the collectives the failed pass issued, drops every gradient accumulated since the last
   // zero_grad() (gradient buffers, pending reductions, gradient shards: a failed backward leaves

@@ -97,6 +97,13 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   void step(const std::vector<ParamShard>& shards) override;
   void step(std::vector<ParamShard>& shards, ShardPager& pager) override;
   bool expects_offloaded_params() const override;
+  // Target CPU with resident parameter shards: the step can run during backward (copies of each
+  // shard's values and state are kept, so host memory for the state doubles).
+  bool steps_shards_during_backward() const override;
+  void begin_shard_step(const std::vector<ParamShard>& shards) override;
+  void step_shard(size_t i, const ParamShard& shard) override;
+  void finish_shard_step(const std::vector<ParamShard>& shards) override;
+  size_t abandon_shard_step(const std::vector<ParamShard>& shards) override;
   int64_t state_bytes() const override;
   Placement placement() const override;
   std::string describe() const override;

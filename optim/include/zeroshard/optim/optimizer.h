@@ -143,6 +143,27 @@ class ShardedOptimizer {
   // resident, and the reverse.
   virtual bool expects_offloaded_params() const { return false; }
 
+  // --- a step overlapped with backward (ShardingEngine::step_during_backward) ---
+  // The shards come one at a time as their gradients become final, each updated on a thread of the
+  // engine's while the caller's thread runs the rest of backward. Each shard's values and state
+  // are copied before its update, so that the step can be abandoned (a clip that changes the
+  // gradients, a non-finite norm that skips the step) and the optimizer is then exactly as before
+  // it. Only an optimizer with its state in host memory and resident shards does this
+  // (OffloadedOptimizer, target CPU); the defaults throw UsageError.
+  virtual bool steps_shards_during_backward() const { return false; }
+  // Starts such a step over `shards` (step()'s list; gradients not final yet). Checks the list as
+  // step() does, and applies imported state.
+  virtual void begin_shard_step(const std::vector<ParamShard>& shards);
+  // Updates shard i (its position in the list) at lr(). Called from one thread, which is not the
+  // one that calls the other functions, between begin_shard_step() and the end of the step; the
+  // caller keeps the shard's values and gradient untouched meanwhile.
+  virtual void step_shard(size_t i, const ParamShard& shard);
+  // Ends the step: the shards not stepped yet are stepped (as step() does), and the step counts.
+  virtual void finish_shard_step(const std::vector<ParamShard>& shards);
+  // Ends the step uncounted: every shard step_shard() updated gets its values and state back.
+  // Returns how many shards were restored.
+  virtual size_t abandon_shard_step(const std::vector<ParamShard>& shards);
+
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
 

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+// The optimizer step during backward (ShardingEngine::step_during_backward, offload.overlap_step):
+// with the optimizer state in host memory, each unit's shards are updated as soon as their
+// gradients are reduced. Training this way must give the parameters and optimizer state of
+// step() alone bit for bit, for AdamW and SGD (Nesterov), under FULL_SHARD, SHARD_GRAD_OP and
+// NO_SHARD, with gradients accumulated under no_sync or reduced at every micro-batch: steps whose
+// clip leaves the gradients as they are keep the updates made during backward, steps whose clip
+// scales them are restored and redone, and a skipped step (zero_grad without step) leaves nothing
+// behind. The shards are updated before step() is called. Requests the engine cannot honour are
+// refused by name. Run at 1 and 2 ranks.
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "engine/gpt_trainer.h"
+#include "offload/offload_test_options.h"
+#include "zeroshard/base/error.h"
+#include "zeroshard/engine/engine.h"
+#include "zeroshard/offload/offload_optimizer.h"
+
+namespace zs = zeroshard;
+using zs::test::message_of;
+
+namespace {
+
+using Trainer = zs_test::GptTrainer;
+
+zs::OffloadOptions host_state() {
+  zs::OffloadOptions o;
+  o.target = zs::OffloadTarget::kCpu;
+  return o;
+}
+
+// What a step does with its gradients after backward.
+enum class Ending { kKeep, kClip, kSkip };
+
+// Ending of step s: the first is skipped (SGD's momentum buffer is created at the next), then
+// clips that leave the gradients alone and clips that scale them alternate.
+Ending ending_of(int s) { return s == 0 ? Ending::kSkip : (s % 2 == 1 ? Ending::kKeep : Ending::kClip); }
+
+// One step of two micro-batches; with `overlap` the step runs during the second backward.
+// `no_sync`: the first micro-batch's gradients stay unreduced until the second.
+void train_step(Trainer& t, zs::ShardedOptimizer& opt, int s, bool overlap, bool no_sync) {
+  for (int m = 0; m < 2; ++m) {
+    torch::manual_seed(2000 + 31 * s + 7 * m + zs::test::rank());
+    torch::Tensor x = torch::randint(t.config.vocab, {2, t.config.seq}, torch::kLong);
+    torch::Tensor y = torch::randint(t.config.vocab, {2, t.config.seq}, torch::kLong);
+    c10::optional<zs::ShardingEngine::NoSync> hold;
+    if (no_sync && m == 0) hold.emplace(*t.engine);
+    torch::Tensor loss = t.engine->forward(
+        [&] { return torch::cross_entropy_loss(t.model->forward(x).view({-1, t.config.vocab}), y.view({-1})); });
+    if (overlap && m == 1) t.engine->step_during_backward(opt);
+    (loss / 2).backward();
+  }
+  const Ending e = ending_of(s);
+  // Infinity measures only; 1e9 clips with a factor of exactly 1; 0.05 scales every gradient.
+  t.engine->clip_grad_norm(e == Ending::kClip ? 0.05 : e == Ending::kKeep ? 1e9
+                                                                           : std::numeric_limits<double>::infinity());
+  if (e != Ending::kSkip) t.engine->step(opt);
+  t.engine->zero_grad();
+}
+
+std::vector<at::Tensor> moments(zs::ShardedOptimizer& opt) {
+  std::vector<at::Tensor> out;
+  for (const zs::ShardOptimizerState& st : opt.export_state()) {
+    for (const at::Tensor& t : st.materialize()) out.push_back(t.clone());
+  }
+  return out;
+}
+
+const char* name_of(zs::ShardingStrategy s) {
+  return s == zs::ShardingStrategy::kFullShard ? "FULL_SHARD" : s == zs::ShardingStrategy::kShardGradOp ? "SHARD_GRAD_OP" : "NO_SHARD";
+}
+
+}  // namespace
+
+TEST(OverlapStep, TrainsBitwiseAsStepAlone) {
+  const int steps = 5;
+  for (auto strategy : {zs::ShardingStrategy::kFullShard, zs::ShardingStrategy::kShardGradOp,
+                        zs::ShardingStrategy::kNoShard}) {
+    for (bool sgd : {false, true}) {
+      for (bool no_sync : {true, false}) {
+        const std::string what = std::string(name_of(strategy)) + (sgd ? ", SGD" : ", AdamW") +
+                                 (no_sync ? ", no_sync" : ", reduced at every micro-batch");
+        SCOPED_TRACE(what);
+        zs::ShardingOptions so;
+        so.strategy = strategy;
+        const zs::OptimizerOptions cfg = sgd ? zs_test::trainer_sgd_options() : zs_test::trainer_adamw_options();
+        Trainer ref(so), ovl(so);
+        zs::OffloadedOptimizer ref_opt(cfg, host_state(), zs::test::rank());
+        zs::OffloadedOptimizer opt(cfg, host_state(), zs::test::rank());
+        for (int s = 0; s < steps; ++s) {
+          train_step(ref, ref_opt, s, /*overlap=*/false, no_sync);
+          train_step(ovl, opt, s, /*overlap=*/true, no_sync);
+        }
+        EXPECT_EQ(zs_test::max_diff(ref.params(), ovl.params()), 0.0);
+        EXPECT_EQ(ref_opt.steps(), opt.steps());
+        const std::vector<at::Tensor> a = moments(ref_opt), b = moments(opt);
+        ASSERT_EQ(a.size(), b.size());
+        ASSERT_FALSE(a.empty());
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "state tensor " << i;
+        const zs::ShardingEngine::OverlapStats st = ovl.engine->overlap_stats();
+        EXPECT_EQ(st.steps, steps);
+        EXPECT_EQ(st.abandoned, 1);  // step 0
+        EXPECT_EQ(st.redone, 2);     // steps 2 and 4 clipped
+        // Every trainable shard of every step went to the worker during its backward.
+        EXPECT_EQ(st.shards, steps * static_cast<int64_t>(ovl.engine->param_shards().size()));
+      }
+    }
+  }
+}
+
+// After the backward, before step(): the shards hold the step's values already.
+TEST(OverlapStep, ShardsAreUpdatedBeforeStepIsCalled) {
+  Trainer t;
+  zs::OffloadedOptimizer opt(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+  std::vector<at::Tensor> before;
+  for (const zs::ParamShard& s : t.engine->param_shards()) before.push_back(s.param.clone());
+  torch::Tensor x = torch::randint(t.config.vocab, {2, t.config.seq}, torch::kLong);
+  torch::Tensor loss = t.engine->forward(
+      [&] { return torch::cross_entropy_loss(t.model->forward(x).view({-1, t.config.vocab}), x.view({-1})); });
+  t.engine->step_during_backward(opt);
+  loss.backward();
+  t.engine->clip_grad_norm(1e9);  // waits for the updates (a factor of 1: they stand)
+  const std::vector<zs::ParamShard> after = t.engine->param_shards();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    if (after[i].param.numel() == 0) continue;
+    EXPECT_FALSE(at::equal(before[i], after[i].param)) << after[i].name;
+  }
+  EXPECT_EQ(opt.steps(), 0);  // counted at step()
+  t.engine->step(opt);
+  EXPECT_EQ(opt.steps(), 1);
+  t.engine->zero_grad();
+}
+
+// A second backward before step(): refused at its start; reset_after_error restores the shards.
+TEST(OverlapStep, AnotherBackwardBeforeStepIsRefusedAndResetRestores) {
+  Trainer t;
+  zs::OffloadedOptimizer opt(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+  t.train(opt, 0, 1);
+  const std::map<std::string, at::Tensor> before = t.params();
+  auto loss_of = [&] {
+    torch::Tensor x = torch::randint(t.config.vocab, {2, t.config.seq}, torch::kLong);
+    return t.engine->forward(
+        [&] { return torch::cross_entropy_loss(t.model->forward(x).view({-1, t.config.vocab}), x.view({-1})); });
+  };
+  torch::Tensor first = loss_of();
+  t.engine->step_during_backward(opt);
+  first.backward();
+  torch::Tensor second = loss_of();
+  const std::string text = message_of([&] { second.backward(); });
+  EXPECT_CONTAINS(text, "a backward started while the step begun during the last one (step_during_backward)");
+  EXPECT_CONTAINS(text, "step() or zero_grad() must come first");
+  t.engine->reset_after_error();
+  EXPECT_EQ(zs_test::max_diff(before, t.params()), 0.0);
+  EXPECT_EQ(t.engine->overlap_stats().abandoned, 1);
+  // Training goes on: the next step is a plain one.
+  t.train(opt, 1, 2);
+  EXPECT_EQ(opt.steps(), 2);
+}
+
+TEST(OverlapStep, RequestsItCannotHonourAreRefused) {
+  Trainer t;
+  auto device_opt = zs::make_optimizer(zs_test::trainer_adamw_options());
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { t.engine->step_during_backward(*device_opt); }),
+                  "cannot step shards during backward; an optimizer with its state in host memory does "
+                  "(offload.optimizer = CPU)");
+  zs::test::RankDir dir("overlap_step_nvme");
+  zs::OffloadedOptimizer nvme(zs_test::trainer_adamw_options(),
+                              zs_test::offload_optimizer_options(zs::OffloadTarget::kNvme, zs::OffloadTarget::kDevice,
+                                                                 dir.path),
+                              zs::test::rank());
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { t.engine->step_during_backward(nvme); }),
+                  "cannot step shards during backward");
+  // Stepped with another optimizer than the one armed.
+  zs::OffloadedOptimizer opt(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+  zs::OffloadedOptimizer other(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+  t.engine->step_during_backward(opt);
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { t.engine->step_during_backward(opt); }),
+                  "a step begun during an earlier backward is still open");
+  t.forward_backward(0);
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { t.engine->step(other); }),
+                  "the step begun during backward (step_during_backward) is of another optimizer");
+  t.engine->zero_grad();
+  // Parameters offloaded: the shards are not in memory (the optimizer made for them says so first).
+  zs::test::RankDir pdir("overlap_step_params");
+  Trainer off(zs_test::offload_placement(zs::OffloadTarget::kCpu, zs::OffloadTarget::kDevice, pdir.path));
+  zs::OffloadedOptimizer paged(zs_test::trainer_adamw_options(),
+                               zs_test::offload_optimizer_options(zs::OffloadTarget::kCpu, zs::OffloadTarget::kCpu,
+                                                                  pdir.path),
+                               zs::test::rank());
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { paged.begin_shard_step(off.engine->param_shards()); }),
+                  "cannot step shards during backward: its state or its parameter shards are not in host memory");
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { off.engine->step_during_backward(opt); }),
+                  "step_during_backward needs the parameter and gradient shards in memory, but this engine offloads "
+                  "the parameters (offload.params)");
+  zs::test::RankDir gdir("overlap_step_grads");
+  Trainer grads_off(zs_test::offload_placement(zs::OffloadTarget::kDevice, zs::OffloadTarget::kCpu, gdir.path));
+  EXPECT_CONTAINS(message_of<zs::UsageError>([&] { grads_off.engine->step_during_backward(opt); }),
+                  "but this engine offloads the gradients (offload.grads)");
+}
