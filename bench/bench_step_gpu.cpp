@@ -267,8 +267,11 @@ Variant run_zeroshard(Session& s, const RunOptions& run, const StepArgs& a, cons
     ShardingEngine engine(s, model.ptr(), o);
     auto opt = make_zs_optimizer(s, run, engine);
     const double t = time_steps(s, a, [&](int i) {
-      engine.forward([&] { return loss_of(gpt_forward(*model, batches[i].first, a.checkpoint), batches[i].second); })
-          .backward();
+      at::Tensor loss = engine.forward(
+          [&] { return loss_of(gpt_forward(*model, batches[i].first, a.checkpoint), batches[i].second); });
+      // offload.overlap_step: the host optimizer steps each unit's shards during backward.
+      if (run.offload.overlap_step) engine.step_during_backward(*opt);
+      loss.backward();
       engine.step(*opt);
       engine.zero_grad();
     });

@@ -21,8 +21,9 @@
 #          (scripts/gpu-test-verdict.sh); then the tests ZS_GPU_EXTRA_TESTS names (a ctest -R
 #          regex; CPU tests to run under this LibTorch: add their targets to ZS_GPU_TARGETS);
 #   bench  bench_step: a small smoke configuration, --preset gpt-1.3b, then --preset gpt-offload
-#          with offload.optimizer=CPU, then with parameters and gradients on the host too
-#          (ZS_GPU_BENCHES picks among smoke gpt-1.3b gpt-offload gpt-offload-all).
+#          with offload.optimizer=CPU, the same with the step during backward (offload.overlap_step),
+#          then with parameters and gradients on the host too (ZS_GPU_BENCHES picks among smoke
+#          gpt-1.3b gpt-offload gpt-offload-overlap gpt-offload-all).
 #
 # Output, in OUT_DIR (else $OUT, else ./gpu-check-out), at most 8 files:
 #   machine.txt  GPU, driver, OS, compilers, torch, the paths found;   summary.txt  one line per step
@@ -218,13 +219,17 @@ run_bench() {  # name, command...
 }
 if [[ $phase == all || $phase == bench ]]; then
   [[ -x "$build/bin/bench_step" ]] || die "no bench_step in $build/bin: run --phase build first"
-  benches=" ${ZS_GPU_BENCHES:-smoke gpt-1.3b gpt-offload gpt-offload-all} "
+  benches=" ${ZS_GPU_BENCHES:-smoke gpt-1.3b gpt-offload gpt-offload-overlap gpt-offload-all} "
   [[ $benches == *" smoke "* ]] &&
     run_bench smoke "$build/bin/bench_step" --device cuda --dim 1024 --layers 8 --heads 8 --seq 1024 --vocab 50304 \
       --batch 8 --steps 8 --dtype bf16 --checkpoint 1 --attention fused
   [[ $benches == *" gpt-1.3b "* ]] && run_bench gpt-1.3b "$build/bin/bench_step" --preset gpt-1.3b
   [[ $benches == *" gpt-offload "* ]] &&
     run_bench gpt-offload "$build/bin/bench_step" --preset gpt-offload --set offload.optimizer=CPU
+  # The host optimizer stepping each unit's shards during backward (offload.overlap_step).
+  [[ $benches == *" gpt-offload-overlap "* ]] &&
+    run_bench gpt-offload-overlap "$build/bin/bench_step" --preset gpt-offload --set offload.optimizer=CPU \
+      --set offload.overlap_step=true
   # Parameters and gradients in host memory too: the device keeps no shard between uses.
   [[ $benches == *" gpt-offload-all "* ]] &&
     run_bench gpt-offload-all "$build/bin/bench_step" --preset gpt-offload --plain 0 --set offload.optimizer=CPU \

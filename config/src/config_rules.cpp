@@ -80,6 +80,29 @@ bool uses_fp16(const opt::PrecisionConfig& p) {
   return p.param_dtype() == opt::PrecisionConfig::FP16 || p.reduce_dtype() == opt::PrecisionConfig::FP16;
 }
 
+void check_overlap_step(const Config& c, Problems* out) {
+  const Target& o = c.offload();
+  if (!o.overlap_step()) return;
+  if (o.optimizer() != Target::CPU || o.params() != Target::DEVICE || o.grads() != Target::DEVICE) {
+    add(out, {"offload.overlap_step", "offload.optimizer", "offload.params", "offload.grads"},
+        std::string("offload.overlap_step = true needs offload.optimizer = CPU with offload.params and offload.grads "
+                    "= DEVICE (the step during backward updates shards in memory from the host state), but "
+                    "offload.optimizer = ") +
+            Target::Target_Name(o.optimizer()) + ", offload.params = " + Target::Target_Name(o.params()) +
+            ", offload.grads = " + Target::Target_Name(o.grads()));
+  }
+  const auto& s = c.precision().loss_scale();
+  const bool scaling = s.mode() == opt::LossScaleConfig::DYNAMIC || s.mode() == opt::LossScaleConfig::STATIC ||
+                       (s.mode() == opt::LossScaleConfig::AUTO && uses_fp16(c.precision()));
+  if (scaling) {
+    add(out, {"offload.overlap_step", "precision.loss_scale.mode"},
+        "offload.overlap_step = true does not combine with loss scaling (precision.loss_scale.mode = " +
+            opt::LossScaleConfig::Mode_Name(s.mode()) + (s.mode() == opt::LossScaleConfig::AUTO ? ", dynamic with FP16" : "") +
+            "): unscaling changes every step's gradients after backward, so every step would be redone; use BF16, "
+            "or turn overlap_step off");
+  }
+}
+
 void check_precision(const Config& c, Problems* out) {
   const auto& p = c.precision();
   if (p.autocast() && p.param_dtype() == opt::PrecisionConfig::FP32) {
@@ -318,6 +341,7 @@ void check_cross_field(const Config& c, std::vector<ConfigProblem>* out) {
   check_device(c, out);
   check_offload(c, out);
   check_param_dtype_copy(c, out);
+  check_overlap_step(c, out);
   check_precision(c, out);
   check_sharding(c, out);
   check_scheduler(c, out);

@@ -50,7 +50,7 @@ const std::vector<std::string>& trainer() {
   static const std::vector<std::string> k = {
       "optimizer",          "scheduler",          "precision.loss_scale", "offload.optimizer",
       "offload.nvme_path",  "offload.pin_memory", "offload.block_size",   "offload.queue_depth",
-      "offload.io_backend", "offload.buffer_count", "offload.nvme_generations", "checkpoint",
+      "offload.io_backend", "offload.buffer_count", "offload.nvme_generations", "offload.overlap_step", "checkpoint",
       "train",              "data.num_workers",   "data.prefetch_batches", "data.shuffle",
       "data.limit_train_samples", "data.limit_eval_samples", "data.pin_memory", "logging.progress",
       "logging.tensorboard_dir", "model.init_from", "model.init_strict",

@@ -266,6 +266,7 @@ OffloadOptions offload_options(const Config& c) {
   o.buffer_count = off.buffer_count();
   o.nvme_generations = off.nvme_generations();
   o.io_backend = io_backend_of(off.io_backend());
+  o.overlap_step = off.overlap_step();
   return o;
 }
 

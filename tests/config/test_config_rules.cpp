@@ -79,6 +79,26 @@ TEST(ConfigRules, ParamDtypeCopyNeedsOffloadedParams) {
                 "offload.optimizer=CPU"});
 }
 
+TEST(ConfigRules, OverlapStepNeedsHostStateResidentShardsAndNoLossScaling) {
+  expect_one_problem({"offload.overlap_step=true"},
+                     {"offload.overlap_step", "offload.optimizer", "offload.params", "offload.grads"},
+                     "offload.overlap_step = true needs offload.optimizer = CPU with offload.params and "
+                     "offload.grads = DEVICE (the step during backward updates shards in memory from the host "
+                     "state), but offload.optimizer = DEVICE, offload.params = DEVICE, offload.grads = DEVICE");
+  expect_one_problem({"offload.overlap_step=true", "offload.optimizer=CPU", "offload.grads=CPU"},
+                     {"offload.overlap_step", "offload.optimizer", "offload.params", "offload.grads"},
+                     "offload.overlap_step = true needs offload.optimizer = CPU with offload.params and "
+                     "offload.grads = DEVICE (the step during backward updates shards in memory from the host "
+                     "state), but offload.optimizer = CPU, offload.params = DEVICE, offload.grads = CPU");
+  expect_one_problem({"offload.overlap_step=true", "offload.optimizer=CPU", "precision.param_dtype=FP16"},
+                     {"offload.overlap_step", "precision.loss_scale.mode"},
+                     "offload.overlap_step = true does not combine with loss scaling (precision.loss_scale.mode = "
+                     "AUTO, dynamic with FP16): unscaling changes every step's gradients after backward, so every "
+                     "step would be redone; use BF16, or turn overlap_step off");
+  expect_valid({"offload.overlap_step=true", "offload.optimizer=CPU"});
+  expect_valid({"offload.overlap_step=true", "offload.optimizer=CPU", "precision.param_dtype=BF16"});
+}
+
 TEST(ConfigRules, ParamDtypeCopyNeedsALowPrecisionComputeDtype) {
   const Keys offloaded = {"offload.keep_param_dtype_shard=true", "offload.params=CPU", "offload.optimizer=CPU"};
   expect_one_problem(offloaded, {"offload.keep_param_dtype_shard", "precision.param_dtype"},

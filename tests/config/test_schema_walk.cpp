@@ -61,6 +61,7 @@ const std::map<std::string, std::vector<std::string>> kCompanions = {
     {"offload.params", {"offload.optimizer=CPU"}},
     {"offload.grads", {"offload.optimizer=CPU"}},
     {"offload.keep_param_dtype_shard", {"offload.params=CPU", "offload.optimizer=CPU", "precision.param_dtype=BF16"}},
+    {"offload.overlap_step", {"offload.optimizer=CPU"}},
     {"checkpoint.interval_steps", {"checkpoint.dir=walk-checkpoints"}},
     {"checkpoint.keep_last", {"checkpoint.dir=walk-checkpoints"}},
     {"checkpoint.async_save", {"checkpoint.dir=walk-checkpoints"}},

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "zeroshard/base/error.h"
+#include "zeroshard/base/logging.h"
 #include "zeroshard/core/host_memory.h"
 #include "zeroshard/core/memory_report.h"
 #include "zeroshard/core/session.h"
@@ -213,6 +214,12 @@ void Trainer::summarize(const TrainTask& task, TrainingReport& report, TrainResu
   values.add("final_train_loss", result.final_train_loss).add("skipped_steps", result.skipped_steps);
   report.summary(values, text.str());
 
+  if (start_.run.offload.overlap_step) {
+    const ShardingEngine::OverlapStats o = engine_.overlap_stats();
+    ZS_LOG(kInfo) << "offload.overlap_step: " << o.steps << " steps ran during backward (" << o.shards
+                  << " shard updates); " << o.steps - o.redone - o.abandoned << " kept, " << o.redone
+                  << " redone after a clip scaled the gradients, " << o.abandoned << " skipped and undone";
+  }
   if (start_.flags.memory_summary && session_.rank() == 0) std::printf("%s", memory_summary().c_str());
 }
 

@@ -60,7 +60,16 @@ Trainer::Trainer(Session& s, ShardingEngine& engine, const TrainStart& start)
   at::manual_seed(run.session.seed + 1 + static_cast<uint64_t>(s.rank()));
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // A step begun during a backward that threw holds on to the optimizer this trainer owns: the
+  // engine, which outlives it, restores the shards now.
+  if (start_.run.offload.overlap_step) {
+    try {
+      engine_.zero_grad();
+    } catch (...) {
+    }
+  }
+}
 
 namespace {
 // One copy to the host: the step's loss sum and, when defined, the gradient norm (NaN otherwise).
@@ -87,6 +96,9 @@ Trainer::StepResult Trainer::step(const std::function<at::Tensor(int)>& micro_lo
     at::Tensor loss = micro_loss(m);
     const at::Tensor detached = loss.detach().to(at::kFloat);
     loss_sum = loss_sum.defined() ? loss_sum + detached : detached;
+    // offload.overlap_step: the last backward updates each unit's shards as they are reduced; a
+    // clip that scales the gradients makes step() redo it, a skipped step undoes it (zero_grad).
+    if (start_.run.offload.overlap_step && m + 1 == micro_batches) engine_.step_during_backward(*optimizer_);
     scaler_.scale(loss / micro_batches).backward();
   }
   // Host synchronisations per step: one read of [loss sum, gradient norm] from the device, plus

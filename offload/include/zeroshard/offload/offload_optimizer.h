@@ -79,6 +79,9 @@ struct OffloadOptions {
   IoBackend io_backend = IoBackend::kAuto;
   bool direct_io = true;            // O_DIRECT (falls back with a warning where refused)
   SimdPath simd = SimdPath::kAuto;
+  // The trainer runs each step during backward (ShardingEngine::step_during_backward); target CPU
+  // with resident parameter and gradient shards only.
+  bool overlap_step = false;
 };
 
 class OffloadedOptimizer final : public ShardedOptimizer {
