@@ -57,8 +57,10 @@ detail::ShardingEngineImpl::ShardingEngineImpl(Session& s, std::shared_ptr<torch
   gradients.before_scale = [this](double factor) {
     if (!overlap.armed()) return;
     settle_overlap();
+    check_overlap_grads(/*after_known_scale=*/false);
     if (factor != 1.0) overlap.changed = true;
   };
+  gradients.after_scale = [this] { check_overlap_grads(/*after_known_scale=*/true); };
   ZS_REQUIRE(detail::find_managed_unit(model.get()) == nullptr, UsageError,
              "this model is already wrapped by another ShardingEngine; wrap a module once");
   // Adapters finish the model before its units are found (unit_hook.h).
@@ -494,9 +496,11 @@ at::Tensor ShardingEngine::clip_grad_norm_tensor(double max_norm) {
     // only if this factor is 1.
     if (impl_->overlap.armed()) {
       impl_->settle_overlap();
+      impl_->check_overlap_grads(/*after_known_scale=*/false);
       impl_->overlap.factors.push_back(coef);
     }
     for (FlatParam* f : with_grad) f->scale_grad(coef);
+    impl_->check_overlap_grads(/*after_known_scale=*/true);
   }
   return norm;
 }

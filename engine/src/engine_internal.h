@@ -111,6 +111,10 @@ struct ShardingEngineImpl {
   void post_reduced_shards(ShardedUnit& u);
   // Before the gradients are scaled in place: the worker has finished reading them.
   void settle_overlap();
+  // The posted shards' gradients against the versions the worker read: changed in place since
+  // (a factor not recorded) sets overlap.changed; after a recorded factor was applied, the
+  // versions now become the ones expected.
+  void check_overlap_grads(bool after_known_scale);
   // The step begun during backward, ended at step(): completed, or restored and redone.
   void overlapped_step(ShardingEngine& engine, ShardedOptimizer& optimizer);
   // Restores what the step begun during backward updated (zero_grad, reset_after_error).

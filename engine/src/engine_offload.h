@@ -96,6 +96,7 @@ class FlatParamGradients final : public GradientShards {
  public:
   std::vector<FlatParam*> flats;
   std::function<void(double)> before_scale;  // told each factor before it is applied (may be empty)
+  std::function<void()> after_scale;         // and told when it was
   size_t size() const override { return flats.size(); }
   const at::Tensor& read(size_t i) override { return flats[i]->grad_for_read(); }
   void prefetch(size_t i) override { flats[i]->prefetch_grad(); }
@@ -104,6 +105,7 @@ class FlatParamGradients final : public GradientShards {
   void scale(size_t i, double factor) override {
     if (before_scale) before_scale(factor);
     flats[i]->scale_grad(factor);
+    if (after_scale) after_scale();
   }
 };
 

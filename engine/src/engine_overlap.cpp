@@ -45,6 +45,7 @@ void ShardingEngineImpl::post_reduced_shards(ShardedUnit& u) {
     if (f->has_grad_buffer() || f->reduce_pending() || !f->grad_shard().defined()) continue;
     const size_t k = at->second;
     overlap.posted[k] = true;
+    overlap.read_as[k] = {f->grad_shard().unsafeGetTensorImpl(), static_cast<int64_t>(f->grad_shard()._version())};
     ++overlap.stepped;
     ++overlap_stats.shards;
     // On a GPU the reduction was queued on the reduce-scatter stream (current here): the worker
@@ -64,12 +65,33 @@ void ShardingEngineImpl::settle_overlap() {
   if (failed && !overlap.failure) overlap.failure = failed;
 }
 
+void ShardingEngineImpl::check_overlap_grads(bool after_known_scale) {
+  if (!overlap.armed()) return;
+  for (auto& u : units) {
+    for (auto& f : u->flats) {
+      const auto at = overlap.position.find(f.get());
+      if (at == overlap.position.end() || !overlap.posted[at->second]) continue;
+      const at::Tensor& g = f->grad_shard();
+      const std::pair<const void*, int64_t> now{g.defined() ? g.unsafeGetTensorImpl() : nullptr,
+                                                g.defined() ? static_cast<int64_t>(g._version()) : -1};
+      if (after_known_scale) {
+        overlap.read_as[at->second] = now;
+      } else if (now != overlap.read_as[at->second]) {
+        overlap.changed = true;
+      }
+    }
+  }
+}
+
 void ShardingEngineImpl::overlapped_step(ShardingEngine& engine, ShardedOptimizer& optimizer) {
   ShardedOptimizer& armed = *overlap.optimizer;
   ZS_REQUIRE(&optimizer == &armed, UsageError, "step(", optimizer.describe(), "): the step begun during backward "
              "(step_during_backward) is of another optimizer, ", armed.describe(), "; step that one, or zero_grad() "
              "to abandon it");
   settle_overlap();
+  // A gradient changed in place other than through clip_grad_norm() / gradients() (e.g. through
+  // param_shards()): not what the shard was stepped with.
+  check_overlap_grads(/*after_known_scale=*/false);
   const std::exception_ptr failed = overlap.failure;
   const bool keep = !failed && overlap.gradients_unchanged();
   ++overlap_stats.steps;
@@ -121,6 +143,7 @@ void ShardingEngine::step_during_backward(ShardedOptimizer& optimizer) {
     }
   }
   im.overlap.posted.assign(k, false);
+  im.overlap.read_as.assign(k, {nullptr, -1});
   im.overlap.optimizer = &optimizer;
 }
 

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "zeroshard/comm/streams.h"
@@ -58,6 +59,9 @@ struct OverlappedStep {
   std::unordered_map<const FlatParam*, size_t> position;  // trainable flat -> param_shards() index
   std::vector<bool> posted;
   size_t stepped = 0;  // shards posted to the worker
+  // Each posted shard's gradient as the worker read it (tensor, version): a gradient changed in
+  // place since, other than by the factors below, makes step() redo the step.
+  std::vector<std::pair<const void*, int64_t>> read_as;
   // Factors applied to the gradients after shards were posted (clip coefficients, on the device
   // where clipping ran); the step stands only if every one is exactly 1.
   std::vector<at::Tensor> factors;
@@ -72,6 +76,7 @@ struct OverlappedStep {
     optimizer = nullptr;
     position.clear();
     posted.clear();
+    read_as.clear();
     stepped = 0;
     factors.clear();
     changed = false;

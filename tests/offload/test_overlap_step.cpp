@@ -2,12 +2,13 @@
 // The optimizer step during backward (ShardingEngine::step_during_backward, offload.overlap_step):
 // with the optimizer state in host memory, each unit's shards are updated as soon as their
 // gradients are reduced. Training this way must give the parameters and optimizer state of
-// step() alone bit for bit, for AdamW and SGD (Nesterov), under FULL_SHARD, SHARD_GRAD_OP and
-// NO_SHARD, with gradients accumulated under no_sync or reduced at every micro-batch: steps whose
-// clip leaves the gradients as they are keep the updates made during backward, steps whose clip
-// scales them are restored and redone, and a skipped step (zero_grad without step) leaves nothing
+// step() alone bit for bit, for AdamW and SGD (Nesterov), under FULL_SHARD, SHARD_GRAD_OP,
+// NO_SHARD and (at 4 ranks) HYBRID_SHARD, with gradients accumulated under no_sync or reduced at
+// every micro-batch: steps whose clip leaves the gradients as they are keep the updates made
+// during backward, steps whose clip scales them are restored and redone, a gradient changed
+// behind the engine's back is noticed, and a skipped step (zero_grad without step) leaves nothing
 // behind. The shards are updated before step() is called. Requests the engine cannot honour are
-// refused by name. Run at 1 and 2 ranks.
+// refused by name. Run at 1, 2 and 4 ranks.
 
 #include <limits>
 #include <map>
@@ -73,7 +74,12 @@ std::vector<at::Tensor> moments(zs::ShardedOptimizer& opt) {
 }
 
 const char* name_of(zs::ShardingStrategy s) {
-  return s == zs::ShardingStrategy::kFullShard ? "FULL_SHARD" : s == zs::ShardingStrategy::kShardGradOp ? "SHARD_GRAD_OP" : "NO_SHARD";
+  switch (s) {
+    case zs::ShardingStrategy::kFullShard: return "FULL_SHARD";
+    case zs::ShardingStrategy::kShardGradOp: return "SHARD_GRAD_OP";
+    case zs::ShardingStrategy::kNoShard: return "NO_SHARD";
+    default: return "HYBRID_SHARD";
+  }
 }
 
 }  // namespace
@@ -81,7 +87,10 @@ const char* name_of(zs::ShardingStrategy s) {
 TEST(OverlapStep, TrainsBitwiseAsStepAlone) {
   const int steps = 5;
   for (auto strategy : {zs::ShardingStrategy::kFullShard, zs::ShardingStrategy::kShardGradOp,
-                        zs::ShardingStrategy::kNoShard}) {
+                        zs::ShardingStrategy::kNoShard, zs::ShardingStrategy::kHybridShard}) {
+    // HYBRID_SHARD at 4 ranks: shard groups of 2, whose gradients are final only after the
+    // replica all-reduce that finishes at the end of backward.
+    if (strategy == zs::ShardingStrategy::kHybridShard && zs::test::world_size() != 4) continue;
     for (bool sgd : {false, true}) {
       for (bool no_sync : {true, false}) {
         const std::string what = std::string(name_of(strategy)) + (sgd ? ", SGD" : ", AdamW") +
@@ -89,6 +98,7 @@ TEST(OverlapStep, TrainsBitwiseAsStepAlone) {
         SCOPED_TRACE(what);
         zs::ShardingOptions so;
         so.strategy = strategy;
+        if (strategy == zs::ShardingStrategy::kHybridShard) so.hybrid_group_size = 2;
         const zs::OptimizerOptions cfg = sgd ? zs_test::trainer_sgd_options() : zs_test::trainer_adamw_options();
         Trainer ref(so), ovl(so);
         zs::OffloadedOptimizer ref_opt(cfg, host_state(), zs::test::rank());
@@ -111,6 +121,39 @@ TEST(OverlapStep, TrainsBitwiseAsStepAlone) {
         EXPECT_EQ(st.shards, steps * static_cast<int64_t>(ovl.engine->param_shards().size()));
       }
     }
+  }
+}
+
+// Gradients halved in place through param_shards() (not through the engine), before a clip whose
+// factor is 1 and after it: the version counters tell, and step() redoes the step.
+TEST(OverlapStep, GradientsChangedThroughParamShardsAreNoticed) {
+  for (bool before_clip : {true, false}) {
+    SCOPED_TRACE(before_clip ? "halved before the clip" : "halved after the clip");
+    Trainer ref, ovl;
+    zs::OffloadedOptimizer ref_opt(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+    zs::OffloadedOptimizer opt(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+    for (int s = 0; s < 2; ++s) {
+      for (Trainer* t : {&ref, &ovl}) {
+        torch::manual_seed(3000 + s + zs::test::rank());
+        torch::Tensor x = torch::randint(t->config.vocab, {2, t->config.seq}, torch::kLong);
+        torch::Tensor loss = t->engine->forward(
+            [&] { return torch::cross_entropy_loss(t->model->forward(x).view({-1, t->config.vocab}), x.view({-1})); });
+        if (t == &ovl) t->engine->step_during_backward(opt);
+        loss.backward();
+        auto halve = [&] {
+          if (s == 1) t->engine->param_shards().back().grad.mul_(0.5);
+        };
+        if (before_clip) halve();
+        t->engine->clip_grad_norm(1e9);
+        if (!before_clip) halve();
+        t->engine->step(t == &ovl ? static_cast<zs::ShardedOptimizer&>(opt) : ref_opt);
+        t->engine->zero_grad();
+      }
+    }
+    EXPECT_EQ(zs_test::max_diff(ref.params(), ovl.params()), 0.0);
+    const zs::ShardingEngine::OverlapStats st = ovl.engine->overlap_stats();
+    EXPECT_EQ(st.steps, 2);
+    EXPECT_EQ(st.redone, 1);  // the second step only
   }
 }
 

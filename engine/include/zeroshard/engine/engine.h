@@ -142,9 +142,9 @@ class ShardingEngine {
   // clip_grad_norm() or gradients().scale() changed the gradients afterwards (a factor other than
   // exactly 1) step() restores them and steps every shard again with the gradients as they are
   // then; zero_grad() without step() restores them (the step is skipped). The results are bit for
-  // bit those of step() alone. The gradients must not be changed otherwise between that backward
-  // and step(), and no other backward may run before step() or zero_grad() (UsageError at its
-  // start). UsageError unless the optimizer steps shards during backward
+  // bit those of step() alone. A gradient changed in place any other way (through param_shards())
+  // is noticed by its version counter and makes step() redo the step too. No other backward may
+  // run before step() or zero_grad() (UsageError at its start). UsageError unless the optimizer steps shards during backward
   // (ShardedOptimizer::steps_shards_during_backward: state in host memory) and the parameter and
   // gradient shards stay in memory (offload.params = offload.grads = DEVICE).
   void step_during_backward(ShardedOptimizer& optimizer);
