@@ -57,7 +57,8 @@ namespace detail {
 
 
 void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t update, float* p, const float* g,
-                 float* m, float* v, uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n) {
+                 float* m, float* v, uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n, float* p_out,
+                 float* m_out, float* v_out) {
   // As torch::optim::Adam/AdamW 1.13: constants in double, cast to float by the tensor ops.
   const double t = static_cast<double>(update);
   const double bias_correction1 = 1 - std::pow(o.beta1, t);
@@ -67,6 +68,9 @@ void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t upda
   a.g = g;
   a.m = m;
   a.v = v;
+  a.p_out = p_out != nullptr ? p_out : p;
+  a.m_out = m_out != nullptr ? m_out : m;
+  a.v_out = v_out != nullptr ? v_out : v;
   a.lp = lp;
   a.lp_type = lp == nullptr ? cpu_optim::LowPrecision::kNone : lp_type;
   a.beta1 = static_cast<float>(o.beta1);
@@ -86,7 +90,8 @@ void adam_update(SimdPath path, const CpuAdamOptions& o, double lr, int64_t upda
 
 void adam_update_runs(SimdPath path, const CpuAdamOptions& o, const std::vector<ShardGroupRange>& runs,
                       double lr, int64_t update, int64_t offset, float* p, const float* g, float* m, float* v,
-                      uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n) {
+                      uint16_t* lp, cpu_optim::LowPrecision lp_type, int64_t n, float* p_out, float* m_out,
+                      float* v_out) {
   for (const ShardGroupRange& r : runs) {
     const int64_t lo = std::max(r.begin, offset);
     const int64_t hi = std::min(r.end, offset + n);
@@ -94,8 +99,9 @@ void adam_update_runs(SimdPath path, const CpuAdamOptions& o, const std::vector<
     const int64_t at = lo - offset;
     CpuAdamOptions run_options = o;
     run_options.weight_decay = r.weight_decay;
+    auto out = [at](float* q) { return q == nullptr ? nullptr : q + at; };
     adam_update(path, run_options, lr * r.lr_scale, update, p + at, g + at, m + at, v + at,
-                lp == nullptr ? nullptr : lp + at, lp_type, hi - lo);
+                lp == nullptr ? nullptr : lp + at, lp_type, hi - lo, out(p_out), out(m_out), out(v_out));
   }
 }
 

@@ -27,10 +27,15 @@ enum class LowPrecision : int { kNone, kBf16, kFp16 };
 //   denom = sqrt(v) / sqrt_bc2 + eps             ((exp_avg_sq.sqrt() / sqrt(bc2)).add_(eps))
 //   p = p + (neg_step_size * m) / denom          (p.addcdiv_(exp_avg, denom, -step_size))
 //   lp = round_to_nearest_even(p)                (if lp_type != kNone)
+// The new p, m, v go to p_out, m_out, v_out (the same pointers for an update in place; distinct
+// arrays leave the inputs as they were).
 struct AdamArgs {
-  float* p;
-  float* m;
-  float* v;
+  const float* p;
+  const float* m;
+  const float* v;
+  float* p_out;
+  float* m_out;
+  float* v_out;
   const float* g;
   uint16_t* lp;  // bf16 or fp16 bits, or null
   LowPrecision lp_type;
@@ -49,9 +54,12 @@ struct AdamArgs {
 //     d = nesterov ? fma(b, momentum, d) : b     (d_p.add(buf, mom) / buf)
 //   p = fma(d, neg_lr, p)                        (p.add_(d_p, -1 * lr))
 //   lp = round_to_nearest_even(p)                (if lp_type != kNone)
+// The new p and buffer go to p_out and buf_out (the same pointers for an update in place).
 struct SgdArgs {
-  float* p;
-  float* buf;  // momentum buffer, or null for momentum = 0
+  const float* p;
+  const float* buf;  // momentum buffer, or null for momentum = 0
+  float* p_out;
+  float* buf_out;    // null when buf is
   const float* g;
   uint16_t* lp;  // bf16 or fp16 bits, or null
   LowPrecision lp_type;

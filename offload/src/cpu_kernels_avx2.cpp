@@ -33,8 +33,8 @@ inline void store_lp(LowPrecision type, uint16_t* lp_ptr, __m256 p) {
 // ---- Adam ----
 
 // Elements [0, 8) of the given pointers.
-inline void adam8(const AdamArgs& a, float* p_ptr, float* m_ptr, float* v_ptr, const float* g_ptr,
-                  uint16_t* lp_ptr) {
+inline void adam8(const AdamArgs& a, const float* p_ptr, const float* m_ptr, const float* v_ptr, const float* g_ptr,
+                  float* p_out, float* m_out, float* v_out, uint16_t* lp_ptr) {
   __m256 p = _mm256_loadu_ps(p_ptr);
   __m256 g = _mm256_loadu_ps(g_ptr);
   if (a.decoupled) p = _mm256_mul_ps(p, _mm256_set1_ps(a.decay));
@@ -46,16 +46,17 @@ inline void adam8(const AdamArgs& a, float* p_ptr, float* m_ptr, float* v_ptr, c
   const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(v), _mm256_set1_ps(a.sqrt_bc2)),
                                      _mm256_set1_ps(a.eps));
   p = _mm256_add_ps(p, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(a.neg_step_size), m), denom));
-  _mm256_storeu_ps(p_ptr, p);
-  _mm256_storeu_ps(m_ptr, m);
-  _mm256_storeu_ps(v_ptr, v);
+  _mm256_storeu_ps(p_out, p);
+  _mm256_storeu_ps(m_out, m);
+  _mm256_storeu_ps(v_out, v);
   store_lp(a.lp_type, lp_ptr, p);
 }
 
 // ---- SGD ----
 
 // Elements [0, 8) of the given pointers (buf_ptr unused without momentum).
-inline void sgd8(const SgdArgs& a, float* p_ptr, float* buf_ptr, const float* g_ptr, uint16_t* lp_ptr) {
+inline void sgd8(const SgdArgs& a, const float* p_ptr, const float* buf_ptr, const float* g_ptr, float* p_out,
+                 float* buf_out, uint16_t* lp_ptr) {
   __m256 p = _mm256_loadu_ps(p_ptr);
   __m256 d = _mm256_loadu_ps(g_ptr);
   if (a.l2) d = _mm256_fmadd_ps(p, _mm256_set1_ps(a.weight_decay), d);
@@ -65,11 +66,11 @@ inline void sgd8(const SgdArgs& a, float* p_ptr, float* buf_ptr, const float* g_
         a.first ? d
                 : _mm256_fmadd_ps(d, _mm256_set1_ps(a.one_minus_dampening),
                                   _mm256_mul_ps(_mm256_loadu_ps(buf_ptr), mom));
-    _mm256_storeu_ps(buf_ptr, b);
+    _mm256_storeu_ps(buf_out, b);
     d = a.nesterov ? _mm256_fmadd_ps(b, mom, d) : b;
   }
   p = _mm256_fmadd_ps(d, _mm256_set1_ps(a.neg_lr), p);
-  _mm256_storeu_ps(p_ptr, p);
+  _mm256_storeu_ps(p_out, p);
   store_lp(a.lp_type, lp_ptr, p);
 }
 
@@ -81,7 +82,7 @@ inline void sgd8(const SgdArgs& a, float* p_ptr, float* buf_ptr, const float* g_
 void adam_avx2(const AdamArgs& a, int64_t begin, int64_t end) {
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    adam8(a, a.p + i, a.m + i, a.v + i, a.g + i, a.lp ? a.lp + i : nullptr);
+    adam8(a, a.p + i, a.m + i, a.v + i, a.g + i, a.p_out + i, a.m_out + i, a.v_out + i, a.lp ? a.lp + i : nullptr);
   }
   if (i == end) return;
   const int64_t n = end - i;
@@ -93,11 +94,11 @@ void adam_avx2(const AdamArgs& a, int64_t begin, int64_t end) {
     v[k] = a.v[i + k];
     g[k] = a.g[i + k];
   }
-  adam8(a, p, m, v, g, lp);
+  adam8(a, p, m, v, g, p, m, v, lp);
   for (int64_t k = 0; k < n; ++k) {
-    a.p[i + k] = p[k];
-    a.m[i + k] = m[k];
-    a.v[i + k] = v[k];
+    a.p_out[i + k] = p[k];
+    a.m_out[i + k] = m[k];
+    a.v_out[i + k] = v[k];
     if (a.lp) a.lp[i + k] = lp[k];
   }
 }
@@ -105,7 +106,8 @@ void adam_avx2(const AdamArgs& a, int64_t begin, int64_t end) {
 void sgd_avx2(const SgdArgs& a, int64_t begin, int64_t end) {
   int64_t i = begin;
   for (; i + 8 <= end; i += 8) {
-    sgd8(a, a.p + i, a.buf ? a.buf + i : nullptr, a.g + i, a.lp ? a.lp + i : nullptr);
+    sgd8(a, a.p + i, a.buf ? a.buf + i : nullptr, a.g + i, a.p_out + i, a.buf_out ? a.buf_out + i : nullptr,
+         a.lp ? a.lp + i : nullptr);
   }
   if (i == end) return;
   const int64_t n = end - i;
@@ -116,10 +118,10 @@ void sgd_avx2(const SgdArgs& a, int64_t begin, int64_t end) {
     if (a.buf && !a.first) buf[k] = a.buf[i + k];
     g[k] = a.g[i + k];
   }
-  sgd8(a, p, buf, g, lp);
+  sgd8(a, p, buf, g, p, buf, lp);
   for (int64_t k = 0; k < n; ++k) {
-    a.p[i + k] = p[k];
-    if (a.buf) a.buf[i + k] = buf[k];
+    a.p_out[i + k] = p[k];
+    if (a.buf_out) a.buf_out[i + k] = buf[k];
     if (a.lp) a.lp[i + k] = lp[k];
   }
 }

@@ -43,9 +43,9 @@ inline void adam16(const AdamArgs& a, int64_t i, __mmask16 mask) {
   const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(v), _mm512_set1_ps(a.sqrt_bc2)),
                                      _mm512_set1_ps(a.eps));
   p = _mm512_add_ps(p, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(a.neg_step_size), m), denom));
-  _mm512_mask_storeu_ps(a.p + i, mask, p);
-  _mm512_mask_storeu_ps(a.m + i, mask, m);
-  _mm512_mask_storeu_ps(a.v + i, mask, v);
+  _mm512_mask_storeu_ps(a.p_out + i, mask, p);
+  _mm512_mask_storeu_ps(a.m_out + i, mask, m);
+  _mm512_mask_storeu_ps(a.v_out + i, mask, v);
   store_lp(a.lp_type, a.lp, i, mask, p);
 }
 
@@ -60,11 +60,11 @@ inline void sgd16(const SgdArgs& a, int64_t i, __mmask16 mask) {
         a.first ? d
                 : _mm512_fmadd_ps(d, _mm512_set1_ps(a.one_minus_dampening),
                                   _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, a.buf + i), mom));
-    _mm512_mask_storeu_ps(a.buf + i, mask, b);
+    _mm512_mask_storeu_ps(a.buf_out + i, mask, b);
     d = a.nesterov ? _mm512_fmadd_ps(b, mom, d) : b;
   }
   p = _mm512_fmadd_ps(d, _mm512_set1_ps(a.neg_lr), p);
-  _mm512_mask_storeu_ps(a.p + i, mask, p);
+  _mm512_mask_storeu_ps(a.p_out + i, mask, p);
   store_lp(a.lp_type, a.lp, i, mask, p);
 }
 

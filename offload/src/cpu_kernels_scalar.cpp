@@ -33,9 +33,9 @@ void adam_scalar(const AdamArgs& a, int64_t begin, int64_t end) {
     const float v = std::fma(a.one_minus_beta2 * g, g, a.v[i] * a.beta2);
     const float denom = std::sqrt(v) / a.sqrt_bc2 + a.eps;
     p = p + (a.neg_step_size * m) / denom;
-    a.p[i] = p;
-    a.m[i] = m;
-    a.v[i] = v;
+    a.p_out[i] = p;
+    a.m_out[i] = m;
+    a.v_out[i] = v;
     store_lp(a.lp_type, a.lp, i, p);
   }
 }
@@ -47,11 +47,11 @@ void sgd_scalar(const SgdArgs& a, int64_t begin, int64_t end) {
     if (a.l2) d = std::fma(p, a.weight_decay, d);
     if (a.buf != nullptr) {
       const float b = a.first ? d : std::fma(d, a.one_minus_dampening, a.buf[i] * a.momentum);
-      a.buf[i] = b;
+      a.buf_out[i] = b;
       d = a.nesterov ? std::fma(b, a.momentum, d) : b;
     }
     p = std::fma(d, a.neg_lr, p);
-    a.p[i] = p;
+    a.p_out[i] = p;
     store_lp(a.lp_type, a.lp, i, p);
   }
 }

@@ -47,7 +47,7 @@ namespace detail {
 
 void sgd_update_runs(SimdPath path, const SgdOptions& o, const std::vector<ShardGroupRange>& runs, double lr,
                      bool first, int64_t offset, float* p, const float* g, float* buf, uint16_t* lp,
-                     cpu_optim::LowPrecision lp_type, int64_t n) {
+                     cpu_optim::LowPrecision lp_type, int64_t n, float* p_out, float* buf_out) {
   const cpu_optim::SgdFn kernel = kernel_for(path);
   for (const ShardGroupRange& r : runs) {
     const int64_t lo = std::max(r.begin, offset);
@@ -56,6 +56,7 @@ void sgd_update_runs(SimdPath path, const SgdOptions& o, const std::vector<Shard
     const int64_t at = lo - offset;
     cpu_optim::SgdArgs a{};
     a.p = p + at;
+    a.p_out = (p_out != nullptr ? p_out : p) + at;
     a.g = g + at;
     a.lp = lp == nullptr ? nullptr : lp + at;
     a.lp_type = lp_type;
@@ -66,6 +67,7 @@ void sgd_update_runs(SimdPath path, const SgdOptions& o, const std::vector<Shard
     if (buf != nullptr) {
       a.first = first;
       a.buf = buf + at;
+      a.buf_out = (buf_out != nullptr ? buf_out : buf) + at;
       a.momentum = static_cast<float>(o.momentum);
       a.one_minus_dampening = static_cast<float>(1 - o.dampening);
       a.nesterov = o.nesterov;

@@ -102,19 +102,12 @@ struct HostSlot {
   int64_t step_done = 0;  // the optimizer step whose update the slot holds (a retried step skips it)
   at::Tensor master;     // host fp32 master when the shard is not a host fp32 tensor
   at::Tensor m, v;       // Adam: exp_avg, exp_avg_sq; SGD: m = momentum_buffer (when momentum > 0)
-};
-
-// A shard's values and state before an update run during backward (begin_shard_step), so that
-// the step can be abandoned: `values` are the shard's own (equal to the host master, which the
-// update uploads to it, except after values_replaced, which the next step takes over again).
-struct SlotBackup {
-  bool taken = false;  // this step's update of the slot ran, from the values below
-  bool started = false;
-  int64_t updates = 0;
-  int64_t step_done = 0;
-  bool had_m = false;
-  bool had_master = false;
-  at::Tensor values, m, v;  // host fp32, kept from step to step
+  // A step run during backward (begin_shard_step) writes the new values and state here, the
+  // arrays above left as they were: the step ending swaps them in (the new values copied into a
+  // shard that is its own master), or abandons them. Allocated at the first such step and kept.
+  at::Tensor master_next, m_next, v_next;
+  bool speculated = false;  // this step's update is in the *_next arrays
+  bool was_started = false;  // before it: `started`
 };
 
 struct OffloadedOptimizer::Impl {
@@ -184,13 +177,17 @@ struct OffloadedOptimizer::Impl {
   double default_weight_decay() const { return sgd ? sgdo.weight_decay : adam.weight_decay; }
   // One update of elements [offset, offset + n) of a shard (pointers at `offset`); `first`: SGD's
   // momentum buffer holds nothing yet. m/v may be null where the optimizer has no such state.
+  // With p_out (and m_out, v_out where m, v are), the new values and state go there and the
+  // inputs stay as they were.
   void update_elements(const std::vector<ShardGroupRange>& runs, int64_t update, bool first, int64_t offset,
-                       float* p, const float* g, float* m, float* v, int64_t n) const {
+                       float* p, const float* g, float* m, float* v, int64_t n, float* p_out = nullptr,
+                       float* m_out = nullptr, float* v_out = nullptr) const {
     if (sgd) {
-      detail::sgd_update_runs(path, sgdo, runs, lr, first, offset, p, g, m, nullptr, cpu_optim::LowPrecision::kNone, n);
+      detail::sgd_update_runs(path, sgdo, runs, lr, first, offset, p, g, m, nullptr, cpu_optim::LowPrecision::kNone, n,
+                              p_out, m_out);
     } else {
       detail::adam_update_runs(path, adam, runs, lr, update, offset, p, g, m, v, nullptr,
-                               cpu_optim::LowPrecision::kNone, n);
+                               cpu_optim::LowPrecision::kNone, n, p_out, m_out, v_out);
     }
   }
   // Every step function takes the shards with the pager that brings their values in (offload.params)
@@ -198,18 +195,18 @@ struct OffloadedOptimizer::Impl {
   void check_shards(const std::vector<ParamShard>& shards, ShardPager& pager);
   bool prepare_host_slot(const ParamShard& s, HostSlot& slot, bool in_place);
   void step_cpu(const std::vector<ParamShard>& shards, ShardPager& pager);
-  // The update of one shard whose values are at hand (resident or acquired), into host slot `slot`.
-  void update_host_shard(const ParamShard& s, HostSlot& slot);
+  // The update of one shard whose values are at hand (resident or acquired), into host slot `slot`;
+  // `speculative`: into the slot's *_next arrays (a step during backward), counted when it ends.
+  void update_host_shard(const ParamShard& s, HostSlot& slot, bool speculative = false);
   // A step whose shards are updated during backward (begin_shard_step .. finish/abandon).
   bool shard_step_open = false;
-  std::vector<SlotBackup> backups;
-  void back_up(const ParamShard& s, const HostSlot& slot, SlotBackup& b);
-  void restore(const ParamShard& s, HostSlot& slot, SlotBackup& b);
+  void keep_speculated(const ParamShard& s, HostSlot& slot);
+  void drop_speculated(const ParamShard& s, HostSlot& slot);
   // The update of one shard whose gradient or values are on a GPU, chunk by chunk: see step_cpu.
   // Returns false (nothing done) where the copies cannot run asynchronously (staging or master in
   // pageable memory: offload.pin_memory = false), for the synchronous loop to do it.
   bool update_device_shard(const ParamShard& s, HostSlot& slot, const std::vector<ShardGroupRange>& runs,
-                           int64_t update, bool first, bool in_place);
+                           int64_t update, bool first, bool in_place, bool speculative);
   void step_nvme(const std::vector<ParamShard>& shards, ShardPager& pager);
   void prepare_nvme_state(const std::vector<ParamShard>& shards, ShardPager& pager);
   [[noreturn]] void fail_nvme_step(const std::vector<ParamShard>& shards, ShardPager& pager, size_t done,

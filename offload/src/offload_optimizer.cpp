@@ -140,16 +140,33 @@ void OffloadedOptimizer::Impl::step_cpu(const std::vector<ParamShard>& shards, S
 }
 
 // The update of one shard whose values are at hand (resident, or acquired through the pager).
-void OffloadedOptimizer::Impl::update_host_shard(const ParamShard& s, HostSlot& slot) {
+void OffloadedOptimizer::Impl::update_host_shard(const ParamShard& s, HostSlot& slot, bool speculative) {
   const int64_t n = slot.numel;
   const bool in_place = host_fp32(s.param);
+  if (speculative) {
+    slot.was_started = slot.started;
+  }
   const bool first = prepare_host_slot(s, slot, in_place);
   const int64_t update = slot.updates + 1;
   float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
+  // Speculative: the new values and state into the slot's next arrays, the current ones untouched.
+  float *p_out = nullptr, *m_out = nullptr, *v_out = nullptr;
+  if (speculative) {
+    auto ensure = [&](at::Tensor& t) {
+      if (!t.defined()) t = state_pool.empty(n, at::kFloat);
+      return t.data_ptr<float>();
+    };
+    p_out = ensure(slot.master_next);
+    if (slot.m.defined()) m_out = ensure(slot.m_next);
+    if (slot.v.defined()) v_out = ensure(slot.v_next);
+  }
+  const at::Tensor& values = speculative ? slot.master_next : slot.master;  // where the new values land
+  auto at_offset = [](float* q, int64_t off) { return q == nullptr ? nullptr : q + off; };
   const std::vector<ShardGroupRange> runs = shard_runs(s, default_weight_decay());
   if (in_place && host_fp32(s.grad)) {
-    update_elements(runs, update, first, 0, p, s.grad.data_ptr<float>(), data_at(slot.m, 0), data_at(slot.v, 0), n);
-  } else if (!update_device_shard(s, slot, runs, update, first, in_place)) {
+    update_elements(runs, update, first, 0, p, s.grad.data_ptr<float>(), data_at(slot.m, 0), data_at(slot.v, 0), n,
+                    p_out, m_out, v_out);
+  } else if (!update_device_shard(s, slot, runs, update, first, in_place, speculative)) {
     // Synchronous copies (staging or master in pageable memory, offload.pin_memory = false; or a
     // host tensor that is not contiguous fp32): chunks of the gradient come to the host through
     // the staging buffer, chunks of the new values go back.
@@ -159,57 +176,47 @@ void OffloadedOptimizer::Impl::update_host_shard(const ParamShard& s, HostSlot& 
       at::Tensor g = grad_staging.narrow(0, 0, c);
       g.copy_(s.grad.narrow(0, off, c));
       update_elements(runs, update, first, off, p + off, g.data_ptr<float>(), data_at(slot.m, off),
-                      data_at(slot.v, off), c);
-      if (!in_place) s.param.narrow(0, off, c).copy_(slot.master.narrow(0, off, c));
+                      data_at(slot.v, off), c, at_offset(p_out, off), at_offset(m_out, off), at_offset(v_out, off));
+      if (!in_place) s.param.narrow(0, off, c).copy_(values.narrow(0, off, c));
     }
+  }
+  if (speculative) {
+    slot.speculated = true;
+    return;
   }
   slot.updates = update;
   slot.step_done = steps + 1;
 }
 
-// ---- a step run during backward: each shard backed up before its update ----
+// ---- a step run during backward: the new values and state in the slot's next arrays ----
 
-namespace {
-// `to` (host fp32, allocated at the first use and kept) becomes a copy of `from`.
-void copy_kept(at::Tensor& to, const at::Tensor& from) {
-  if (!to.defined() || to.numel() != from.numel()) to = at::empty({from.numel()}, at::kFloat);
-  to.copy_(from.reshape({-1}));
-}
-}  // namespace
-
-void OffloadedOptimizer::Impl::back_up(const ParamShard& s, const HostSlot& slot, SlotBackup& b) {
-  b.started = slot.started;
-  b.updates = slot.updates;
-  b.step_done = slot.step_done;
-  b.had_m = slot.m.defined();
-  b.had_master = slot.master.defined();
-  copy_kept(b.values, s.param);
-  if (b.had_m) copy_kept(b.m, slot.m);
-  if (slot.v.defined()) copy_kept(b.v, slot.v);
-  b.taken = true;
+// The step stands: the next arrays become the current ones (a shard that is its own master takes
+// the new values now; until here it kept the old ones).
+void OffloadedOptimizer::Impl::keep_speculated(const ParamShard& s, HostSlot& slot) {
+  if (host_fp32(s.param)) {
+    s.param.copy_(slot.master_next.view(s.param.sizes()));
+  } else {
+    std::swap(slot.master, slot.master_next);
+  }
+  if (slot.m.defined()) std::swap(slot.m, slot.m_next);
+  if (slot.v.defined()) std::swap(slot.v, slot.v_next);
+  slot.updates += 1;
+  slot.step_done = steps + 1;
+  slot.speculated = false;
 }
 
-void OffloadedOptimizer::Impl::restore(const ParamShard& s, HostSlot& slot, SlotBackup& b) {
-  s.param.copy_(b.values.view(s.param.sizes()));
-  if (b.had_master) {
-    slot.master.copy_(b.values);
-  } else {
-    slot.master = at::Tensor();
+// The step is abandoned: the current arrays were never written; a shard on the device, which took
+// the new values from the next master, gets the current master's back (its own values before the
+// step: the master is their copy, or was made from them by this step's preparation).
+void OffloadedOptimizer::Impl::drop_speculated(const ParamShard& s, HostSlot& slot) {
+  if (!host_fp32(s.param)) s.param.copy_(slot.master.view(s.param.sizes()));
+  // Its first update: the state this step's preparation made goes (a started slot holds all of
+  // it: SGD's buffer too, which its first update creates).
+  if (!slot.was_started) {
+    slot.master = slot.m = slot.v = at::Tensor();
+    slot.started = false;
   }
-  if (b.had_m) {
-    slot.m.copy_(b.m);
-  } else {
-    slot.m = at::Tensor();
-  }
-  if (b.started && slot.v.defined()) {
-    slot.v.copy_(b.v);
-  } else if (!b.started) {
-    slot.v = at::Tensor();
-  }
-  slot.started = b.started;
-  slot.updates = b.updates;
-  slot.step_done = b.step_done;
-  b.taken = false;
+  slot.speculated = false;
 }
 
 void GradChunks::wait_on_host(const std::unique_ptr<StreamMark>& mark) {
@@ -239,11 +246,15 @@ DeviceStreams* OffloadedOptimizer::Impl::copy_streams_for(const ParamShard& s, c
 // disabled and the shards are host tensors: the caller's in-place path runs instead.
 bool OffloadedOptimizer::Impl::update_device_shard(const ParamShard& s, HostSlot& slot,
                                                     const std::vector<ShardGroupRange>& runs, int64_t update,
-                                                    bool first, bool in_place) {
-  DeviceStreams* st = copy_streams_for(s, in_place ? at::Tensor() : slot.master);
+                                                    bool first, bool in_place, bool speculative) {
+  // Speculative (a step during backward): the new values and state go to the slot's next arrays,
+  // and the shard takes its values from there.
+  const at::Tensor& values = speculative ? slot.master_next : slot.master;
+  DeviceStreams* st = copy_streams_for(s, in_place ? at::Tensor() : values);
   if (st == nullptr) return false;
   const int64_t n = slot.numel;
   float* p = in_place ? s.param.data_ptr<float>() : slot.master.data_ptr<float>();
+  auto out = [&](const at::Tensor& t, int64_t off) { return speculative && t.defined() ? t.data_ptr<float>() + off : nullptr; };
   GradChunks grads(*st, grad_pair, s.grad, chunk_elems);
   std::unique_ptr<StreamMark> up;
   grads.fetch(0);
@@ -251,8 +262,10 @@ bool OffloadedOptimizer::Impl::update_device_shard(const ParamShard& s, HostSlot
     const int64_t c = std::min(chunk_elems, n - off);
     const float* g = grads.get(off);
     grads.fetch(off + chunk_elems);  // into the other buffer, whose chunk the host has finished with
-    update_elements(runs, update, first, off, p + off, g, data_at(slot.m, off), data_at(slot.v, off), c);
-    if (!in_place) up = st->copy_async(s.param.narrow(0, off, c), slot.master.narrow(0, off, c));
+    update_elements(runs, update, first, off, p + off, g, data_at(slot.m, off), data_at(slot.v, off), c,
+                    out(slot.master_next, off), slot.m.defined() ? out(slot.m_next, off) : nullptr,
+                    slot.v.defined() ? out(slot.v_next, off) : nullptr);
+    if (!in_place) up = st->copy_async(s.param.narrow(0, off, c), values.narrow(0, off, c));
   }
   if (up) up->block(st->current());  // the shard's readers on the device follow the upload
   GradChunks::wait_on_host(up);
@@ -386,8 +399,7 @@ void OffloadedOptimizer::begin_shard_step(const std::vector<ParamShard>& shards)
   at::NoGradGuard no_grad;
   im.apply_pending(shards, pager);
   im.lr = lr_;
-  im.backups.resize(im.host.size());
-  for (SlotBackup& b : im.backups) b.taken = false;
+  for (HostSlot& slot : im.host) slot.speculated = false;
   im.shard_step_open = true;
 }
 
@@ -401,17 +413,22 @@ void OffloadedOptimizer::step_shard(size_t i, const ParamShard& shard) {
                  shard.grad.numel() == slot.numel,
              UsageError, "OffloadedOptimizer::step_shard: shard ", i, " ('", shard.name, "') needs values and a "
              "gradient of ", slot.numel, " elements");
-  ZS_REQUIRE(!im.backups[i].taken && slot.step_done != im.steps + 1, UsageError, "OffloadedOptimizer::step_shard: "
+  ZS_REQUIRE(!slot.speculated && slot.step_done != im.steps + 1, UsageError, "OffloadedOptimizer::step_shard: "
              "shard ", i, " ('", shard.name, "') was already updated in step ", im.steps + 1);
   at::NoGradGuard no_grad;
-  im.back_up(shard, slot, im.backups[i]);
-  im.update_host_shard(shard, slot);
+  im.update_host_shard(shard, slot, /*speculative=*/true);
 }
 
 void OffloadedOptimizer::finish_shard_step(const std::vector<ParamShard>& shards) {
-  ZS_REQUIRE(impl_->shard_step_open, UsageError, "OffloadedOptimizer::finish_shard_step without begin_shard_step");
-  impl_->shard_step_open = false;
-  for (SlotBackup& b : impl_->backups) b.taken = false;
+  Impl& im = *impl_;
+  ZS_REQUIRE(im.shard_step_open, UsageError, "OffloadedOptimizer::finish_shard_step without begin_shard_step");
+  ZS_REQUIRE(shards.size() == im.host.size(), UsageError, "OffloadedOptimizer::finish_shard_step got ",
+             shards.size(), " shards, the step has ", im.host.size());
+  im.shard_step_open = false;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    if (im.host[i].speculated) im.keep_speculated(shards[i], im.host[i]);
+  }
   step(shards);  // the shards not updated yet; those done are skipped
 }
 
@@ -423,8 +440,8 @@ size_t OffloadedOptimizer::abandon_shard_step(const std::vector<ParamShard>& sha
   at::NoGradGuard no_grad;
   size_t restored = 0;
   for (size_t i = 0; i < shards.size(); ++i) {
-    if (!im.backups[i].taken) continue;
-    im.restore(shards[i], im.host[i], im.backups[i]);
+    if (!im.host[i].speculated) continue;
+    im.drop_speculated(shards[i], im.host[i]);
     ++restored;
   }
   im.shard_step_open = false;
@@ -453,8 +470,8 @@ ShardedOptimizer::Placement OffloadedOptimizer::placement() const {
       if (t->defined()) p.host += static_cast<int64_t>(t->nbytes());
     }
   }
-  for (const SlotBackup& b : impl_->backups) {  // steps during backward: the copies kept to abandon one
-    for (const at::Tensor* t : {&b.values, &b.m, &b.v}) {
+  for (const HostSlot& s : impl_->host) {  // steps during backward: the next arrays
+    for (const at::Tensor* t : {&s.master_next, &s.m_next, &s.v_next}) {
       if (t->defined()) p.host += static_cast<int64_t>(t->nbytes());
     }
   }

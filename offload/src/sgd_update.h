@@ -17,9 +17,10 @@ namespace zeroshard::detail {
 // them: each part with its run's weight decay and lr * lr_scale. The pointers point at element
 // `offset`. `buf` is the momentum buffer (null when o.momentum = 0); `first`: the buffer holds
 // nothing yet (b = d, its contents not read). `lp` may be null (no low-precision copy). Spreads
-// the work over OpenMP tiles.
+// the work over OpenMP tiles. The new p and buffer go to p_out and buf_out when given (the inputs
+// then stay as they were), else in place.
 void sgd_update_runs(SimdPath path, const SgdOptions& o, const std::vector<ShardGroupRange>& runs, double lr,
                      bool first, int64_t offset, float* p, const float* g, float* buf, uint16_t* lp,
-                     cpu_optim::LowPrecision lp_type, int64_t n);
+                     cpu_optim::LowPrecision lp_type, int64_t n, float* p_out = nullptr, float* buf_out = nullptr);
 
 }  // namespace zeroshard::detail

@@ -138,7 +138,8 @@ class ShardingEngine {
   // of backward, as ZeRO-Offload does): call it before the backward of the last micro-batch before
   // step(), outside no_sync(). As each unit's gradients are reduced, `optimizer` updates its
   // shards on a thread of the engine's while backward goes on; step(optimizer) waits for it and
-  // updates the rest. Exact: each shard's values and state are copied before its update, and when
+  // updates the rest. Exact: the optimizer keeps each shard's values and state as they were
+  // beside the new ones until step() (ShardedOptimizer::begin_shard_step), and when
   // clip_grad_norm() or gradients().scale() changed the gradients afterwards (a factor other than
   // exactly 1) step() restores them and steps every shard again with the gradients as they are
   // then; zero_grad() without step() restores them (the step is skipped). The results are bit for

@@ -100,8 +100,9 @@ class OffloadedOptimizer final : public ShardedOptimizer {
   void step(const std::vector<ParamShard>& shards) override;
   void step(std::vector<ParamShard>& shards, ShardPager& pager) override;
   bool expects_offloaded_params() const override;
-  // Target CPU with resident parameter shards: the step can run during backward (copies of each
-  // shard's values and state are kept, so host memory for the state doubles).
+  // Target CPU with resident parameter shards: the step can run during backward, writing the new
+  // values and state into a second set of host arrays (host memory for the state doubles); the
+  // step's end swaps them in, or drops them.
   bool steps_shards_during_backward() const override;
   void begin_shard_step(const std::vector<ParamShard>& shards) override;
   void step_shard(size_t i, const ParamShard& shard) override;

@@ -145,10 +145,10 @@ class ShardedOptimizer {
 
   // --- a step overlapped with backward (ShardingEngine::step_during_backward) ---
   // The shards come one at a time as their gradients become final, each updated on a thread of the
-  // engine's while the caller's thread runs the rest of backward. Each shard's values and state
-  // are copied before its update, so that the step can be abandoned (a clip that changes the
-  // gradients, a non-finite norm that skips the step) and the optimizer is then exactly as before
-  // it. Only an optimizer with its state in host memory and resident shards does this
+  // engine's while the caller's thread runs the rest of backward. The new values and state are
+  // kept beside the old ones until the step ends, so that it can be abandoned (a clip that changes
+  // the gradients, a non-finite norm that skips the step) and the optimizer and shards are then
+  // exactly as before it. Only an optimizer with its state in host memory and resident shards does this
   // (OffloadedOptimizer, target CPU); the defaults throw UsageError.
   virtual bool steps_shards_during_backward() const { return false; }
   // Starts such a step over `shards` (step()'s list; gradients not final yet). Checks the list as
