@@ -5,6 +5,7 @@
 // and steps them again.
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <exception>
 #include <memory>
@@ -52,7 +53,8 @@ void ShardingEngineImpl::post_reduced_shards(ShardedUnit& u) {
     // waits for it on the host before it copies the gradient down.
     std::shared_ptr<StreamMark> reduced;
     if (streams->enabled()) reduced = streams->mark(streams->reduce_scatter());
-    overlap.worker.post([opt = overlap.optimizer, k, shard = param_shard(*f, k), reduced] {
+    overlap.worker.post([opt = overlap.optimizer, k, shard = param_shard(*f, k), reduced, device = session.device()] {
+      const c10::DeviceGuard on_device(device);  // the rank's GPU, not the thread's default one
       while (reduced && !reduced->done()) std::this_thread::yield();
       opt->step_shard(k, shard);
     });

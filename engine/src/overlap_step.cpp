@@ -37,7 +37,9 @@ void ShardStepWorker::run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, nothing left
+    // Stopping: what is still queued is dropped, not run (the engine is being destroyed after a
+    // backward that threw; the optimizer the tasks name may be gone already).
+    if (stop_) return;
     std::function<void()> task = std::move(queue_.front());
     queue_.pop_front();
     if (failure_) {  // an earlier task failed: the step is abandoned, the rest are not run

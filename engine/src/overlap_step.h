@@ -28,7 +28,7 @@ class FlatParam;
 namespace zeroshard::detail {
 
 // One thread running tasks in the order posted. A task that throws stops the ones after it (they
-// are dropped) until drain() hands the failure over.
+// are dropped) until drain() hands the failure over. Destroying it drops the tasks not started.
 class ShardStepWorker {
  public:
   ShardStepWorker() = default;
