@@ -10,12 +10,15 @@
 //   within 1e-4 (the CPU kernel and the CUDA one round differently);
 // - the bf16 copy of offloaded shards (offload.keep_param_dtype_shard) on the device: bit for bit as
 //   resident shards with bf16 compute;
+// - the host optimizer stepping shards during backward (offload.overlap_step): bit for bit as its
+//   step after backward, through a skipped, kept and redone step;
 // - what the device's allocator holds after a backward: with parameters and gradients off the
 //   device, at least 8 bytes per trainable parameter of the shard less than with them resident.
 // Runs with --set runtime.device=AUTO (tests/CMakeLists.txt) and skips visibly where the session's
 // device is the CPU.
 
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -143,6 +146,40 @@ TEST(GpuOffload, OffloadedOptimizerTracksTheDeviceOptimizer) {
     }
     EXPECT_LE(d, 1e-4) << zs::to_string(opt_where);
   }
+}
+
+// The host optimizer stepping each unit's shards during backward (step_during_backward) on a GPU
+// run: the worker waits for each reduction's event, copies the gradient down, writes the new master
+// into the next host arrays and uploads it; a redone step uploads the old master back first. Bit
+// for bit the same training as step() after backward: a skipped step, kept ones (a clip factor of
+// exactly 1) and a redone one (a clip that scales).
+TEST(GpuOffload, StepDuringBackwardTrainsBitwiseAsStepAlone) {
+  ZS_REQUIRE_GPU_SESSION();
+  const auto cfg = zs_test::trainer_adamw_options();
+  zs::OffloadOptions host;
+  host.target = Target::kCpu;
+  Trainer ref, ovl;
+  zs::OffloadedOptimizer ref_opt(cfg, host, zs::test::rank()), opt(cfg, host, zs::test::rank());
+  const double clip[] = {std::numeric_limits<double>::infinity(), 1e9, 0.05, 1e9};
+  for (int s = 0; s < 4; ++s) {
+    for (Trainer* t : {&ref, &ovl}) {
+      torch::manual_seed(5000 + s + zs::test::rank());
+      const c10::Device device = zs::test::session().device();
+      torch::Tensor x = torch::randint(t->config.vocab, {2, t->config.seq}, torch::kLong).to(device);
+      torch::Tensor loss = t->engine->forward(
+          [&] { return torch::cross_entropy_loss(t->model->forward(x).view({-1, t->config.vocab}), x.view({-1})); });
+      if (t == &ovl) t->engine->step_during_backward(opt);
+      loss.backward();
+      t->engine->clip_grad_norm(clip[s]);
+      if (s > 0) t->engine->step(t == &ovl ? static_cast<zs::ShardedOptimizer&>(opt) : ref_opt);
+      t->engine->zero_grad();
+    }
+  }
+  EXPECT_EQ(max_diff(ref.params(), ovl.params()), 0.0);
+  const zs::ShardingEngine::OverlapStats st = ovl.engine->overlap_stats();
+  EXPECT_EQ(st.abandoned, 1);
+  EXPECT_EQ(st.redone, 1);
+  EXPECT_GT(st.shards, 0);
 }
 
 // The device's allocator after a backward pass: resident, each rank holds its fp32 parameter
