@@ -384,7 +384,7 @@ void OffloadedOptimizer::begin_shard_step(const std::vector<ParamShard>& shards)
   Impl& im = *impl_;
   ZS_REQUIRE(steps_shards_during_backward(), UsageError, "optimizer ", describe(), " cannot step shards during "
              "backward: its state or its parameter shards are not in host memory (offload.optimizer = CPU with "
-             "offload.params = NONE does it)");
+             "offload.params = DEVICE does it)");
   ZS_REQUIRE(!im.shard_step_open, UsageError, "OffloadedOptimizer: begin_shard_step while step ", im.steps + 1,
              " begun during an earlier backward is still open (finish or abandon it first)");
   ZS_REQUIRE(im.partial_grads.empty(), UsageError, "OffloadedOptimizer step ", im.steps + 1, " was partly applied "
