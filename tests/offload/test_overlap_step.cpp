@@ -188,6 +188,68 @@ TEST(OverlapStep, UpdatesAreComputedBeforeStepIsCalled) {
   EXPECT_EQ(ovl.engine->overlap_stats().redone, 0);
 }
 
+namespace {
+// An OffloadedOptimizer whose update of one shard during backward fails (as an I/O error would).
+class FailingShardStep final : public zs::ShardedOptimizer {
+ public:
+  FailingShardStep(zs::OffloadedOptimizer& inner, size_t fail_at)
+      : ShardedOptimizer(inner.lr()), inner_(inner), fail_at_(fail_at) {}
+  void step(const std::vector<zs::ParamShard>& shards) override { inner_.step(shards); }
+  bool steps_shards_during_backward() const override { return true; }
+  void begin_shard_step(const std::vector<zs::ParamShard>& shards) override { inner_.begin_shard_step(shards); }
+  void step_shard(size_t i, const zs::ParamShard& shard) override {
+    if (i == fail_at_) ZS_THROW(zs::IoError, "injected failure updating shard ", i);
+    inner_.step_shard(i, shard);
+  }
+  void finish_shard_step(const std::vector<zs::ParamShard>& shards) override { inner_.finish_shard_step(shards); }
+  size_t abandon_shard_step(const std::vector<zs::ParamShard>& shards) override {
+    return inner_.abandon_shard_step(shards);
+  }
+  int64_t state_bytes() const override { return inner_.state_bytes(); }
+  std::string describe() const override { return "FailingShardStep"; }
+  int64_t steps() const override { return inner_.steps(); }
+  std::vector<std::string> state_names() const override { return inner_.state_names(); }
+  std::vector<zs::ShardOptimizerState> export_state() const override { return inner_.export_state(); }
+  void import_state(std::vector<zs::ShardOptimizerState> state, int64_t steps) override {
+    inner_.import_state(std::move(state), steps);
+  }
+
+ private:
+  zs::OffloadedOptimizer& inner_;
+  size_t fail_at_;
+};
+}  // namespace
+
+// An update that fails on the worker: step() restores the shards updated before it, skips the
+// rest, and throws that error; the step retried (a plain one now) gives the step's bits.
+TEST(OverlapStep, AFailedUpdateIsUndoneAndTheStepCanBeRetried) {
+  Trainer ref, ovl;
+  zs::OffloadedOptimizer ref_opt(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+  zs::OffloadedOptimizer inner(zs_test::trainer_adamw_options(), host_state(), zs::test::rank());
+  FailingShardStep failing(inner, /*fail_at=*/1);
+  ref.train(ref_opt, 0, 1);
+  ovl.train(inner, 0, 1);
+  for (Trainer* t : {&ref, &ovl}) {
+    torch::manual_seed(6000 + zs::test::rank());
+    torch::Tensor x = torch::randint(t->config.vocab, {2, t->config.seq}, torch::kLong);
+    torch::Tensor loss = t->engine->forward(
+        [&] { return torch::cross_entropy_loss(t->model->forward(x).view({-1, t->config.vocab}), x.view({-1})); });
+    if (t == &ovl) t->engine->step_during_backward(failing);
+    loss.backward();
+    t->engine->clip_grad_norm(1e9);
+    if (t == &ovl) {
+      EXPECT_CONTAINS(message_of<zs::IoError>([&] { t->engine->step(failing); }),
+                      "injected failure updating shard 1");
+      EXPECT_EQ(inner.steps(), 1);
+    }
+    t->engine->step(t == &ovl ? static_cast<zs::ShardedOptimizer&>(failing) : ref_opt);
+    t->engine->zero_grad();
+  }
+  EXPECT_EQ(inner.steps(), 2);
+  EXPECT_EQ(zs_test::max_diff(ref.params(), ovl.params()), 0.0);
+  EXPECT_EQ(ovl.engine->overlap_stats().redone, 1);
+}
+
 // A second backward before step(): refused at its start; reset_after_error restores the shards.
 TEST(OverlapStep, AnotherBackwardBeforeStepIsRefusedAndResetRestores) {
   Trainer t;
