@@ -103,7 +103,7 @@ struct ShardingEngineImpl {
   // Hands gradient buffers the reduce-scatter stream read to retired_grads.
   void retire(std::vector<at::Tensor> buffers, const c10::Stream& compute);
 
-  // --- the step during backward (engine_overlap.cpp) ---
+  // --- the step during backward (engine_root.cpp) ---
   // Trainable flat `f` at position `k` of param_shards(), as the optimizer sees it.
   ParamShard param_shard(FlatParam& f, size_t k) const;
   std::vector<ParamShard> shard_list() const;  // ShardingEngine::param_shards()
